@@ -1,0 +1,96 @@
+# fluent-pvc-operator
+#
+# make test   builds what is missing (control-plane binaries into bin/, once)
+#             and runs every suite.
+# make help   lists the targets.
+
+SHELL := /usr/bin/env bash -o pipefail
+.SHELLFLAGS := -ec
+
+IMG ?= fluent-pvc-operator:latest
+BIN := $(CURDIR)/bin
+CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
+KUSTOMIZE := go run sigs.k8s.io/kustomize/kustomize/v5@v5.8.3
+GINKGO_FLAGS ?=
+# Embedded core types whose field descriptions are dropped from the CRD so
+# that it fits a client-side `kubectl apply` (see test/tools/crdtrim).
+CRD_TRIM_PATHS := spec.pvcSpecTemplate spec.pvcFinalizerJobSpecTemplate spec.sidecarContainerTemplate \
+	spec.commonEnvs spec.commonVolumes spec.commonVolumeMounts
+
+CONTROL_PLANE := etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl
+CONTROL_PLANE_BINS := $(addprefix $(BIN)/,$(CONTROL_PLANE))
+
+export KUBEBUILDER_ASSETS := $(BIN)
+
+.PHONY: help
+help: ## List the targets.
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-16s %s\n", $$1, $$2}'
+
+##@ Development
+
+.PHONY: generate
+generate: ## Generate deep-copy code.
+	$(CONTROLLER_GEN) object paths=./apis/...
+
+.PHONY: manifests
+manifests: ## Generate CRDs, RBAC and webhook manifests into config/.
+	$(CONTROLLER_GEN) crd rbac:roleName=manager-role webhook paths=./... \
+		output:crd:artifacts:config=config/crd/bases \
+		output:rbac:artifacts:config=config/rbac \
+		output:webhook:artifacts:config=config/webhook
+	go run ./test/tools/crdtrim config/crd/bases/fluent-pvc-operator.tech.zozo.com_fluentpvcs.yaml $(CRD_TRIM_PATHS)
+
+.PHONY: verify
+verify: generate manifests fmt ## Regenerate and fail on any diff or untracked generated file.
+	@if [ -n "$$(git status --porcelain -- apis config)" ]; then \
+		echo "generated files are out of date; run 'make generate manifests' and commit:"; \
+		git status --porcelain -- apis config; git --no-pager diff --stat -- apis config; exit 1; fi
+	@if [ -n "$$(git status --porcelain -- '*.go')" ]; then \
+		echo "go files are not formatted; run 'make fmt':"; git status --porcelain -- '*.go'; exit 1; fi
+
+.PHONY: fmt
+fmt: ## Run go fmt.
+	go fmt ./...
+
+.PHONY: vet
+vet: ## Run go vet.
+	go vet ./...
+
+.PHONY: build
+build: ## Build the manager binary into bin/manager.
+	CGO_ENABLED=0 go build -trimpath -o $(BIN)/manager .
+
+.PHONY: run
+run: ## Run the manager against the cluster of the current kubeconfig.
+	go run . --leader-elect=false
+
+##@ Test
+
+.PHONY: bins
+bins: $(CONTROL_PLANE_BINS) ## Build the control-plane binaries into bin/ (only the missing ones).
+
+$(BIN)/%:
+	@test/tools/build-bin.sh $*
+
+.PHONY: test
+test: bins vet ## Run every suite: unit tests and the envtest suites.
+	go test $$(go list ./... | grep -v /test/e2e) -count=1 -timeout 30m $(GINKGO_FLAGS)
+
+##@ Deployment
+
+.PHONY: docker-build
+docker-build: ## Build the operator image IMG (needs a Docker engine).
+	docker build -t $(IMG) .
+
+.PHONY: install
+install: ## Install the CRDs into the cluster of the current kubeconfig.
+	kubectl apply -f config/crd/bases
+
+.PHONY: deploy
+deploy: ## Deploy the operator with image IMG into the cluster of the current kubeconfig.
+	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
+	$(KUSTOMIZE) build config/default | kubectl apply -f -
+
+.PHONY: undeploy
+undeploy: ## Remove the operator (and its CRDs) from the cluster of the current kubeconfig.
+	$(KUSTOMIZE) build config/default | kubectl delete --ignore-not-found -f -

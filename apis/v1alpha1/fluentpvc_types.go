@@ -1,0 +1,202 @@
+package v1alpha1
+
+import (
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// FluentPVCSpec is the desired state of a FluentPVC. Its field names and types
+// are those of fluent-pvc-operator's v1alpha1, so existing manifests apply
+// unchanged; pool is new.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.commonVolumes) || !self.commonVolumes.exists(v, v.name == self.pvcVolumeName)",message="a common volume must not be named like pvcVolumeName",fieldPath=".commonVolumes"
+type FluentPVCSpec struct {
+	// pvcSpecTemplate is the spec of the PVC each pod gets. It needs at least one
+	// access mode and a storage request.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="has(self.accessModes) && size(self.accessModes) > 0",message="at least one access mode is required",fieldPath=".accessModes"
+	// +kubebuilder:validation:XValidation:rule="has(self.resources) && has(self.resources.requests) && 'storage' in self.resources.requests",message="a storage request is required",fieldPath=".resources.requests"
+	PVCSpecTemplate corev1.PersistentVolumeClaimSpec `json:"pvcSpecTemplate"`
+
+	// pvcFinalizerJobSpecTemplate is the spec of the Job that drains a PVC once
+	// its pod is gone. The Job gets the PVC mounted at pvcVolumeMountPath and the
+	// common volumes, mounts and envs. The PVC is deleted only after the Job
+	// succeeds. An unset restartPolicy becomes Never.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="has(self.template.spec) && has(self.template.spec.containers) && size(self.template.spec.containers) > 0",message="the Job's pod template needs at least one container",fieldPath=".template.spec"
+	// +kubebuilder:validation:XValidation:rule="!has(self.template.spec) || !has(self.template.spec.restartPolicy) || self.template.spec.restartPolicy in ['Never', 'OnFailure']",message="a Job's restartPolicy must be Never or OnFailure",fieldPath=".template.spec"
+	PVCFinalizerJobSpecTemplate batchv1.JobSpec `json:"pvcFinalizerJobSpecTemplate"`
+
+	// pvcVolumeName is the name of the pod volume that holds the PVC. It must be
+	// a DNS-1123 label and unique within the pod.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	PVCVolumeName string `json:"pvcVolumeName"`
+
+	// pvcVolumeMountPath is where every container, the sidecar and the
+	// finalizer Job mount the PVC. It must be absolute and must not contain ':'.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:Pattern=`^/[^:]*$`
+	PVCVolumeMountPath string `json:"pvcVolumeMountPath"`
+
+	// sidecarContainerTemplate is the container appended to every pod, typically
+	// a log shipper that buffers on the PVC. Its name must be a DNS-1123 label.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="size(self.name) <= 63 && self.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="the sidecar's name must be a DNS-1123 label: lower-case letters, digits and '-', at most 63 characters",fieldPath=".name"
+	SidecarContainerTemplate corev1.Container `json:"sidecarContainerTemplate"`
+
+	// commonEnvs are set in every container and the sidecar. A common env
+	// replaces a container's env of the same name.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=128
+	CommonEnvs []corev1.EnvVar `json:"commonEnvs,omitempty"`
+
+	// commonVolumes are added to every pod and finalizer Job. Names must be
+	// DNS-1123 labels.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:XValidation:rule="size(self.name) <= 63 && self.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="a volume name must be a DNS-1123 label: lower-case letters, digits and '-', at most 63 characters",fieldPath=".name"
+	CommonVolumes []corev1.Volume `json:"commonVolumes,omitempty"`
+
+	// commonVolumeMounts are added to every container, the sidecar and the
+	// finalizer Job. Names must be DNS-1123 labels; mount paths must be absolute
+	// and must not contain ':'.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:XValidation:rule="size(self.name) <= 63 && self.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="a volume mount's name must be a DNS-1123 label: lower-case letters, digits and '-', at most 63 characters",fieldPath=".name"
+	// +kubebuilder:validation:items:XValidation:rule="self.mountPath.startsWith('/') && !self.mountPath.contains(':')",message="a mount path must be absolute and must not contain ':'",fieldPath=".mountPath"
+	CommonVolumeMounts []corev1.VolumeMount `json:"commonVolumeMounts,omitempty"`
+
+	// deletePodIfSidecarContainerTerminationDetected deletes a pod whose sidecar
+	// terminated with a non-zero exit code. Defaults to true.
+	// +optional
+	// +kubebuilder:default=true
+	DeletePodIfSidecarContainerTerminationDetected *bool `json:"deletePodIfSidecarContainerTerminationDetected,omitempty"`
+
+	// pool keeps warm, bound PVCs ready so that pods start without waiting for
+	// a disk to be provisioned. Defaults to no pool.
+	// +optional
+	// +kubebuilder:default={}
+	Pool PoolSpec `json:"pool,omitempty"`
+}
+
+// PoolSpec configures the warm pool of a FluentPVC.
+type PoolSpec struct {
+	// size is the number of warm, bound PVCs kept ready in each pool namespace.
+	// 0 (the default) means no pool: every PVC is created at admission.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	Size int32 `json:"size,omitempty"`
+
+	// namespaces are the namespaces the pool keeps warm PVCs in. When empty, the
+	// pool learns them from the pods it admits.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespaces []string `json:"namespaces,omitempty"`
+}
+
+// FluentPVCStatus is the observed state of a FluentPVC.
+type FluentPVCStatus struct {
+	// observedGeneration is the generation the status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions are the FluentPVC's conditions, e.g. Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// bindings counts the FluentPVC's bindings by phase.
+	// +optional
+	Bindings BindingCounts `json:"bindings,omitempty"`
+
+	// active is the number of bindings whose claim is in use or being drained.
+	// +optional
+	Active int32 `json:"active,omitempty"`
+
+	// warm is the number of warm, bound PVCs over all pool namespaces.
+	// +optional
+	Warm int32 `json:"warm,omitempty"`
+}
+
+// BindingCounts counts bindings by phase.
+type BindingCounts struct {
+	// pending bindings wait for their pod to appear.
+	// +optional
+	Pending int32 `json:"pending,omitempty"`
+	// inUse bindings have a running pod.
+	// +optional
+	InUse int32 `json:"inUse,omitempty"`
+	// draining bindings run, or wait to retry, their finalizer Job.
+	// +optional
+	Draining int32 `json:"draining,omitempty"`
+	// orphaned bindings are reclaiming a claim no pod ever used.
+	// +optional
+	Orphaned int32 `json:"orphaned,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=fpvc,categories=fluent-pvc-operator
+// +kubebuilder:printcolumn:name="POOL",type=integer,JSONPath=`.spec.pool.size`,description="Warm PVCs kept per pool namespace"
+// +kubebuilder:printcolumn:name="ACTIVE",type=integer,JSONPath=`.status.active`,description="Bindings in use or draining"
+// +kubebuilder:printcolumn:name="READY",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// FluentPVC gives every pod labelled with its name a disposable PVC, a sidecar
+// and common settings, and drains each PVC with a Job after its pod is gone.
+type FluentPVC struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired state.
+	// +required
+	Spec FluentPVCSpec `json:"spec"`
+	// status is the observed state.
+	// +optional
+	Status FluentPVCStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// FluentPVCList is a list of FluentPVCs.
+type FluentPVCList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []FluentPVC `json:"items"`
+}
+
+// DeletePodOnSidecarFailure reports the effective value of
+// deletePodIfSidecarContainerTerminationDetected (true when unset).
+func (s *FluentPVCSpec) DeletePodOnSidecarFailure() bool {
+	return s.DeletePodIfSidecarContainerTerminationDetected == nil || *s.DeletePodIfSidecarContainerTerminationDetected
+}
+
+// FluentPVC condition types and reasons.
+const (
+	// FluentPVCConditionReady is True while the FluentPVC admits pods.
+	FluentPVCConditionReady = "Ready"
+	// FluentPVCReadyReasonAdmitting: the FluentPVC admits pods.
+	FluentPVCReadyReasonAdmitting = "Admitting"
+	// FluentPVCReadyReasonDeleting: the FluentPVC is being deleted and denies new pods.
+	FluentPVCReadyReasonDeleting = "Deleting"
+)
+
+func init() {
+	SchemeBuilder.Register(&FluentPVC{}, &FluentPVCList{})
+}

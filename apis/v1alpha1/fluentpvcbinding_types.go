@@ -1,0 +1,156 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// ObjectIdentity names one object and, once known, its UID.
+type ObjectIdentity struct {
+	// name of the object. Empty for a pod admitted with generateName until the
+	// operator has seen the created pod.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// uid of the object, once known.
+	// +optional
+	UID types.UID `json:"uid,omitempty"`
+}
+
+// FluentPVCBindingSpec links one pod, its PVC and the FluentPVC they came from.
+type FluentPVCBindingSpec struct {
+	// fluentPVC is the FluentPVC the pod opted into.
+	// +required
+	FluentPVC ObjectIdentity `json:"fluentPVC"`
+	// pod is the pod the claim was handed to. Its UID is recorded when the
+	// operator first sees the pod; it stays empty for a pod that never appeared.
+	// +optional
+	Pod ObjectIdentity `json:"pod,omitempty"`
+	// pvc is the claim, in the binding's namespace.
+	// +required
+	PVC ObjectIdentity `json:"pvc"`
+}
+
+// FluentPVCBindingPhase is a step of a binding's life.
+// +kubebuilder:validation:Enum=Pending;InUse;Draining;Drained;Orphaned;Abandoned
+type FluentPVCBindingPhase string
+
+const (
+	// BindingPhasePending: the claim was handed out; the pod has not been seen yet.
+	BindingPhasePending FluentPVCBindingPhase = "Pending"
+	// BindingPhaseInUse: the pod exists and has not finished.
+	BindingPhaseInUse FluentPVCBindingPhase = "InUse"
+	// BindingPhaseDraining: the pod is gone or finished; a finalizer Job runs,
+	// or waits to be retried after a failure.
+	BindingPhaseDraining FluentPVCBindingPhase = "Draining"
+	// BindingPhaseDrained: a finalizer Job succeeded; the claim and then the
+	// binding are being deleted.
+	BindingPhaseDrained FluentPVCBindingPhase = "Drained"
+	// BindingPhaseOrphaned: no pod ever appeared for the claim, so it is
+	// reclaimed without draining.
+	BindingPhaseOrphaned FluentPVCBindingPhase = "Orphaned"
+	// BindingPhaseAbandoned: the namespace is being deleted, so the claim was
+	// released without a successful drain.
+	BindingPhaseAbandoned FluentPVCBindingPhase = "Abandoned"
+)
+
+// FluentPVCBindingStatus is the observed state of a binding.
+type FluentPVCBindingStatus struct {
+	// phase is where the binding is in its life.
+	// +optional
+	Phase FluentPVCBindingPhase `json:"phase,omitempty"`
+
+	// observedGeneration is the generation the status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions detail the phase: PodReady, Drained.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// drainAttempts counts the finalizer Jobs started for the claim.
+	// +optional
+	DrainAttempts int32 `json:"drainAttempts,omitempty"`
+
+	// drainJobName is the name of the current finalizer Job.
+	// +optional
+	DrainJobName string `json:"drainJobName,omitempty"`
+
+	// drainStartTime is when the first finalizer Job was started.
+	// +optional
+	DrainStartTime *metav1.Time `json:"drainStartTime,omitempty"`
+
+	// lastDrainFailureTime is when the last finalizer Job failed; the next
+	// attempt starts after an exponential backoff from it.
+	// +optional
+	LastDrainFailureTime *metav1.Time `json:"lastDrainFailureTime,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=fpvcb,categories=fluent-pvc-operator
+// +kubebuilder:printcolumn:name="PHASE",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="FLUENTPVC",type=string,JSONPath=`.spec.fluentPVC.name`
+// +kubebuilder:printcolumn:name="POD",type=string,JSONPath=`.spec.pod.name`
+// +kubebuilder:printcolumn:name="PVC",type=string,JSONPath=`.spec.pvc.name`
+// +kubebuilder:printcolumn:name="ATTEMPTS",type=integer,JSONPath=`.status.drainAttempts`,priority=1
+// +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// FluentPVCBinding records that one pod was given one PVC from a FluentPVC,
+// and tracks that PVC until it has been drained and deleted.
+type FluentPVCBinding struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec links the pod, the PVC and the FluentPVC.
+	// +required
+	Spec FluentPVCBindingSpec `json:"spec"`
+	// status is the observed state.
+	// +optional
+	Status FluentPVCBindingStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// FluentPVCBindingList is a list of FluentPVCBindings.
+type FluentPVCBindingList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []FluentPVCBinding `json:"items"`
+}
+
+// FluentPVCBinding condition types and reasons.
+const (
+	// BindingConditionPodReady is True while the pod exists and has not finished.
+	BindingConditionPodReady = "PodReady"
+	// PodReadyReasonNotSeen: the pod has not been seen yet.
+	PodReadyReasonNotSeen = "NotSeen"
+	// PodReadyReasonRunning: the pod exists and has not finished.
+	PodReadyReasonRunning = "Running"
+	// PodReadyReasonFinished: the pod Succeeded or Failed.
+	PodReadyReasonFinished = "Finished"
+	// PodReadyReasonGone: the pod object is gone.
+	PodReadyReasonGone = "Gone"
+	// PodReadyReasonNeverAppeared: the grace period passed without a pod.
+	PodReadyReasonNeverAppeared = "NeverAppeared"
+
+	// BindingConditionDrained is True once a finalizer Job succeeded.
+	BindingConditionDrained = "Drained"
+	// DrainedReasonNotStarted: the claim is in use.
+	DrainedReasonNotStarted = "NotStarted"
+	// DrainedReasonRunning: a finalizer Job runs.
+	DrainedReasonRunning = "JobRunning"
+	// DrainedReasonBackoff: the last finalizer Job failed; the next waits for its backoff.
+	DrainedReasonBackoff = "BackoffAfterFailure"
+	// DrainedReasonSucceeded: a finalizer Job succeeded.
+	DrainedReasonSucceeded = "JobSucceeded"
+	// DrainedReasonNotNeeded: no pod ever used the claim.
+	DrainedReasonNotNeeded = "NotNeeded"
+	// DrainedReasonNamespaceDeleted: the namespace is going away; the data was not drained.
+	DrainedReasonNamespaceDeleted = "NamespaceDeleted"
+)
+
+func init() {
+	SchemeBuilder.Register(&FluentPVCBinding{}, &FluentPVCBindingList{})
+}

@@ -1,0 +1,63 @@
+package v1alpha1
+
+const (
+	keyPrefix = "fluent-pvc-operator.tech.zozo.com/"
+
+	// FluentPVCNameLabelKey is the opt-in label of a pod: its value names the
+	// FluentPVC whose PVC, sidecar and common settings the pod gets. The same
+	// label is put on every PVC, binding and Job the operator makes for that
+	// FluentPVC, so that its caches can select them.
+	FluentPVCNameLabelKey = keyPrefix + "fluent-pvc-name"
+
+	// BindingNameLabelKey links a pod, its PVC and its finalizer Jobs to their
+	// FluentPVCBinding. The webhook puts it on the pod at admission, because the
+	// pod's final name and UID are not known yet.
+	BindingNameLabelKey = keyPrefix + "fluent-pvc-binding-name"
+
+	// ClaimRoleLabelKey tells what a PVC made by the operator is for: a warm
+	// pool PVC waiting for a pod, or a claim handed to a pod.
+	ClaimRoleLabelKey = keyPrefix + "claim-role"
+
+	// ClaimRoleWarm is the ClaimRoleLabelKey value of a pool PVC not yet handed out.
+	ClaimRoleWarm = "warm"
+	// ClaimRoleClaimed is the ClaimRoleLabelKey value of a PVC handed to a pod.
+	ClaimRoleClaimed = "claimed"
+
+	// ComponentLabelKey tells a finalizer Job (drain) from a pool binder Job.
+	ComponentLabelKey = keyPrefix + "component"
+	// ComponentDrain is the ComponentLabelKey value of a finalizer Job.
+	ComponentDrain = "drain"
+
+	// AdmittedAtAnnotationKey records, in RFC 3339, when the webhook handed a
+	// claim to a pod. With the binding's empty spec.pod.uid it is the orphan
+	// record: a claim whose pod never appeared is reclaimed without draining
+	// once the orphan grace period has passed since this time.
+	AdmittedAtAnnotationKey = keyPrefix + "admitted-at"
+
+	// CheckoutAnnotationKey records on a claim and its binding whether the
+	// claim came from the warm pool ("hit") or was created at admission ("miss").
+	CheckoutAnnotationKey = keyPrefix + "checkout"
+
+	// CheckoutHit is the CheckoutAnnotationKey value of a claim taken from the pool.
+	CheckoutHit = "hit"
+	// CheckoutMiss is the CheckoutAnnotationKey value of a claim created at admission.
+	CheckoutMiss = "miss"
+
+	// PVCProtectionFinalizer keeps a claim from being deleted before its data
+	// has been drained by a successful finalizer Job.
+	PVCProtectionFinalizer = keyPrefix + "pvc-protection"
+
+	// PodProtectionFinalizer is put on an admitted pod so that it cannot vanish
+	// before the operator has recorded it in its binding. It is removed as soon
+	// as the pod's UID is recorded, so it never delays a pod's deletion for
+	// longer than the operator takes to observe the pod.
+	PodProtectionFinalizer = keyPrefix + "pod-protection"
+
+	// FluentPVCProtectionFinalizer keeps a FluentPVC until every binding made
+	// from it has finished draining.
+	FluentPVCProtectionFinalizer = keyPrefix + "fluentpvc-protection"
+)
+
+// BindingProtectionFinalizer keeps a FluentPVCBinding until its claim is gone,
+// so that deleting a binding by hand can never orphan a claim.
+const BindingProtectionFinalizer = keyPrefix + "fluentpvcbinding-protection"

@@ -1,0 +1,203 @@
+// Command manager runs fluent-pvc-operator: the pod admission webhook that
+// hands each labelled pod its own PVC and sidecar, and the controllers that
+// drain every PVC with a finalizer Job once its pod is gone.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/controllers"
+	"github.com/st-tech/fluent-pvc-operator/webhook"
+)
+
+// Certificate management modes of --cert-management.
+const (
+	certSelf     = "self"     // the operator issues its own certificate and injects the caBundle
+	certExternal = "external" // cert-manager or a test provides tls.crt/tls.key in --cert-dir
+)
+
+type options struct {
+	metricsAddr          string
+	probeAddr            string
+	leaderElect          bool
+	leaderElectNamespace string
+	webhookPort          int
+	webhookHost          string
+	certDir              string
+	certManagement       string
+	namespace            string
+	webhookService       string
+	webhookConfig        string
+	certSecret           string
+	gracefulShutdown     time.Duration
+	controllers          controllers.Options
+}
+
+func main() {
+	if err := run(ctrl.SetupSignalHandler(), os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "fluent-pvc-operator:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	opts, zapOpts, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Cache:                         controllers.CacheOptions(),
+		Metrics:                       metricsserver.Options{BindAddress: opts.metricsAddr},
+		HealthProbeBindAddress:        opts.probeAddr,
+		LeaderElection:                opts.leaderElect,
+		LeaderElectionID:              "fluent-pvc-operator.tech.zozo.com",
+		LeaderElectionNamespace:       opts.leaderElectNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       &opts.gracefulShutdown,
+		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
+			Host:    opts.webhookHost,
+			Port:    opts.webhookPort,
+			CertDir: opts.certDir,
+			TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.MinVersion = tls.VersionTLS12 }},
+		}),
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+
+	certsReady := make(chan struct{})
+	switch opts.certManagement {
+	case certSelf:
+		if err := rotator.AddRotator(mgr, &rotator.CertRotator{
+			SecretKey:      types.NamespacedName{Namespace: opts.namespace, Name: opts.certSecret},
+			CertDir:        opts.certDir,
+			CAName:         "fluent-pvc-operator-ca",
+			CAOrganization: "fluent-pvc-operator",
+			DNSName:        fmt.Sprintf("%s.%s.svc", opts.webhookService, opts.namespace),
+			IsReady:        certsReady,
+			Webhooks:       []rotator.WebhookInfo{{Name: opts.webhookConfig, Type: rotator.Mutating}},
+			// Every replica serves the webhook, so every replica keeps its
+			// certificate in step with the shared Secret; only the leader
+			// rotates it.
+			RequireLeaderElection: false,
+		}); err != nil {
+			return fmt.Errorf("setting up certificate rotation: %w", err)
+		}
+	case certExternal:
+		close(certsReady)
+	}
+
+	if err := controllers.Setup(mgr, opts.controllers); err != nil {
+		return fmt.Errorf("setting up controllers: %w", err)
+	}
+	// The webhook is registered once certificates exist, so that the server
+	// never starts without them.
+	webhookSetupErr := make(chan error, 1)
+	go func() {
+		select {
+		case <-certsReady:
+			webhookSetupErr <- webhook.Setup(mgr, webhook.Options{})
+		case <-ctx.Done():
+			webhookSetupErr <- nil
+		}
+	}()
+
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", func(req *http.Request) error {
+		select {
+		case <-certsReady:
+			return mgr.GetWebhookServer().StartedChecker()(req)
+		default:
+			return errors.New("webhook certificates are not ready")
+		}
+	}); err != nil {
+		return fmt.Errorf("adding readiness check: %w", err)
+	}
+
+	log.Info("starting manager", "leaderElection", opts.leaderElect, "certManagement", opts.certManagement)
+	runErr := make(chan error, 1)
+	go func() { runErr <- mgr.Start(ctx) }()
+	select {
+	case err := <-webhookSetupErr:
+		if err != nil {
+			return fmt.Errorf("setting up webhook: %w", err)
+		}
+	case err := <-runErr:
+		return err
+	}
+	return <-runErr
+}
+
+func parseFlags(args []string) (options, zap.Options, error) {
+	var o options
+	fs := flag.NewFlagSet("fluent-pvc-operator", flag.ContinueOnError)
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; \"0\" disables it.")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", inCluster(), "Elect a leader so that only one replica runs the controllers. On by default in a cluster.")
+	fs.StringVar(&o.leaderElectNamespace, "leader-election-namespace", "", "Namespace of the leader-election lease; defaults to the operator's own namespace in a cluster.")
+	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the admission webhook server.")
+	fs.StringVar(&o.webhookHost, "webhook-host", "", "Address the webhook server binds to; empty means all.")
+	fs.StringVar(&o.certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory of the webhook serving certificate (tls.crt, tls.key).")
+	fs.StringVar(&o.certManagement, "cert-management", certSelf, "Who provides the webhook certificate: \"self\" (the operator issues it and injects the caBundle) or \"external\" (cert-manager or you write it into --cert-dir).")
+	fs.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "fluent-pvc-operator-system"), "The operator's namespace, where its certificate Secret lives.")
+	fs.StringVar(&o.webhookService, "webhook-service-name", "fluent-pvc-operator-webhook-service", "Service in front of the webhook; the certificate is issued for it.")
+	fs.StringVar(&o.webhookConfig, "webhook-config-name", "fluent-pvc-operator-mutating-webhook-configuration", "MutatingWebhookConfiguration whose caBundle the operator injects.")
+	fs.StringVar(&o.certSecret, "cert-secret-name", "fluent-pvc-operator-webhook-server-cert", "Secret that holds the operator's own CA and serving certificate.")
+	fs.DurationVar(&o.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long to wait for running reconciles and requests on shutdown.")
+	o.controllers.BindFlags(fs)
+	var zapOpts zap.Options
+	zapOpts.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return o, zapOpts, err
+	}
+	if o.certManagement != certSelf && o.certManagement != certExternal {
+		return o, zapOpts, fmt.Errorf("--cert-management must be %q or %q, not %q", certSelf, certExternal, o.certManagement)
+	}
+	return o, zapOpts, nil
+}
+
+func inCluster() bool {
+	_, err := rest.InClusterConfig()
+	return err == nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

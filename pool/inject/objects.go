@@ -1,0 +1,87 @@
+package inject
+
+import (
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+)
+
+// Claim is the PVC named name in namespace made from fpvc's pvcSpecTemplate
+// and handed to a pod at admission time now. Its labels put it in the
+// operator's cache; its finalizer keeps it until it is drained; its
+// annotations are the orphan record and whether it came from the pool.
+func Claim(fpvc *v1alpha1.FluentPVC, namespace, name, checkout string, now time.Time) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      name,
+			Namespace: namespace,
+			Labels: map[string]string{
+				v1alpha1.FluentPVCNameLabelKey: fpvc.Name,
+				v1alpha1.BindingNameLabelKey:   name,
+				v1alpha1.ClaimRoleLabelKey:     v1alpha1.ClaimRoleClaimed,
+			},
+			Annotations: map[string]string{
+				v1alpha1.AdmittedAtAnnotationKey: now.UTC().Format(time.RFC3339),
+				v1alpha1.CheckoutAnnotationKey:   checkout,
+			},
+			Finalizers: []string{v1alpha1.PVCProtectionFinalizer},
+		},
+		Spec: *fpvc.Spec.PVCSpecTemplate.DeepCopy(),
+	}
+}
+
+// Binding is the FluentPVCBinding that records that claim name was handed to
+// pod at time now. The pod's UID is not known at admission; the operator
+// records it when it first sees the pod.
+func Binding(fpvc *v1alpha1.FluentPVC, pod *corev1.Pod, name, checkout string, now time.Time) *v1alpha1.FluentPVCBinding {
+	return &v1alpha1.FluentPVCBinding{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      name,
+			Namespace: pod.Namespace,
+			Labels:    map[string]string{v1alpha1.FluentPVCNameLabelKey: fpvc.Name},
+			Annotations: map[string]string{
+				v1alpha1.AdmittedAtAnnotationKey: now.UTC().Format(time.RFC3339),
+				v1alpha1.CheckoutAnnotationKey:   checkout,
+			},
+			Finalizers: []string{v1alpha1.BindingProtectionFinalizer},
+		},
+		Spec: v1alpha1.FluentPVCBindingSpec{
+			FluentPVC: v1alpha1.ObjectIdentity{Name: fpvc.Name, UID: fpvc.UID},
+			Pod:       v1alpha1.ObjectIdentity{Name: pod.Name},
+			PVC:       v1alpha1.ObjectIdentity{Name: name},
+		},
+	}
+}
+
+// DrainJob is the attempt-th finalizer Job of binding b: fpvc's
+// pvcFinalizerJobSpecTemplate with the claim mounted at pvcVolumeMountPath
+// and the common volumes, mounts and envs. It is owned by the binding.
+func DrainJob(fpvc *v1alpha1.FluentPVC, b *v1alpha1.FluentPVCBinding, attempt int32) *batchv1.Job {
+	spec := fpvc.Spec.PVCFinalizerJobSpecTemplate.DeepCopy()
+	if spec.Template.Spec.RestartPolicy == "" {
+		spec.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
+	}
+	PodSpec(&spec.Template.Spec, &fpvc.Spec, b.Spec.PVC.Name)
+	if spec.Template.Labels == nil {
+		spec.Template.Labels = map[string]string{}
+	}
+	spec.Template.Labels[v1alpha1.BindingNameLabelKey] = b.Name
+	spec.Template.Labels[v1alpha1.ComponentLabelKey] = v1alpha1.ComponentDrain
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      DrainJobName(b.Name, attempt),
+			Namespace: b.Namespace,
+			Labels: map[string]string{
+				v1alpha1.FluentPVCNameLabelKey: fpvc.Name,
+				v1alpha1.BindingNameLabelKey:   b.Name,
+				v1alpha1.ComponentLabelKey:     v1alpha1.ComponentDrain,
+			},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(b, v1alpha1.GroupVersion.WithKind("FluentPVCBinding"))},
+		},
+		Spec: *spec,
+	}
+}

@@ -1,0 +1,40 @@
+package webhook
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Admission outcomes, the "result" label of admissionsTotal.
+const (
+	resultMutated = "mutated" // a claim was handed to the pod
+	resultSkipped = "skipped" // already injected, nothing to do
+	resultDenied  = "denied"  // bad input; "reason" says which
+	resultError   = "error"   // the API server failed us
+)
+
+// Denial reasons, the "reason" label of admissionsTotal.
+const (
+	reasonNone              = ""
+	reasonFluentPVCNotFound = "FluentPVCNotFound"
+	reasonFluentPVCDeleting = "FluentPVCDeleting"
+	reasonConflict          = "Conflict"
+	reasonUndecodable       = "Undecodable"
+)
+
+var (
+	admissionsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fluentpvc_webhook_admissions_total",
+		Help: "Pod admissions handled by the fluent-pvc-operator webhook, by result and denial reason.",
+	}, []string{"result", "reason"})
+
+	admissionDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "fluentpvc_webhook_admission_duration_seconds",
+		Help:    "Time the fluent-pvc-operator webhook took to handle a pod admission, by result.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	}, []string{"result"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(admissionsTotal, admissionDuration)
+}

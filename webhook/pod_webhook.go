@@ -1,0 +1,150 @@
+// Package webhook holds the pod admission webhook: it hands every pod that
+// opts into a FluentPVC its own claim, the sidecar and the common settings.
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool/inject"
+)
+
+// Path is where the pod webhook is served.
+const Path = "/mutate-v1-pod"
+
+// maxNameTries bounds the retries when a random claim name is taken.
+const maxNameTries = 3
+
+// Options configure the webhook.
+type Options struct {
+	// Clock stamps the admission time; the real clock when nil.
+	Clock clock.PassiveClock
+}
+
+// Setup registers the pod webhook with mgr's webhook server.
+func Setup(mgr ctrl.Manager, opts Options) error {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	m := &PodMutator{
+		Reader:  mgr.GetClient(),
+		Writer:  mgr.GetClient(),
+		Decoder: admission.NewDecoder(mgr.GetScheme()),
+		Clock:   opts.Clock,
+	}
+	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: m})
+	return nil
+}
+
+// +kubebuilder:webhook:path=/mutate-v1-pod,mutating=true,failurePolicy=fail,sideEffects=NoneOnDryRun,groups="",resources=pods,verbs=create,versions=v1,name=pod.fluent-pvc-operator.tech.zozo.com,admissionReviewVersions=v1,reinvocationPolicy=IfNeeded,timeoutSeconds=10
+
+// +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcs,verbs=get;list;watch
+// +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcbindings,verbs=create
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=create
+
+// PodMutator admits pods that carry the opt-in label: it creates the pod's
+// binding and claim, and patches the pod to use them. It makes at most two
+// API writes per pod, none on a dry run or for a pod it already mutated.
+type PodMutator struct {
+	// Reader reads FluentPVCs, from the manager's cache.
+	Reader client.Reader
+	// Writer creates bindings and claims.
+	Writer  client.Writer
+	Decoder admission.Decoder
+	Clock   clock.PassiveClock
+}
+
+// Handle implements admission.Handler.
+func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	start := m.Clock.Now()
+	resp, result, reason := m.handle(ctx, req)
+	admissionsTotal.WithLabelValues(result, reason).Inc()
+	admissionDuration.WithLabelValues(result).Observe(m.Clock.Since(start).Seconds())
+	return resp
+}
+
+func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admission.Response, string, string) {
+	if req.Operation != admissionv1.Create {
+		return admission.Allowed("not a create"), resultSkipped, reasonNone
+	}
+	pod := &corev1.Pod{}
+	if err := m.Decoder.Decode(req, pod); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decoding the pod: %w", err)), resultDenied, reasonUndecodable
+	}
+	name := pod.Labels[v1alpha1.FluentPVCNameLabelKey]
+	if name == "" {
+		return admission.Allowed("the pod does not opt into a FluentPVC"), resultSkipped, reasonNone
+	}
+	if pod.Namespace == "" {
+		pod.Namespace = req.Namespace
+	}
+
+	fpvc := &v1alpha1.FluentPVC{}
+	if err := m.Reader.Get(ctx, client.ObjectKey{Name: name}, fpvc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return admission.Denied(fmt.Sprintf("FluentPVC %q does not exist: create it, or fix the pod's label %s", name, v1alpha1.FluentPVCNameLabelKey)), resultDenied, reasonFluentPVCNotFound
+		}
+		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading FluentPVC %q: %w", name, err)), resultError, reasonNone
+	}
+	if !fpvc.DeletionTimestamp.IsZero() {
+		return admission.Denied(fmt.Sprintf("FluentPVC %q is being deleted and admits no new pods: point the pod's label %s at another FluentPVC", name, v1alpha1.FluentPVCNameLabelKey)), resultDenied, reasonFluentPVCDeleting
+	}
+	if inject.Injected(pod, &fpvc.Spec) {
+		return admission.Allowed("the pod already has its claim"), resultSkipped, reasonNone
+	}
+	if errs := inject.Conflicts(pod, &fpvc.Spec); len(errs) > 0 {
+		return admission.Denied(fmt.Sprintf("the pod clashes with what FluentPVC %q injects: %s", name, errs.ToAggregate())), resultDenied, reasonConflict
+	}
+
+	claimName := inject.ClaimName(fpvc.Name)
+	if !ptr.Deref(req.DryRun, false) {
+		var err error
+		if claimName, err = m.provision(ctx, fpvc, pod); err != nil {
+			return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
+		}
+	}
+
+	mutated := pod.DeepCopy()
+	inject.Pod(mutated, &fpvc.Spec, claimName)
+	raw, err := json.Marshal(mutated)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
+	}
+	return admission.PatchResponseFromRaw(req.Object.Raw, raw), resultMutated, reasonNone
+}
+
+// provision creates the binding, then the claim, under a fresh name, and
+// returns that name. The binding comes first so that a claim never exists
+// without the record that lets the operator reclaim it.
+func (m *PodMutator) provision(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod) (string, error) {
+	now := m.Clock.Now()
+	for try := 1; ; try++ {
+		name := inject.ClaimName(fpvc.Name)
+		binding := inject.Binding(fpvc, pod, name, v1alpha1.CheckoutMiss, now)
+		err := m.Writer.Create(ctx, binding)
+		if apierrors.IsAlreadyExists(err) && try < maxNameTries {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("creating FluentPVCBinding %s/%s: %w", pod.Namespace, name, err)
+		}
+		if err := m.Writer.Create(ctx, inject.Claim(fpvc, pod.Namespace, name, v1alpha1.CheckoutMiss, now)); err != nil {
+			return "", fmt.Errorf("creating PersistentVolumeClaim %s/%s: %w", pod.Namespace, name, err)
+		}
+		return name, nil
+	}
+}
+
+var _ admission.Handler = &PodMutator{}
