@@ -13,9 +13,13 @@ CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 KUSTOMIZE := go run sigs.k8s.io/kustomize/kustomize/v5@v5.8.3
 GINKGO_FLAGS ?=
 # Embedded core types whose field descriptions are dropped from the CRD so
-# that it fits a client-side `kubectl apply` (see test/tools/crdtrim).
+# that it fits a client-side `kubectl apply`, and strings in them bounded so
+# that the CEL rules on them fit the API server's cost budget
+# (see test/tools/crdtrim).
 CRD_TRIM_PATHS := spec.pvcSpecTemplate spec.pvcFinalizerJobSpecTemplate spec.sidecarContainerTemplate \
-	spec.commonEnvs spec.commonVolumes spec.commonVolumeMounts
+	spec.commonEnvs spec.commonVolumes spec.commonVolumeMounts \
+	spec.sidecarContainerTemplate.name=63 spec.commonVolumes[].name=63 \
+	spec.commonVolumeMounts[].name=63 spec.commonVolumeMounts[].mountPath=4096
 
 CONTROL_PLANE := etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl
 CONTROL_PLANE_BINS := $(addprefix $(BIN)/,$(CONTROL_PLANE))

@@ -1,19 +1,23 @@
-// Command crdtrim removes field descriptions inside embedded Kubernetes core
-// types (a Job spec, a Container, volumes, ...) from generated CRDs, keeping
-// the descriptions of the operator's own fields.
+// Command crdtrim post-processes a generated CRD where markers cannot reach
+// inside embedded Kubernetes core types (a Job spec, a Container, volumes):
 //
-// Without it the FluentPVC CRD is close to 1 MB, far over the 256 KiB that a
-// client-side `kubectl apply` can keep in its last-applied annotation. The
-// core types stay documented by `kubectl explain pod.spec`.
+//   - PATH removes every field description below PATH, keeping PATH's own.
+//     Without it the FluentPVC CRD is close to 1 MB, far over the 256 KiB
+//     that a client-side `kubectl apply` keeps in its last-applied
+//     annotation. The core types stay documented by `kubectl explain pod`.
+//   - PATH=N sets maxLength N on the string at PATH. CEL rules on strings of
+//     embedded types (a volume's name) are only within the API server's cost
+//     budget when those strings are bounded.
 //
-// Usage: crdtrim FILE PATH...
-// where each PATH is a dotted property path below a version's
-// openAPIV3Schema, e.g. spec.sidecarContainerTemplate.
+// Usage: crdtrim FILE ARG...
+// A PATH is a dotted property path below a version's openAPIV3Schema, where
+// "[]" steps into a list's items: spec.commonVolumes[].name.
 package main
 
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -46,16 +50,29 @@ func run(file string, paths []string) error {
 		if !ok {
 			continue
 		}
-		for _, p := range paths {
+		for _, arg := range paths {
+			p, maxLen, bound := strings.Cut(arg, "=")
 			keys := []string{}
 			for _, name := range strings.Split(p, ".") {
+				name, list := strings.CutSuffix(name, "[]")
 				keys = append(keys, "properties", name)
+				if list {
+					keys = append(keys, "items")
+				}
 			}
 			node, ok := dig(schema, keys...)
 			if !ok {
 				return fmt.Errorf("%s: no property %q", file, p)
 			}
-			stripBelow(node)
+			if !bound {
+				stripBelow(node)
+				continue
+			}
+			n, err := strconv.Atoi(maxLen)
+			if err != nil {
+				return fmt.Errorf("%s: bad maxLength in %q: %w", file, arg, err)
+			}
+			node.(map[string]any)["maxLength"] = n
 		}
 	}
 	out, err := yaml.Marshal(crd)
