@@ -36,6 +36,14 @@ const (
 	certExternal = "external" // cert-manager or a test provides tls.crt/tls.key in --cert-dir
 )
 
+// The certificate rotator keeps its CA and serving certificate in one Secret
+// of the operator's namespace and injects the CA into the webhook
+// configuration. These are its only Secret permissions, and namespaced.
+// +kubebuilder:rbac:groups="",namespace=fluent-pvc-operator-system,resources=secrets,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
 type options struct {
 	metricsAddr          string
 	probeAddr            string
