@@ -3,6 +3,7 @@ module github.com/st-tech/fluent-pvc-operator
 go 1.26.0
 
 require (
+	github.com/google/go-cmp v0.7.0
 	github.com/open-policy-agent/cert-controller v0.16.0
 	github.com/prometheus/client_golang v1.24.0
 	k8s.io/api v0.37.2
