@@ -1,0 +1,332 @@
+package webhook_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+var _ = Describe("Pod admission", func() {
+	var (
+		ctx  context.Context
+		ns   string
+		fpvc *v1alpha1.FluentPVC
+	)
+
+	// createFluentPVC creates f and waits until the manager's cache sees it.
+	createFluentPVC := func(f *v1alpha1.FluentPVC) *v1alpha1.FluentPVC {
+		Expect(k8sClient.Create(ctx, f)).To(Succeed())
+		DeferCleanup(func() {
+			Expect(client.IgnoreNotFound(k8sClient.Delete(context.Background(), f))).To(Succeed())
+		})
+		Eventually(func() error {
+			return mgrClient.Get(ctx, client.ObjectKeyFromObject(f), &v1alpha1.FluentPVC{})
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		return f
+	}
+	claims := func() []corev1.PersistentVolumeClaim {
+		var l corev1.PersistentVolumeClaimList
+		Expect(k8sClient.List(ctx, &l, client.InNamespace(ns))).To(Succeed())
+		return l.Items
+	}
+	bindings := func() []v1alpha1.FluentPVCBinding {
+		var l v1alpha1.FluentPVCBindingList
+		Expect(k8sClient.List(ctx, &l, client.InNamespace(ns))).To(Succeed())
+		return l.Items
+	}
+
+	BeforeEach(func() {
+		ctx = context.Background()
+		ns = newNamespace()
+		fpvc = createFluentPVC(fixtures.MakeFluentPVC("sample-" + ns).Obj())
+	})
+
+	It("injects the claim, the sidecar, the mounts and envs, and links pod, claim and binding", func() {
+		pod := fixtures.MakePod("app", ns).FluentPVC(fpvc.Name).
+			Container(corev1.Container{Name: "second", Image: "busybox"}).Obj()
+		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+
+		claimName := pod.Labels[v1alpha1.BindingNameLabelKey]
+		Expect(claimName).To(HavePrefix(fpvc.Name[:min(40, len(fpvc.Name))]))
+		Expect(pod.Spec.Volumes).To(ContainElement(corev1.Volume{
+			Name:         "fluent-pvc",
+			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName}},
+		}))
+		Expect(pod.Spec.Volumes).To(ContainElement(HaveField("Name", "some-secret")))
+		Expect(pod.Spec.Containers).To(HaveLen(3))
+		Expect(pod.Spec.Containers[2].Name).To(Equal("sidecar"))
+		for _, c := range pod.Spec.Containers {
+			Expect(c.VolumeMounts).To(ContainElements(
+				corev1.VolumeMount{Name: "fluent-pvc", MountPath: "/mnt/fluent-pvc"},
+				corev1.VolumeMount{Name: "some-secret", MountPath: "/path/to/secret"},
+			), "container %s", c.Name)
+			Expect(c.Env).To(ContainElement(corev1.EnvVar{Name: "FLUENT_PVC_MOUNT_DIR", Value: "/mnt/fluent-pvc"}), "container %s", c.Name)
+		}
+		Expect(pod.Finalizers).To(ContainElement(v1alpha1.PodProtectionFinalizer))
+
+		var pvc corev1.PersistentVolumeClaim
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claimName}, &pvc)).To(Succeed())
+		Expect(pvc.Labels).To(HaveKeyWithValue(v1alpha1.BindingNameLabelKey, claimName))
+		Expect(pvc.Labels).To(HaveKeyWithValue(v1alpha1.FluentPVCNameLabelKey, fpvc.Name))
+		Expect(pvc.Finalizers).To(ContainElement(v1alpha1.PVCProtectionFinalizer))
+		Expect(pvc.Spec.Resources.Requests).To(HaveKey(corev1.ResourceStorage))
+		Expect(pvc.Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutMiss))
+
+		var b v1alpha1.FluentPVCBinding
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claimName}, &b)).To(Succeed())
+		Expect(b.Spec.PVC.Name).To(Equal(pvc.Name))
+		Expect(b.Spec.Pod.Name).To(Equal("app"))
+		Expect(b.Spec.FluentPVC).To(Equal(v1alpha1.ObjectIdentity{Name: fpvc.Name, UID: fpvc.UID}))
+	})
+
+	It("leaves an unlabelled pod exactly as sent", func() {
+		before := admissionCount()
+		sent := fixtures.MakePod("plain", ns).Label("app", "plain").Env("A", "1").Volume("data").Mount("data", "/data").Obj()
+		stored := sent.DeepCopy()
+		Expect(k8sClient.Create(ctx, stored)).To(Succeed())
+
+		Expect(stored.Labels).To(Equal(sent.Labels))
+		Expect(stored.Finalizers).To(BeEmpty())
+		Expect(stored.Spec.Volumes).To(HaveLen(1))
+		Expect(stored.Spec.Containers).To(HaveLen(1))
+		Expect(stored.Spec.Containers[0].Env).To(Equal(sent.Spec.Containers[0].Env))
+		Expect(stored.Spec.Containers[0].VolumeMounts).To(Equal(sent.Spec.Containers[0].VolumeMounts))
+		Expect(claims()).To(BeEmpty())
+		Expect(admissionCount()).To(Equal(before), "the objectSelector keeps unlabelled pods away from the webhook")
+
+		// Even if the webhook were called, it would change nothing.
+		resp := mutator.Handle(ctx, createRequest(sent, false))
+		Expect(resp.Allowed).To(BeTrue())
+		Expect(resp.Patches).To(BeEmpty())
+	})
+
+	It("gives twenty pods created at once with generateName twenty distinct claims", func() {
+		var wg sync.WaitGroup
+		names := make(chan string, 20)
+		for range 20 {
+			wg.Go(func() {
+				defer GinkgoRecover()
+				pod := fixtures.MakePod("", ns).GenerateName("burst-").FluentPVC(fpvc.Name).Obj()
+				Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+				names <- pod.Labels[v1alpha1.BindingNameLabelKey]
+			})
+		}
+		wg.Wait()
+		close(names)
+		distinct := sets.New[string]()
+		for n := range names {
+			distinct.Insert(n)
+		}
+		Expect(distinct).To(HaveLen(20))
+		Expect(claims()).To(HaveLen(20))
+		Expect(bindings()).To(HaveLen(20))
+	})
+
+	DescribeTable("denies bad input with a message naming the fix, and creates nothing",
+		func(mk func(fpvcName string) *corev1.Pod, wantMessage []string) {
+			pod := mk(fpvc.Name)
+			pod.Namespace = ns
+			err := k8sClient.Create(ctx, pod)
+			Expect(err).To(HaveOccurred())
+			Expect(apierrors.IsForbidden(err) || apierrors.IsBadRequest(err)).To(BeTrue(), "a denial, not a server error: %v", err)
+			for _, m := range wantMessage {
+				Expect(err.Error()).To(ContainSubstring(m))
+			}
+			Expect(claims()).To(BeEmpty())
+			Expect(bindings()).To(BeEmpty())
+		},
+		Entry("the FluentPVC does not exist",
+			func(string) *corev1.Pod { return fixtures.MakePod("p", "").FluentPVC("no-such-fluentpvc").Obj() },
+			[]string{`FluentPVC "no-such-fluentpvc" does not exist`, "create it, or fix the pod's label " + v1alpha1.FluentPVCNameLabelKey}),
+		Entry("the pod already has a volume named pvcVolumeName",
+			func(f string) *corev1.Pod { return fixtures.MakePod("p", "").FluentPVC(f).Volume("fluent-pvc").Obj() },
+			[]string{`spec.volumes[0].name: Invalid value: "fluent-pvc": clashes with the FluentPVC's pvcVolumeName; rename one of them`}),
+		Entry("a container has the sidecar's name",
+			func(f string) *corev1.Pod {
+				return fixtures.MakePod("p", "").FluentPVC(f).Container(corev1.Container{Name: "sidecar", Image: "x"}).Obj()
+			},
+			[]string{`spec.containers[1].name: Invalid value: "sidecar": clashes with the FluentPVC's sidecarContainerTemplate.name`}),
+		Entry("a volume clashes with a common volume",
+			func(f string) *corev1.Pod { return fixtures.MakePod("p", "").FluentPVC(f).Volume("some-secret").Obj() },
+			[]string{`spec.volumes[0].name: Invalid value: "some-secret": clashes with the FluentPVC's commonVolumes`}),
+		Entry("a mount clashes with a common mount",
+			func(f string) *corev1.Pod {
+				return fixtures.MakePod("p", "").FluentPVC(f).Volume("mine").Mount("mine", "/path/to/secret").Obj()
+			},
+			[]string{`spec.containers[0].volumeMounts[0].mountPath: Invalid value: "/path/to/secret": clashes with the FluentPVC's commonVolumeMounts`}),
+		Entry("a mount clashes with pvcVolumeMountPath",
+			func(f string) *corev1.Pod {
+				return fixtures.MakePod("p", "").FluentPVC(f).Volume("mine").Mount("mine", "/mnt/fluent-pvc").Obj()
+			},
+			[]string{`spec.containers[0].volumeMounts[0].mountPath: Invalid value: "/mnt/fluent-pvc": clashes with the FluentPVC's pvcVolumeMountPath`}),
+	)
+
+	It("denies pods of a FluentPVC that is being deleted", func() {
+		deleting := createFluentPVC(fixtures.MakeFluentPVC("deleting-" + ns).Obj())
+		controllerutil.AddFinalizer(deleting, "test.example.com/hold")
+		Expect(k8sClient.Update(ctx, deleting)).To(Succeed())
+		Expect(k8sClient.Delete(ctx, deleting)).To(Succeed())
+		DeferCleanup(func() {
+			Eventually(func() error {
+				f := &v1alpha1.FluentPVC{}
+				if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(deleting), f); err != nil {
+					return client.IgnoreNotFound(err)
+				}
+				controllerutil.RemoveFinalizer(f, "test.example.com/hold")
+				return k8sClient.Update(context.Background(), f)
+			}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		})
+		Eventually(func(g Gomega) {
+			f := &v1alpha1.FluentPVC{}
+			g.Expect(mgrClient.Get(ctx, client.ObjectKeyFromObject(deleting), f)).To(Succeed())
+			g.Expect(f.DeletionTimestamp).NotTo(BeNil())
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+
+		err := k8sClient.Create(ctx, fixtures.MakePod("p", ns).FluentPVC(deleting.Name).Obj())
+		Expect(err).To(MatchError(ContainSubstring(`FluentPVC "` + deleting.Name + `" is being deleted and admits no new pods`)))
+		Expect(claims()).To(BeEmpty())
+		Expect(bindings()).To(BeEmpty())
+	})
+
+	It("mutates a server-side dry run the same way and creates nothing", func() {
+		pod := fixtures.MakePod("dry", ns).FluentPVC(fpvc.Name).Obj()
+		Expect(k8sClient.Create(ctx, pod, client.DryRunAll)).To(Succeed())
+		Expect(pod.Labels).To(HaveKey(v1alpha1.BindingNameLabelKey))
+		Expect(pod.Spec.Containers).To(ContainElement(HaveField("Name", "sidecar")))
+		Expect(pod.Spec.Volumes).To(ContainElement(HaveField("Name", "fluent-pvc")))
+		Consistently(claims, fixtures.ConsistentlyFor, fixtures.Interval).Should(BeEmpty())
+		Expect(bindings()).To(BeEmpty())
+		Expect(apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{}))).To(BeTrue())
+	})
+
+	It("gives an empty patch and creates nothing when called again on its own output", func() {
+		pod := fixtures.MakePod("twice", ns).FluentPVC(fpvc.Name).Obj()
+		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+		Expect(claims()).To(HaveLen(1))
+
+		for _, dryRun := range []bool{false, true} {
+			resp := mutator.Handle(ctx, createRequest(pod, dryRun))
+			Expect(resp.Allowed).To(BeTrue())
+			Expect(resp.Patches).To(BeEmpty())
+			Expect(resp.Patch).To(BeEmpty())
+		}
+		Expect(claims()).To(HaveLen(1))
+		Expect(bindings()).To(HaveLen(1))
+	})
+
+	It("works for a FluentPVC with a 60-character name", func() {
+		long := createFluentPVC(fixtures.MakeFluentPVC(strings.Repeat("l", 60-len(ns)-1) + "-" + ns).Obj())
+		Expect(long.Name).To(HaveLen(60))
+		pod := fixtures.MakePod("long", ns).FluentPVC(long.Name).Obj()
+		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+		claimName := pod.Labels[v1alpha1.BindingNameLabelKey]
+		Expect(len(claimName)).To(BeNumerically("<=", 63))
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claimName}, &corev1.PersistentVolumeClaim{})).To(Succeed())
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claimName}, &v1alpha1.FluentPVCBinding{})).To(Succeed())
+	})
+
+	It("leaves an orphan record on the claim of a pod rejected after the webhook", func() {
+		rejectLabel := "reject-" + ns
+		policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+			ObjectMeta: metav1.ObjectMeta{Name: "reject-" + ns},
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+				FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+				MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+						Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+					},
+				}}},
+				Validations: []admissionregistrationv1.Validation{{
+					Expression: `!has(object.metadata.labels) || !('` + rejectLabel + `' in object.metadata.labels)`,
+					Message:    "rejected by the test policy",
+				}},
+			},
+		}
+		binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+				PolicyName:        policy.Name,
+				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			},
+		}
+		Expect(k8sClient.Create(ctx, policy)).To(Succeed())
+		Expect(k8sClient.Create(ctx, binding)).To(Succeed())
+		DeferCleanup(func() {
+			Expect(k8sClient.Delete(context.Background(), binding)).To(Succeed())
+			Expect(k8sClient.Delete(context.Background(), policy)).To(Succeed())
+		})
+
+		rejected := func() *corev1.Pod {
+			return fixtures.MakePod("rejected", ns).FluentPVC(fpvc.Name).Label(rejectLabel, "yes").Obj()
+		}
+		// The policy takes effect once the API server has loaded it; a dry
+		// run shows when, without side effects.
+		Eventually(func() error {
+			return k8sClient.Create(ctx, rejected(), client.DryRunAll)
+		}, fixtures.Timeout, fixtures.Interval).Should(MatchError(ContainSubstring("rejected by the test policy")))
+
+		Expect(k8sClient.Create(ctx, rejected())).To(MatchError(ContainSubstring("rejected by the test policy")))
+		Expect(apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "rejected"}, &corev1.Pod{}))).To(BeTrue())
+
+		pvcs := claims()
+		Expect(pvcs).To(HaveLen(1))
+		Expect(pvcs[0].Annotations).To(HaveKey(v1alpha1.AdmittedAtAnnotationKey))
+		Expect(pvcs[0].Labels).To(HaveKeyWithValue(v1alpha1.ClaimRoleLabelKey, v1alpha1.ClaimRoleClaimed))
+		bs := bindings()
+		Expect(bs).To(HaveLen(1))
+		Expect(bs[0].Annotations).To(HaveKey(v1alpha1.AdmittedAtAnnotationKey))
+		Expect(bs[0].Spec.Pod.UID).To(BeEmpty(), "no pod was ever recorded for the claim")
+		Expect(bs[0].Spec.PVC.Name).To(Equal(pvcs[0].Name))
+	})
+})
+
+// createRequest is the admission request the API server would send to create pod.
+func createRequest(pod *corev1.Pod, dryRun bool) admission.Request {
+	raw, err := json.Marshal(pod)
+	Expect(err).NotTo(HaveOccurred())
+	return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID:       "test",
+		Operation: admissionv1.Create,
+		Namespace: pod.Namespace,
+		Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+		Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+		Object:    runtime.RawExtension{Raw: raw},
+		DryRun:    ptr.To(dryRun),
+	}}
+}
+
+// admissionCount is the number of admissions the webhook has handled.
+func admissionCount() float64 {
+	families, err := metrics.Registry.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != "fluentpvc_webhook_admissions_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			total += m.GetCounter().GetValue()
+		}
+	}
+	return total
+}
