@@ -20,6 +20,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -62,7 +63,9 @@ type options struct {
 }
 
 func main() {
-	if err := run(ctrl.SetupSignalHandler(), os.Args[1:]); err != nil {
+	if err := run(ctrl.SetupSignalHandler(), os.Args[1:]); errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	} else if err != nil {
 		fmt.Fprintln(os.Stderr, "fluent-pvc-operator:", err)
 		os.Exit(1)
 	}
@@ -187,6 +190,7 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.StringVar(&o.certSecret, "cert-secret-name", "fluent-pvc-operator-webhook-server-cert", "Secret that holds the operator's own CA and serving certificate.")
 	fs.DurationVar(&o.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long to wait for running reconciles and requests on shutdown.")
 	o.controllers.BindFlags(fs)
+	config.RegisterFlags(fs) // --kubeconfig
 	var zapOpts zap.Options
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {

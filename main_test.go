@@ -103,9 +103,7 @@ var _ = Describe("manager", func() {
 		Eventually(session, gracefulShutdownTimeout).Should(gexec.Exit(0))
 	})
 
-	It("reads the kubeconfig given with --kubeconfig", Pending, func() {
-		// Pending until main.go registers controller-runtime's --kubeconfig
-		// flag on its own FlagSet; today the flag is rejected as undefined.
+	It("reads the kubeconfig given with --kubeconfig", func() {
 		probe := freePort()
 		session := startManagerWithEnv(managerEnv(),
 			"--kubeconfig", kubeconfig,

@@ -5,13 +5,16 @@
 package controllers
 
 import (
+	"context"
 	"flag"
+	"fmt"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -60,7 +63,45 @@ func exists(key string) labels.Selector {
 	return labels.NewSelector().Add(*r)
 }
 
-// Setup registers every controller with mgr.
+// Field indexes of the manager's cache.
+const (
+	podBindingIndex       = "podBinding"       // a pod's binding label
+	jobBindingIndex       = "jobBinding"       // a Job's binding label
+	bindingFluentPVCIndex = "bindingFluentPVC" // a binding's FluentPVC
+)
+
+// Setup registers the indexes and every controller with mgr.
 func Setup(mgr ctrl.Manager, opts Options) error {
+	ctx := context.Background()
+	idx := mgr.GetFieldIndexer()
+	byBindingLabel := func(obj client.Object) []string {
+		if v := obj.GetLabels()[v1alpha1.BindingNameLabelKey]; v != "" {
+			return []string{v}
+		}
+		return nil
+	}
+	if err := idx.IndexField(ctx, &corev1.Pod{}, podBindingIndex, byBindingLabel); err != nil {
+		return fmt.Errorf("indexing pods: %w", err)
+	}
+	if err := idx.IndexField(ctx, &batchv1.Job{}, jobBindingIndex, byBindingLabel); err != nil {
+		return fmt.Errorf("indexing Jobs: %w", err)
+	}
+	if err := idx.IndexField(ctx, &v1alpha1.FluentPVCBinding{}, bindingFluentPVCIndex, func(obj client.Object) []string {
+		return []string{obj.(*v1alpha1.FluentPVCBinding).Spec.FluentPVC.Name}
+	}); err != nil {
+		return fmt.Errorf("indexing bindings: %w", err)
+	}
+
+	clk := clock.RealClock{}
+	recorder := mgr.GetEventRecorder("fluent-pvc-operator")
+	if err := (&BindingReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: clk, Options: opts}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the binding controller: %w", err)
+	}
+	if err := (&SidecarReconciler{Client: mgr.GetClient(), Recorder: recorder}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the sidecar controller: %w", err)
+	}
+	if err := (&FluentPVCReconciler{Client: mgr.GetClient(), Clock: clk}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the FluentPVC controller: %w", err)
+	}
 	return nil
 }

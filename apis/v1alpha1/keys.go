@@ -28,6 +28,10 @@ const (
 	// ComponentDrain is the ComponentLabelKey value of a finalizer Job.
 	ComponentDrain = "drain"
 
+	// DrainAttemptLabelKey numbers a binding's finalizer Jobs (1, 2, ...), so
+	// that a restarted operator derives the next attempt from the Jobs.
+	DrainAttemptLabelKey = keyPrefix + "drain-attempt"
+
 	// AdmittedAtAnnotationKey records, in RFC 3339, when the webhook handed a
 	// claim to a pod. With the binding's empty spec.pod.uid it is the orphan
 	// record: a claim whose pod never appeared is reclaimed without draining
@@ -61,3 +65,23 @@ const (
 // BindingProtectionFinalizer keeps a FluentPVCBinding until its claim is gone,
 // so that deleting a binding by hand can never orphan a claim.
 const BindingProtectionFinalizer = keyPrefix + "fluentpvcbinding-protection"
+
+// Event reasons the operator records on pods, bindings and FluentPVCs.
+const (
+	// EventReasonSidecarFailed: the pod was deleted because its sidecar failed.
+	EventReasonSidecarFailed = "SidecarFailed"
+	// EventReasonDrainStarted: a finalizer Job was created.
+	EventReasonDrainStarted = "DrainStarted"
+	// EventReasonDrainFailed: a finalizer Job failed; it will be retried.
+	EventReasonDrainFailed = "DrainFailed"
+	// EventReasonDrained: a finalizer Job succeeded; the claim is deleted.
+	EventReasonDrained = "Drained"
+	// EventReasonOrphanReclaimed: no pod ever used the claim; it was reclaimed.
+	EventReasonOrphanReclaimed = "OrphanReclaimed"
+	// EventReasonAbandoned: the namespace is being deleted; the claim was not drained.
+	EventReasonAbandoned = "ClaimAbandoned"
+	// EventReasonClaimLost: the claim disappeared before it was drained.
+	EventReasonClaimLost = "ClaimLost"
+	// EventReasonFluentPVCMissing: the binding's FluentPVC is gone, so no finalizer Job can be built.
+	EventReasonFluentPVCMissing = "FluentPVCMissing"
+)

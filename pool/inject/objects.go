@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"strconv"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -79,6 +80,7 @@ func DrainJob(fpvc *v1alpha1.FluentPVC, b *v1alpha1.FluentPVCBinding, attempt in
 				v1alpha1.FluentPVCNameLabelKey: fpvc.Name,
 				v1alpha1.BindingNameLabelKey:   b.Name,
 				v1alpha1.ComponentLabelKey:     v1alpha1.ComponentDrain,
+				v1alpha1.DrainAttemptLabelKey:  strconv.Itoa(int(attempt)),
 			},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(b, v1alpha1.GroupVersion.WithKind("FluentPVCBinding"))},
 		},

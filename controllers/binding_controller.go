@@ -1,0 +1,254 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool/inject"
+)
+
+// +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcbindings,verbs=get;list;watch;update;delete
+// +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcbindings/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
+
+// BindingReconciler carries a FluentPVCBinding through its life: it records
+// the pod, drains the claim with finalizer Jobs once the pod is gone,
+// retries failed Jobs with backoff, reclaims orphan claims, and deletes the
+// claim and the binding only after a successful drain.
+type BindingReconciler struct {
+	client.Client
+	// APIReader reads what the cache may not have seen yet.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
+	Options   Options
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	b := &v1alpha1.FluentPVCBinding{}
+	if err := r.Get(ctx, req.NamespacedName, b); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	o, err := r.observe(ctx, b)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	p := decide(o, r.Clock.Now(), r.Options)
+	return r.apply(ctx, o, p)
+}
+
+// observe reads the binding's pod, claim, Jobs and FluentPVC, mostly from
+// the cache, once.
+func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBinding) (observed, error) {
+	o := observed{binding: b}
+
+	fpvc := &v1alpha1.FluentPVC{}
+	switch err := r.Get(ctx, client.ObjectKey{Name: b.Spec.FluentPVC.Name}, fpvc); {
+	case err == nil:
+		o.fluentPVC = fpvc
+	case !apierrors.IsNotFound(err):
+		return o, fmt.Errorf("reading FluentPVC %s: %w", b.Spec.FluentPVC.Name, err)
+	}
+
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(b.Namespace), client.MatchingFields{podBindingIndex: b.Name}); err != nil {
+		return o, fmt.Errorf("listing pods: %w", err)
+	}
+	for i := range pods.Items {
+		if o.pod == nil || pods.Items[i].UID == b.Spec.Pod.UID {
+			o.pod = &pods.Items[i]
+		}
+	}
+
+	pvc := &corev1.PersistentVolumeClaim{}
+	key := client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.PVC.Name}
+	err := r.Get(ctx, key, pvc)
+	if apierrors.IsNotFound(err) {
+		// Never conclude from the cache alone that a claim is gone.
+		err = r.APIReader.Get(ctx, key, pvc)
+	}
+	switch {
+	case err == nil:
+		if b.Spec.PVC.UID == "" || pvc.UID == b.Spec.PVC.UID {
+			o.pvc = pvc
+		}
+	case !apierrors.IsNotFound(err):
+		return o, fmt.Errorf("reading PVC %s: %w", key, err)
+	}
+
+	var jobs batchv1.JobList
+	if err := r.List(ctx, &jobs, client.InNamespace(b.Namespace), client.MatchingFields{jobBindingIndex: b.Name}); err != nil {
+		return o, fmt.Errorf("listing Jobs: %w", err)
+	}
+	o.jobs = jobs.Items
+
+	if !b.DeletionTimestamp.IsZero() {
+		ns := &corev1.Namespace{}
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Name: b.Namespace}, ns); client.IgnoreNotFound(err) != nil {
+			return o, fmt.Errorf("reading namespace %s: %w", b.Namespace, err)
+		}
+		o.namespaceTerminating = !ns.DeletionTimestamp.IsZero() || ns.Status.Phase == corev1.NamespaceTerminating
+	}
+	return o, nil
+}
+
+// apply carries out a plan: spec records first, then the children, then one
+// status write, then events.
+func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl.Result, error) {
+	b := o.binding
+	fpvcName := b.Spec.FluentPVC.Name
+
+	if p.recordPod != nil || p.recordPVCUID != "" {
+		if p.recordPod != nil {
+			b.Spec.Pod = *p.recordPod
+		}
+		if p.recordPVCUID != "" {
+			b.Spec.PVC.UID = p.recordPVCUID
+		}
+		if err := r.Update(ctx, b); err != nil {
+			return ctrl.Result{}, fmt.Errorf("recording the pod in the binding: %w", err)
+		}
+	}
+	if p.releasePod {
+		if err := removeFinalizer(ctx, r.Client, o.pod, v1alpha1.PodProtectionFinalizer); err != nil {
+			return ctrl.Result{}, fmt.Errorf("releasing pod %s: %w", o.pod.Name, err)
+		}
+	}
+	if p.createJob > 0 {
+		job := inject.DrainJob(o.fluentPVC, b, p.createJob)
+		switch err := r.Create(ctx, job); {
+		case err == nil:
+			drainsStarted.WithLabelValues(fpvcName).Inc()
+		case !apierrors.IsAlreadyExists(err):
+			return ctrl.Result{}, fmt.Errorf("creating finalizer Job %s: %w", job.Name, err)
+		}
+	}
+	for _, name := range p.deleteJobs {
+		job := &batchv1.Job{}
+		job.Namespace, job.Name = b.Namespace, name
+		if err := r.Delete(ctx, job, client.PropagationPolicy("Background")); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, fmt.Errorf("deleting failed Job %s: %w", name, err)
+		}
+	}
+	if p.releaseClaim && o.pvc != nil {
+		if err := removeFinalizer(ctx, r.Client, o.pvc, v1alpha1.PVCProtectionFinalizer); err != nil {
+			return ctrl.Result{}, fmt.Errorf("releasing PVC %s: %w", o.pvc.Name, err)
+		}
+	}
+	if p.deleteClaim && o.pvc != nil && o.pvc.DeletionTimestamp.IsZero() {
+		if err := r.Delete(ctx, o.pvc, client.Preconditions{UID: &o.pvc.UID}); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, fmt.Errorf("deleting PVC %s: %w", o.pvc.Name, err)
+		}
+	}
+
+	if !equality.Semantic.DeepEqual(b.Status, p.status) && !p.finish {
+		patch := client.MergeFrom(b.DeepCopy())
+		b.Status = p.status
+		if err := r.Status().Patch(ctx, b, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("writing the binding's status: %w", err)
+		}
+	}
+	if p.newFailure {
+		drainsFailed.WithLabelValues(fpvcName).Inc()
+	}
+	if p.drained {
+		drainsSucceeded.WithLabelValues(fpvcName).Inc()
+		if s := p.status.DrainStartTime; s != nil {
+			drainDuration.WithLabelValues(fpvcName).Observe(r.Clock.Since(s.Time).Seconds())
+		}
+	}
+	if p.orphaned {
+		orphansReclaimed.WithLabelValues(fpvcName).Inc()
+	}
+	if p.abandoned {
+		claimsAbandoned.WithLabelValues(fpvcName).Inc()
+	}
+	for _, e := range p.events {
+		typ := corev1.EventTypeNormal
+		if e.warning {
+			typ = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(b, nil, typ, e.reason, e.reason, "%s", e.message)
+	}
+
+	if p.finish {
+		if err := removeFinalizer(ctx, r.Client, b, v1alpha1.BindingProtectionFinalizer); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, fmt.Errorf("releasing the binding: %w", err)
+		}
+		if b.DeletionTimestamp.IsZero() {
+			if err := r.Delete(ctx, b); client.IgnoreNotFound(err) != nil {
+				return ctrl.Result{}, fmt.Errorf("deleting the binding: %w", err)
+			}
+		}
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{RequeueAfter: p.requeueAfter}, nil
+}
+
+// removeFinalizer removes finalizer from obj with an optimistic-lock patch.
+func removeFinalizer(ctx context.Context, c client.Client, obj client.Object, finalizer string) error {
+	if !controllerutil.ContainsFinalizer(obj, finalizer) {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(obj, finalizer)
+	return client.IgnoreNotFound(c.Patch(ctx, obj, patch))
+}
+
+// SetupWithManager registers the reconciler and its watches.
+func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	byBindingLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		name := obj.GetLabels()[v1alpha1.BindingNameLabelKey]
+		if name == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: name}}}
+	})
+	// A FluentPVC that comes back lets bindings waiting for it drain.
+	fluentPVCCreated := predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return true },
+		UpdateFunc:  func(event.UpdateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("fluentpvcbinding").
+		For(&v1alpha1.FluentPVCBinding{}).
+		Owns(&batchv1.Job{}).
+		Watches(&corev1.Pod{}, byBindingLabel).
+		Watches(&corev1.PersistentVolumeClaim{}, byBindingLabel).
+		Watches(&v1alpha1.FluentPVC{}, handler.EnqueueRequestsFromMapFunc(r.bindingsOf), builder.WithPredicates(fluentPVCCreated)).
+		Complete(r)
+}
+
+func (r *BindingReconciler) bindingsOf(ctx context.Context, obj client.Object) []reconcile.Request {
+	var l v1alpha1.FluentPVCBindingList
+	if err := r.List(ctx, &l, client.MatchingFields{bindingFluentPVCIndex: obj.GetName()}); err != nil {
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(l.Items))
+	for _, b := range l.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&b)})
+	}
+	return reqs
+}

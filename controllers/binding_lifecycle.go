@@ -1,0 +1,317 @@
+package controllers
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool/inject"
+)
+
+// observed is everything a binding's reconcile looks at, read once.
+type observed struct {
+	binding *v1alpha1.FluentPVCBinding
+	// fluentPVC is nil when the FluentPVC is gone.
+	fluentPVC *v1alpha1.FluentPVC
+	// pod is the pod carrying the binding label, nil when there is none.
+	pod *corev1.Pod
+	// pvc is the claim, nil when it is gone.
+	pvc *corev1.PersistentVolumeClaim
+	// jobs are the binding's finalizer Jobs.
+	jobs []batchv1.Job
+	// namespaceTerminating is true when the binding's namespace is being deleted.
+	namespaceTerminating bool
+}
+
+// plan is what one reconcile does, decided from observed by decide.
+type plan struct {
+	status v1alpha1.FluentPVCBindingStatus
+
+	// recordPod and recordPVCUID are written into the binding's spec.
+	recordPod    *v1alpha1.ObjectIdentity
+	recordPVCUID types.UID
+	// releasePod removes the pod-protection finalizer from the pod.
+	releasePod bool
+	// createJob is the attempt number of a finalizer Job to create; 0 for none.
+	createJob int32
+	// deleteJobs are superseded failed Jobs, deleted after createJob exists.
+	deleteJobs []string
+	// releaseClaim removes the claim's finalizer; deleteClaim also deletes it.
+	releaseClaim bool
+	deleteClaim  bool
+	// finish removes the binding's finalizer and deletes it.
+	finish bool
+	// requeueAfter is set for timers: a grace period or a backoff.
+	requeueAfter time.Duration
+
+	// events to send once the status is written.
+	events []note
+	// observe metrics: a new Job failure, a finished drain, a reclaimed orphan.
+	newFailure, drained, orphaned, abandoned bool
+}
+
+type note struct {
+	warning bool
+	reason  string
+	message string
+}
+
+// decide is the binding's state machine: a pure function of what was
+// observed, the time and the options. No state is terminal while the claim
+// exists: each one either waits on a watched object or on a timer.
+func decide(o observed, now time.Time, opts Options) plan {
+	b := o.binding
+	p := plan{status: *b.Status.DeepCopy()}
+	p.status.ObservedGeneration = b.Generation
+	gen := b.Generation
+
+	pod := o.pod
+	if pod != nil && b.Spec.Pod.UID != "" && pod.UID != b.Spec.Pod.UID {
+		pod = nil // a pod that copied the label is not ours
+	}
+	if pod != nil {
+		if b.Spec.Pod.UID == "" {
+			p.recordPod = &v1alpha1.ObjectIdentity{Name: pod.Name, UID: pod.UID}
+		}
+		p.releasePod = controllerutil.ContainsFinalizer(pod, v1alpha1.PodProtectionFinalizer)
+	}
+	if o.pvc != nil && b.Spec.PVC.UID == "" {
+		p.recordPVCUID = o.pvc.UID
+	}
+	podSeen := b.Spec.Pod.UID != "" || p.recordPod != nil
+	admittedAt := admissionTime(b)
+	graceLeft := admittedAt.Add(opts.OrphanGracePeriod).Sub(now)
+	claimReleased := o.pvc == nil || (!o.pvc.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(o.pvc, v1alpha1.PVCProtectionFinalizer))
+
+	setPod := func(status metav1.ConditionStatus, reason, msg string) {
+		setCondition(&p.status, v1alpha1.BindingConditionPodReady, status, reason, msg, gen, now)
+	}
+	setDrained := func(status metav1.ConditionStatus, reason, msg string) {
+		setCondition(&p.status, v1alpha1.BindingConditionDrained, status, reason, msg, gen, now)
+	}
+
+	// The namespace is going away with every object in it, so no Job can
+	// drain the claim: let go instead of blocking the namespace forever.
+	if o.namespaceTerminating {
+		if p.status.Phase != v1alpha1.BindingPhaseAbandoned && p.status.Phase != v1alpha1.BindingPhaseDrained && p.status.Phase != v1alpha1.BindingPhaseOrphaned {
+			p.abandoned = true
+			p.events = append(p.events, note{warning: true, reason: v1alpha1.EventReasonAbandoned,
+				message: fmt.Sprintf("namespace %s is being deleted: claim %s was released without draining its data", b.Namespace, b.Spec.PVC.Name)})
+			p.status.Phase = v1alpha1.BindingPhaseAbandoned
+			setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonNamespaceDeleted, "the namespace is being deleted; the data was not drained")
+		}
+		p.releasePod = pod != nil && controllerutil.ContainsFinalizer(pod, v1alpha1.PodProtectionFinalizer)
+		p.releaseClaim = o.pvc != nil && controllerutil.ContainsFinalizer(o.pvc, v1alpha1.PVCProtectionFinalizer)
+		p.finish = true
+		return p
+	}
+
+	// The claim is gone, or released by us: nothing is left to protect.
+	if claimReleased {
+		if o.pvc == nil && !isFinal(p.status.Phase) && !podSeen && graceLeft > 0 {
+			// The webhook creates the binding just before the claim.
+			p.requeueAfter = graceLeft
+			return p
+		}
+		if !isFinal(p.status.Phase) {
+			p.events = append(p.events, note{warning: true, reason: v1alpha1.EventReasonClaimLost,
+				message: fmt.Sprintf("claim %s disappeared before it was drained", b.Spec.PVC.Name)})
+		}
+		p.finish = true
+		return p
+	}
+
+	// The pod exists and has not finished.
+	if pod != nil && !podFinished(pod) {
+		p.status.Phase = v1alpha1.BindingPhaseInUse
+		setPod(metav1.ConditionTrue, v1alpha1.PodReadyReasonRunning, fmt.Sprintf("pod %s uses the claim", pod.Name))
+		setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonNotStarted, "the claim is in use")
+		return p
+	}
+
+	// No pod ever appeared: the admission was rejected after the webhook.
+	if !podSeen {
+		if graceLeft > 0 {
+			p.status.Phase = v1alpha1.BindingPhasePending
+			setPod(metav1.ConditionFalse, v1alpha1.PodReadyReasonNotSeen, "waiting for the pod to appear")
+			setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonNotStarted, "the claim has not been used")
+			p.requeueAfter = graceLeft
+			return p
+		}
+		if p.status.Phase != v1alpha1.BindingPhaseOrphaned {
+			p.orphaned = true
+			p.events = append(p.events, note{reason: v1alpha1.EventReasonOrphanReclaimed,
+				message: fmt.Sprintf("no pod appeared within %s of admission: claim %s is reclaimed without draining", opts.OrphanGracePeriod, b.Spec.PVC.Name)})
+		}
+		p.status.Phase = v1alpha1.BindingPhaseOrphaned
+		setPod(metav1.ConditionFalse, v1alpha1.PodReadyReasonNeverAppeared, fmt.Sprintf("no pod appeared within %s", opts.OrphanGracePeriod))
+		setDrained(metav1.ConditionTrue, v1alpha1.DrainedReasonNotNeeded, "no pod ever used the claim")
+		p.releaseClaim, p.deleteClaim = true, true
+		return p
+	}
+
+	// The pod is gone or finished: drain.
+	if pod == nil {
+		setPod(metav1.ConditionFalse, v1alpha1.PodReadyReasonGone, "the pod is gone")
+	} else {
+		setPod(metav1.ConditionFalse, v1alpha1.PodReadyReasonFinished, fmt.Sprintf("pod %s is %s", pod.Name, pod.Status.Phase))
+	}
+	decideDrain(o, now, opts, &p)
+	return p
+}
+
+func decideDrain(o observed, now time.Time, opts Options, p *plan) {
+	b := o.binding
+	gen := b.Generation
+	setDrained := func(status metav1.ConditionStatus, reason, msg string) {
+		setCondition(&p.status, v1alpha1.BindingConditionDrained, status, reason, msg, gen, now)
+	}
+
+	var current *batchv1.Job
+	attempts := p.status.DrainAttempts
+	for i := range o.jobs {
+		j := &o.jobs[i]
+		if jobSucceeded(j) {
+			if p.status.Phase != v1alpha1.BindingPhaseDrained {
+				p.drained = true
+				p.events = append(p.events, note{reason: v1alpha1.EventReasonDrained,
+					message: fmt.Sprintf("finalizer Job %s succeeded: deleting claim %s", j.Name, b.Spec.PVC.Name)})
+			}
+			p.status.Phase = v1alpha1.BindingPhaseDrained
+			p.status.DrainJobName = j.Name
+			setDrained(metav1.ConditionTrue, v1alpha1.DrainedReasonSucceeded, fmt.Sprintf("finalizer Job %s succeeded", j.Name))
+			p.releaseClaim, p.deleteClaim = true, true
+			return
+		}
+		if n := jobAttempt(j); n >= attempts {
+			attempts, current = n, j
+		}
+	}
+	p.status.Phase = v1alpha1.BindingPhaseDraining
+	p.status.DrainAttempts = attempts
+	if p.status.DrainStartTime == nil {
+		p.status.DrainStartTime = &metav1.Time{Time: now}
+	}
+	if o.fluentPVC == nil {
+		setDrained(metav1.ConditionFalse, v1alpha1.EventReasonFluentPVCMissing,
+			fmt.Sprintf("FluentPVC %s is gone, so no finalizer Job can be built; recreate it to drain the claim", b.Spec.FluentPVC.Name))
+		if !conditionHasReason(b.Status.Conditions, v1alpha1.BindingConditionDrained, v1alpha1.EventReasonFluentPVCMissing) {
+			p.events = append(p.events, note{warning: true, reason: v1alpha1.EventReasonFluentPVCMissing,
+				message: fmt.Sprintf("FluentPVC %s is gone: recreate it so that claim %s can be drained", b.Spec.FluentPVC.Name, b.Spec.PVC.Name)})
+		}
+		return
+	}
+
+	switch {
+	case current == nil:
+		// No Job yet, or the current one vanished: start the next attempt.
+		p.createJob = attempts + 1
+	case !jobFailed(current):
+		p.status.DrainJobName = current.Name
+		setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonRunning, fmt.Sprintf("finalizer Job %s (attempt %d) runs", current.Name, attempts))
+		return
+	default:
+		failedAt := jobFailureTime(current)
+		if p.status.LastDrainFailureTime == nil || p.status.LastDrainFailureTime.Before(&metav1.Time{Time: failedAt}) {
+			p.newFailure = true
+			p.status.LastDrainFailureTime = &metav1.Time{Time: failedAt}
+		}
+		wait := backoff(attempts, opts)
+		if left := failedAt.Add(wait).Sub(now); left > 0 {
+			if p.newFailure {
+				p.events = append(p.events, note{warning: true, reason: v1alpha1.EventReasonDrainFailed,
+					message: fmt.Sprintf("finalizer Job %s (attempt %d) failed; the claim is kept and the drain retried in %s", current.Name, attempts, wait.Round(time.Second))})
+			}
+			p.status.DrainJobName = current.Name
+			setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonBackoff, fmt.Sprintf("finalizer Job %s (attempt %d) failed; retrying in %s", current.Name, attempts, left.Round(time.Second)))
+			p.requeueAfter = left
+			return
+		}
+		p.createJob = attempts + 1
+		p.deleteJobs = []string{current.Name}
+	}
+	p.status.DrainAttempts = p.createJob
+	p.status.DrainJobName = inject.DrainJobName(b.Name, p.createJob)
+	setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonRunning, fmt.Sprintf("finalizer Job %s (attempt %d) runs", p.status.DrainJobName, p.createJob))
+	p.events = append(p.events, note{reason: v1alpha1.EventReasonDrainStarted,
+		message: fmt.Sprintf("started finalizer Job %s (attempt %d) for claim %s", p.status.DrainJobName, p.createJob, b.Spec.PVC.Name)})
+}
+
+// backoff is how long to wait after the attempt-th failed Job: the base,
+// doubled for each earlier failure, capped at the maximum.
+func backoff(attempt int32, opts Options) time.Duration {
+	d := opts.DrainBackoffBase
+	for i := int32(1); i < attempt && d < opts.DrainBackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, opts.DrainBackoffMax)
+}
+
+func isFinal(phase v1alpha1.FluentPVCBindingPhase) bool {
+	return phase == v1alpha1.BindingPhaseDrained || phase == v1alpha1.BindingPhaseOrphaned || phase == v1alpha1.BindingPhaseAbandoned
+}
+
+func podFinished(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+func jobSucceeded(j *batchv1.Job) bool {
+	return jobCondition(j, batchv1.JobComplete) != nil
+}
+
+func jobFailed(j *batchv1.Job) bool {
+	return jobCondition(j, batchv1.JobFailed) != nil
+}
+
+func jobFailureTime(j *batchv1.Job) time.Time {
+	if c := jobCondition(j, batchv1.JobFailed); c != nil && !c.LastTransitionTime.IsZero() {
+		return c.LastTransitionTime.Time
+	}
+	return j.CreationTimestamp.Time
+}
+
+func jobCondition(j *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCondition {
+	for i := range j.Status.Conditions {
+		if c := &j.Status.Conditions[i]; c.Type == t && c.Status == corev1.ConditionTrue {
+			return c
+		}
+	}
+	return nil
+}
+
+func jobAttempt(j *batchv1.Job) int32 {
+	n, err := strconv.ParseInt(j.Labels[v1alpha1.DrainAttemptLabelKey], 10, 32)
+	if err != nil {
+		return 0
+	}
+	return int32(n)
+}
+
+func admissionTime(b *v1alpha1.FluentPVCBinding) time.Time {
+	if t, err := time.Parse(time.RFC3339, b.Annotations[v1alpha1.AdmittedAtAnnotationKey]); err == nil {
+		return t
+	}
+	return b.CreationTimestamp.Time
+}
+
+func setCondition(s *v1alpha1.FluentPVCBindingStatus, t string, status metav1.ConditionStatus, reason, msg string, gen int64, now time.Time) {
+	meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: msg,
+		ObservedGeneration: gen, LastTransitionTime: metav1.NewTime(now)})
+}
+
+func conditionHasReason(conds []metav1.Condition, t, reason string) bool {
+	for _, c := range conds {
+		if c.Type == t {
+			return c.Reason == reason
+		}
+	}
+	return false
+}

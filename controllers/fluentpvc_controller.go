@@ -1,0 +1,108 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcs,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcs/status,verbs=get;update;patch
+
+// FluentPVCReconciler keeps a FluentPVC's finalizer and status: it counts
+// the bindings by phase, and lets a deleted FluentPVC go only after all of
+// its bindings have finished draining.
+type FluentPVCReconciler struct {
+	client.Client
+	Clock clock.PassiveClock
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *FluentPVCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	f := &v1alpha1.FluentPVC{}
+	if err := r.Get(ctx, req.NamespacedName, f); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if f.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(f, v1alpha1.FluentPVCProtectionFinalizer) {
+		patch := client.MergeFromWithOptions(f.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(f, v1alpha1.FluentPVCProtectionFinalizer)
+		if err := r.Patch(ctx, f, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding the finalizer: %w", err)
+		}
+	}
+	return r.reconcile(ctx, f)
+}
+
+func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentPVC) (ctrl.Result, error) {
+	var bindings v1alpha1.FluentPVCBindingList
+	if err := r.List(ctx, &bindings, client.MatchingFields{bindingFluentPVCIndex: f.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing bindings: %w", err)
+	}
+	status := constructFluentPVCStatus(f, bindings.Items, r.Clock.Now())
+	if !equality.Semantic.DeepEqual(f.Status, status) {
+		patch := client.MergeFrom(f.DeepCopy())
+		f.Status = status
+		if err := r.Status().Patch(ctx, f, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("writing status: %w", err)
+		}
+	}
+	if !f.DeletionTimestamp.IsZero() && len(bindings.Items) == 0 {
+		if err := removeFinalizer(ctx, r.Client, f, v1alpha1.FluentPVCProtectionFinalizer); err != nil {
+			return ctrl.Result{}, fmt.Errorf("removing the finalizer: %w", err)
+		}
+	}
+	return ctrl.Result{}, nil
+}
+
+// constructFluentPVCStatus counts bindings by phase and sets Ready.
+func constructFluentPVCStatus(f *v1alpha1.FluentPVC, bindings []v1alpha1.FluentPVCBinding, now time.Time) v1alpha1.FluentPVCStatus {
+	s := *f.Status.DeepCopy()
+	s.ObservedGeneration = f.Generation
+	s.Bindings = v1alpha1.BindingCounts{}
+	for _, b := range bindings {
+		switch b.Status.Phase {
+		case "", v1alpha1.BindingPhasePending:
+			s.Bindings.Pending++
+		case v1alpha1.BindingPhaseInUse:
+			s.Bindings.InUse++
+		case v1alpha1.BindingPhaseDraining, v1alpha1.BindingPhaseDrained:
+			s.Bindings.Draining++
+		case v1alpha1.BindingPhaseOrphaned, v1alpha1.BindingPhaseAbandoned:
+			s.Bindings.Orphaned++
+		}
+	}
+	s.Active = s.Bindings.InUse + s.Bindings.Draining
+	ready := metav1.Condition{Type: v1alpha1.FluentPVCConditionReady, Status: metav1.ConditionTrue,
+		Reason: v1alpha1.FluentPVCReadyReasonAdmitting, Message: "pods that opt in get a claim", ObservedGeneration: f.Generation,
+		LastTransitionTime: metav1.NewTime(now)}
+	if !f.DeletionTimestamp.IsZero() {
+		ready.Status, ready.Reason = metav1.ConditionFalse, v1alpha1.FluentPVCReadyReasonDeleting
+		ready.Message = fmt.Sprintf("being deleted: new pods are denied; waiting for %d bindings to finish draining", len(bindings))
+	}
+	meta.SetStatusCondition(&s.Conditions, ready)
+	return s
+}
+
+// SetupWithManager registers the reconciler and its watches.
+func (r *FluentPVCReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("fluentpvc").
+		For(&v1alpha1.FluentPVC{}).
+		Watches(&v1alpha1.FluentPVCBinding{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+			b := obj.(*v1alpha1.FluentPVCBinding)
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: b.Spec.FluentPVC.Name}}}
+		})).
+		Complete(r)
+}

@@ -1,0 +1,71 @@
+package controllers_test
+
+import (
+	"context"
+
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+// completeJob marks job succeeded, as the Job controller would.
+func completeJob(ctx context.Context, job *batchv1.Job) {
+	now := metav1.Now()
+	job.Status.StartTime = &now
+	job.Status.CompletionTime = &now
+	job.Status.Succeeded = 1
+	job.Status.Conditions = []batchv1.JobCondition{
+		{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now},
+	}
+	ExpectWithOffset(1, k8sClient.Status().Update(ctx, job)).To(Succeed())
+}
+
+// failJob marks job failed, as the Job controller would.
+func failJob(ctx context.Context, job *batchv1.Job) {
+	now := metav1.Now()
+	job.Status.StartTime = &now
+	job.Status.Failed = 1
+	job.Status.Conditions = []batchv1.JobCondition{
+		{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: batchv1.JobReasonBackoffLimitExceeded},
+		{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: batchv1.JobReasonBackoffLimitExceeded},
+	}
+	ExpectWithOffset(1, k8sClient.Status().Update(ctx, job)).To(Succeed())
+}
+
+// sidecarTerminated sets the status of the sidecar "sidecar" as the kubelet
+// would after it exited with code, now or, with restarted, before a restart.
+func sidecarTerminated(code int32, restarted bool) func(*corev1.Pod) {
+	return func(pod *corev1.Pod) {
+		terminated := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Error"}}
+		if code == 0 {
+			terminated.Terminated.Reason = "Completed"
+		}
+		sidecar := corev1.ContainerStatus{Name: "sidecar", Image: "alpine:latest", State: terminated}
+		if restarted {
+			sidecar.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}
+			sidecar.LastTerminationState = terminated
+			sidecar.RestartCount = 1
+		}
+		pod.Status.Phase = corev1.PodRunning
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{
+			{Name: "app", Image: "registry.k8s.io/pause:3.10", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}},
+			sidecar,
+		}
+	}
+}
+
+// updatePodStatus applies set to the latest pod and writes its status.
+func updatePodStatus(ctx context.Context, pod *corev1.Pod, set func(*corev1.Pod)) {
+	EventuallyWithOffset(1, func() error {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return err
+		}
+		set(pod)
+		return k8sClient.Status().Update(ctx, pod)
+	}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+}

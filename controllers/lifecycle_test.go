@@ -1,0 +1,296 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool/inject"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+var _ = Describe("Claim lifecycle", func() {
+	var (
+		ctx  context.Context
+		ns   string
+		fpvc *v1alpha1.FluentPVC
+		mgr  manager.Manager
+		stop func()
+	)
+
+	BeforeEach(func() {
+		ctx = context.Background()
+		mgr, stop = startOperator()
+		DeferCleanup(func() { stop() })
+		ns = newNamespace()
+		fpvc = fixtures.MakeFluentPVC("lc-" + ns).Obj()
+		Expect(k8sClient.Create(ctx, fpvc)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(fpvc), fpvc)).To(Succeed())
+			g.Expect(fpvc.Finalizers).To(ContainElement(v1alpha1.FluentPVCProtectionFinalizer))
+			// The webhook reads FluentPVCs from the cache.
+			g.Expect(mgr.GetClient().Get(ctx, client.ObjectKeyFromObject(fpvc), &v1alpha1.FluentPVC{})).To(Succeed())
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+	})
+
+	binding := func(name string) func(Gomega) *v1alpha1.FluentPVCBinding {
+		return func(g Gomega) *v1alpha1.FluentPVCBinding {
+			b := &v1alpha1.FluentPVCBinding{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, b)).To(Succeed())
+			return b
+		}
+	}
+	phaseOf := func(name string) func() v1alpha1.FluentPVCBindingPhase {
+		return func() v1alpha1.FluentPVCBindingPhase {
+			b := &v1alpha1.FluentPVCBinding{}
+			if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, b); err != nil {
+				return v1alpha1.FluentPVCBindingPhase("error: " + err.Error())
+			}
+			return b.Status.Phase
+		}
+	}
+	jobs := func() []batchv1.Job {
+		var l batchv1.JobList
+		Expect(k8sClient.List(ctx, &l, client.InNamespace(ns))).To(Succeed())
+		return l.Items
+	}
+	gone := func(obj client.Object) func() bool {
+		return func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(obj), obj))
+		}
+	}
+	// claimReleased is true once the operator let go of the claim: its
+	// finalizer is removed and it is deleted. (envtest has no controller to
+	// remove Kubernetes' own kubernetes.io/pvc-protection finalizer.)
+	claimReleased := func(name string) func(Gomega) {
+		return func(g Gomega) {
+			pvc := &corev1.PersistentVolumeClaim{}
+			err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pvc)
+			if apierrors.IsNotFound(err) {
+				return
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(pvc.Finalizers).NotTo(ContainElement(v1alpha1.PVCProtectionFinalizer))
+			g.Expect(pvc.DeletionTimestamp).NotTo(BeNil())
+		}
+	}
+	claimHeld := func(name string) {
+		pvc := &corev1.PersistentVolumeClaim{}
+		ExpectWithOffset(1, k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pvc)).To(Succeed())
+		ExpectWithOffset(1, pvc.DeletionTimestamp).To(BeNil())
+		ExpectWithOffset(1, pvc.Finalizers).To(ContainElement(v1alpha1.PVCProtectionFinalizer))
+	}
+	// admit creates a labelled pod and waits until it is InUse.
+	admit := func(name string) (*corev1.Pod, string) {
+		pod := fixtures.MakePod(name, ns).FluentPVC(fpvc.Name).Obj()
+		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+		claim := pod.Labels[v1alpha1.BindingNameLabelKey]
+		Expect(claim).NotTo(BeEmpty())
+		Eventually(phaseOf(claim), fixtures.Timeout, fixtures.Interval).Should(Equal(v1alpha1.BindingPhaseInUse))
+		Eventually(func(g Gomega) {
+			g.Expect(binding(claim)(g).Spec.Pod.UID).To(Equal(pod.UID))
+			p := &corev1.Pod{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), p)).To(Succeed())
+			g.Expect(p.Finalizers).NotTo(ContainElement(v1alpha1.PodProtectionFinalizer), "released once recorded")
+			pod = p
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		return pod, claim
+	}
+	// drainJob waits for the binding's attempt-th finalizer Job.
+	drainJob := func(claim string, attempt int32) *batchv1.Job {
+		job := &batchv1.Job{}
+		Eventually(func() error {
+			return k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: inject.DrainJobName(claim, attempt)}, job)
+		}, fixtures.LongTimeout, fixtures.Interval).Should(Succeed())
+		return job
+	}
+	eventReasons := func(regarding string) []string {
+		var l eventsv1.EventList
+		Expect(k8sClient.List(ctx, &l, client.InNamespace(ns))).To(Succeed())
+		var reasons []string
+		for _, e := range l.Items {
+			if e.Regarding.Name == regarding {
+				reasons = append(reasons, e.Reason)
+			}
+		}
+		return reasons
+	}
+
+	It("drains the claim with one Job after the pod is deleted, then deletes the claim and the binding", func() {
+		pod, claim := admit("app")
+
+		Expect(k8sClient.Delete(ctx, pod)).To(Succeed())
+		Eventually(gone(pod), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
+		Eventually(phaseOf(claim), fixtures.Timeout, fixtures.Interval).Should(Equal(v1alpha1.BindingPhaseDraining))
+		job := drainJob(claim, 1)
+		Consistently(jobs, fixtures.ConsistentlyFor, fixtures.Interval).Should(HaveLen(1))
+
+		ps := job.Spec.Template.Spec
+		Expect(ps.Volumes).To(ContainElement(inject.ClaimVolume("fluent-pvc", claim)))
+		Expect(ps.Containers[0].VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "fluent-pvc", MountPath: "/mnt/fluent-pvc"}))
+		Expect(ps.Containers[0].Env).To(ContainElement(corev1.EnvVar{Name: "FLUENT_PVC_MOUNT_DIR", Value: "/mnt/fluent-pvc"}))
+		Expect(metav1.IsControlledBy(job, binding(claim)(Default))).To(BeTrue())
+		claimHeld(claim)
+
+		completeJob(ctx, job)
+		Eventually(claimReleased(claim), fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		Eventually(gone(&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}}), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
+	})
+
+	It("drains the claim of a pod that Succeeded while its object is still there", func() {
+		pod, claim := admit("done")
+		updatePodStatus(ctx, pod, func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded })
+
+		job := drainJob(claim, 1)
+		Expect(phaseOf(claim)()).To(Equal(v1alpha1.BindingPhaseDraining))
+		completeJob(ctx, job)
+		Eventually(claimReleased(claim), fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		Eventually(gone(&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}}), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
+	})
+
+	It("keeps the claim when a Job fails, retries after a backoff, and deletes it after a later success", func() {
+		pod, claim := admit("flaky")
+		Expect(k8sClient.Delete(ctx, pod)).To(Succeed())
+
+		first := drainJob(claim, 1)
+		failJob(ctx, first)
+		Eventually(func(g Gomega) {
+			b := binding(claim)(g)
+			g.Expect(b.Status.LastDrainFailureTime).NotTo(BeNil())
+			g.Expect(meta(b.Status.Conditions, v1alpha1.BindingConditionDrained)).To(HaveField("Reason", v1alpha1.DrainedReasonBackoff))
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		Eventually(func() []string { return eventReasons(claim) }, fixtures.Timeout, fixtures.Interval).Should(ContainElement(v1alpha1.EventReasonDrainFailed))
+		claimHeld(claim)
+
+		second := drainJob(claim, 2)
+		Eventually(func(g Gomega) { g.Expect(binding(claim)(g).Status.DrainAttempts).To(BeEquivalentTo(2)) }, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		Eventually(gone(first), fixtures.Timeout, fixtures.Interval).Should(BeTrue(), "the failed Job is replaced")
+		claimHeld(claim)
+
+		completeJob(ctx, second)
+		Eventually(claimReleased(claim), fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		Eventually(gone(&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}}), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
+	})
+
+	DescribeTable("acts on a terminated sidecar",
+		func(deleteFlag bool, setStatus func(*corev1.Pod), wantDeleted bool) {
+			if !deleteFlag {
+				Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(fpvc), fpvc)).To(Succeed())
+				fpvc.Spec.DeletePodIfSidecarContainerTerminationDetected = new(bool)
+				Expect(k8sClient.Update(ctx, fpvc)).To(Succeed())
+				Eventually(func(g Gomega) {
+					f := &v1alpha1.FluentPVC{}
+					g.Expect(mgr.GetClient().Get(ctx, client.ObjectKeyFromObject(fpvc), f)).To(Succeed())
+					g.Expect(f.Spec.DeletePodOnSidecarFailure()).To(BeFalse())
+				}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+			}
+			pod, claim := admit("sidecar")
+			updatePodStatus(ctx, pod, setStatus)
+			if wantDeleted {
+				Eventually(gone(pod), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
+				Eventually(func() []string { return eventReasons(pod.Name) }, fixtures.Timeout, fixtures.Interval).Should(ContainElement(v1alpha1.EventReasonSidecarFailed))
+				Eventually(func() []string { return eventReasons(claim) }, fixtures.Timeout, fixtures.Interval).Should(ContainElement(v1alpha1.EventReasonSidecarFailed))
+			} else {
+				Consistently(gone(pod), fixtures.ConsistentlyFor, fixtures.Interval).Should(BeFalse())
+			}
+		},
+		Entry("exit 1: the pod is deleted", true, sidecarTerminated(1, false), true),
+		Entry("exit 0: the pod stays", true, sidecarTerminated(0, false), false),
+		Entry("exit 1 with the flag false: the pod stays", false, sidecarTerminated(1, false), false),
+		Entry("exit 1 only in lastState after a restart: the pod is deleted", true, sidecarTerminated(1, true), true),
+	)
+
+	It("reclaims an orphan claim without a Job once its grace period has passed", func() {
+		// What the webhook leaves when a later admission step rejects the pod.
+		name := inject.ClaimName(fpvc.Name)
+		b := inject.Binding(fpvc, fixtures.MakePod("never", ns).Obj(), name, v1alpha1.CheckoutMiss, time.Now())
+		Expect(k8sClient.Create(ctx, b)).To(Succeed())
+		Expect(k8sClient.Create(ctx, inject.Claim(fpvc, ns, name, v1alpha1.CheckoutMiss, time.Now()))).To(Succeed())
+
+		Eventually(phaseOf(name), fixtures.Timeout, fixtures.Interval).Should(Equal(v1alpha1.BindingPhasePending))
+		claimHeld(name)
+		Eventually(claimReleased(name), fixtures.LongTimeout, fixtures.Interval).Should(Succeed())
+		Eventually(gone(b), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
+		Expect(jobs()).To(BeEmpty(), "a claim no pod used is not drained")
+	})
+
+	It("lets a deleted FluentPVC go only after its drains finish, denying new pods meanwhile", func() {
+		pod, claim := admit("last")
+		Expect(k8sClient.Delete(ctx, pod)).To(Succeed())
+		job := drainJob(claim, 1)
+
+		Expect(k8sClient.Delete(ctx, fpvc)).To(Succeed())
+		Eventually(func(g Gomega) {
+			f := &v1alpha1.FluentPVC{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(fpvc), f)).To(Succeed())
+			g.Expect(meta(f.Status.Conditions, v1alpha1.FluentPVCConditionReady)).To(HaveField("Reason", v1alpha1.FluentPVCReadyReasonDeleting))
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		Eventually(func() error {
+			return k8sClient.Create(ctx, fixtures.MakePod("late", ns).FluentPVC(fpvc.Name).Obj())
+		}, fixtures.Timeout, fixtures.Interval).Should(MatchError(ContainSubstring("is being deleted")))
+		Consistently(gone(fpvc), fixtures.ConsistentlyFor, fixtures.Interval).Should(BeFalse())
+
+		completeJob(ctx, job)
+		Eventually(gone(fpvc), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
+		Eventually(claimReleased(claim), fixtures.Timeout, fixtures.Interval).Should(Succeed())
+	})
+
+	It("finishes a drain after a restart with exactly one Job", func() {
+		pod, claim := admit("restart")
+		Expect(k8sClient.Delete(ctx, pod)).To(Succeed())
+		drainJob(claim, 1)
+		Eventually(phaseOf(claim), fixtures.Timeout, fixtures.Interval).Should(Equal(v1alpha1.BindingPhaseDraining))
+
+		stop()
+		mgr, stop = startOperator()
+		Consistently(jobs, fixtures.ConsistentlyFor, fixtures.Interval).Should(HaveLen(1))
+
+		completeJob(ctx, drainJob(claim, 1))
+		Eventually(claimReleased(claim), fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		Eventually(gone(&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}}), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
+		Expect(jobs()).To(HaveLen(1))
+		Expect(jobs()[0].Name).To(Equal(inject.DrainJobName(claim, 1)))
+	})
+
+	It("caches only the pods that opt in", func() {
+		for i := range 300 {
+			Expect(k8sClient.Create(ctx, fixtures.MakePod(fmt.Sprintf("plain-%d", i), ns).Obj())).To(Succeed())
+		}
+		for i := range 3 {
+			admit(fmt.Sprintf("labelled-%d", i))
+		}
+		var all corev1.PodList
+		Expect(k8sClient.List(ctx, &all, client.InNamespace(ns))).To(Succeed())
+		Expect(all.Items).To(HaveLen(303))
+
+		Eventually(func(g Gomega) {
+			var cached corev1.PodList
+			g.Expect(mgr.GetCache().List(ctx, &cached, client.InNamespace(ns))).To(Succeed())
+			g.Expect(cached.Items).To(HaveLen(3))
+			for _, p := range cached.Items {
+				g.Expect(p.Labels).To(HaveKey(v1alpha1.FluentPVCNameLabelKey))
+				g.Expect(p.ManagedFields).To(BeEmpty())
+			}
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+	})
+})
+
+func meta(conds []metav1.Condition, t string) metav1.Condition {
+	for _, c := range conds {
+		if c.Type == t {
+			return c
+		}
+	}
+	return metav1.Condition{}
+}

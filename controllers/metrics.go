@@ -1,0 +1,49 @@
+package controllers
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+var (
+	drainsStarted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fluentpvc_drains_started_total",
+		Help: "Finalizer Jobs started, by FluentPVC.",
+	}, []string{"fluentpvc"})
+
+	drainsSucceeded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fluentpvc_drains_succeeded_total",
+		Help: "Claims drained by a successful finalizer Job, by FluentPVC.",
+	}, []string{"fluentpvc"})
+
+	drainsFailed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fluentpvc_drains_failed_total",
+		Help: "Finalizer Jobs that failed and will be retried, by FluentPVC.",
+	}, []string{"fluentpvc"})
+
+	drainDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "fluentpvc_drain_duration_seconds",
+		Help:    "Time from a claim's first finalizer Job to its successful drain, retries included.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 14),
+	}, []string{"fluentpvc"})
+
+	podsDeletedForSidecar = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fluentpvc_sidecar_failure_pod_deletions_total",
+		Help: "Pods deleted because their injected sidecar terminated with a non-zero exit code.",
+	}, []string{"fluentpvc"})
+
+	orphansReclaimed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fluentpvc_orphan_claims_reclaimed_total",
+		Help: "Claims reclaimed without draining because their pod never appeared.",
+	}, []string{"fluentpvc"})
+
+	claimsAbandoned = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fluentpvc_claims_abandoned_total",
+		Help: "Claims released undrained because their namespace was deleted.",
+	}, []string{"fluentpvc"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(drainsStarted, drainsSucceeded, drainsFailed, drainDuration,
+		podsDeletedForSidecar, orphansReclaimed, claimsAbandoned)
+}

@@ -1,0 +1,84 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;delete
+
+// SidecarReconciler deletes a pod whose injected sidecar terminated with a
+// non-zero exit code, when its FluentPVC asks for it, so that the pod's
+// owner replaces it and the claim is drained.
+type SidecarReconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *SidecarReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	pod := &corev1.Pod{}
+	if err := r.Get(ctx, req.NamespacedName, pod); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !pod.DeletionTimestamp.IsZero() || pod.Labels[v1alpha1.BindingNameLabelKey] == "" {
+		return ctrl.Result{}, nil
+	}
+	fpvc := &v1alpha1.FluentPVC{}
+	if err := r.Get(ctx, client.ObjectKey{Name: pod.Labels[v1alpha1.FluentPVCNameLabelKey]}, fpvc); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !fpvc.Spec.DeletePodOnSidecarFailure() {
+		return ctrl.Result{}, nil
+	}
+	code, failed := sidecarFailure(pod, fpvc.Spec.SidecarContainerTemplate.Name)
+	if !failed {
+		return ctrl.Result{}, nil
+	}
+	if err := r.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return ctrl.Result{}, nil // gone, or another pod of that name
+		}
+		return ctrl.Result{}, fmt.Errorf("deleting pod %s after its sidecar failed: %w", pod.Name, err)
+	}
+	podsDeletedForSidecar.WithLabelValues(fpvc.Name).Inc()
+	msg := fmt.Sprintf("sidecar %s of pod %s terminated with exit code %d: the pod was deleted", fpvc.Spec.SidecarContainerTemplate.Name, pod.Name, code)
+	r.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, v1alpha1.EventReasonSidecarFailed, "DeletePod", "%s", msg)
+	b := &v1alpha1.FluentPVCBinding{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: pod.Labels[v1alpha1.BindingNameLabelKey]}, b); err == nil {
+		r.Recorder.Eventf(b, pod, corev1.EventTypeWarning, v1alpha1.EventReasonSidecarFailed, "DeletePod", "%s", msg)
+	}
+	return ctrl.Result{}, nil
+}
+
+// sidecarFailure reports the non-zero exit code of the sidecar named name,
+// as it is now or as it was before its last restart.
+func sidecarFailure(pod *corev1.Pod, name string) (int32, bool) {
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.Name != name {
+			continue
+		}
+		for _, t := range []*corev1.ContainerStateTerminated{s.State.Terminated, s.LastTerminationState.Terminated} {
+			if t != nil && t.ExitCode != 0 {
+				return t.ExitCode, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// SetupWithManager registers the reconciler; it sees only labelled pods.
+func (r *SidecarReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("sidecar").
+		For(&corev1.Pod{}).
+		Complete(r)
+}
