@@ -183,12 +183,17 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl
 	if p.abandoned {
 		claimsAbandoned.WithLabelValues(fpvcName).Inc()
 	}
+
 	for _, e := range p.events {
 		typ := corev1.EventTypeNormal
 		if e.warning {
 			typ = corev1.EventTypeWarning
 		}
 		r.Recorder.Eventf(b, nil, typ, e.reason, e.reason, "%s", e.message)
+		// A terminating namespace takes no new events: tell the FluentPVC.
+		if p.abandoned && o.fluentPVC != nil {
+			r.Recorder.Eventf(o.fluentPVC, b, typ, e.reason, e.reason, "%s/%s: %s", b.Namespace, b.Name, e.message)
+		}
 	}
 
 	if p.finish {

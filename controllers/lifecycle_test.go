@@ -263,6 +263,32 @@ var _ = Describe("Claim lifecycle", func() {
 		Expect(jobs()[0].Name).To(Equal(inject.DrainJobName(claim, 1)))
 	})
 
+	It("does not block a namespace being deleted: the claim is released undrained, with a warning", func() {
+		_, claim := admit("doomed")
+		Expect(k8sClient.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+		// envtest has no namespace controller: delete the binding as it would.
+		Expect(k8sClient.Delete(ctx, &v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}})).To(Succeed())
+
+		Eventually(gone(&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}}), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
+		Eventually(func(g Gomega) {
+			pvc := &corev1.PersistentVolumeClaim{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, pvc)).To(Succeed())
+			g.Expect(pvc.Finalizers).NotTo(ContainElement(v1alpha1.PVCProtectionFinalizer))
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		Expect(jobs()).To(BeEmpty())
+		Eventually(func(g Gomega) {
+			var l eventsv1.EventList
+			g.Expect(k8sClient.List(ctx, &l)).To(Succeed())
+			var warnings []string
+			for _, e := range l.Items {
+				if e.Regarding.Name == fpvc.Name && e.Reason == v1alpha1.EventReasonAbandoned {
+					warnings = append(warnings, e.Note)
+				}
+			}
+			g.Expect(warnings).To(ContainElement(ContainSubstring("released without draining")))
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+	})
+
 	It("caches only the pods that opt in", func() {
 		for i := range 300 {
 			Expect(k8sClient.Create(ctx, fixtures.MakePod(fmt.Sprintf("plain-%d", i), ns).Obj())).To(Succeed())

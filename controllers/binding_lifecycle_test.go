@@ -1,0 +1,224 @@
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool/inject"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+func TestDecide(t *testing.T) {
+	opts := Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute}
+	admitted := fixtures.Epoch
+	fpvc := fixtures.MakeFluentPVC("f").Obj()
+	claim := "f-abc"
+	mkBinding := func(mut func(*v1alpha1.FluentPVCBinding)) *v1alpha1.FluentPVCBinding {
+		b := inject.Binding(fpvc, fixtures.MakePod("p", "ns").Obj(), claim, v1alpha1.CheckoutMiss, admitted)
+		b.Spec.PVC.UID = "pvc-uid"
+		if mut != nil {
+			mut(b)
+		}
+		return b
+	}
+	recorded := func(b *v1alpha1.FluentPVCBinding) { b.Spec.Pod.UID = "pod-uid" }
+	pvc := inject.Claim(fpvc, "ns", claim, v1alpha1.CheckoutMiss, admitted)
+	pvc.UID = "pvc-uid"
+	pod := func(phase corev1.PodPhase, finalizer bool) *corev1.Pod {
+		p := fixtures.MakePod("p", "ns").Obj()
+		p.UID, p.Status.Phase = "pod-uid", phase
+		if finalizer {
+			p.Finalizers = []string{v1alpha1.PodProtectionFinalizer}
+		}
+		return p
+	}
+	job := func(attempt int32, cond batchv1.JobConditionType, at time.Time) batchv1.Job {
+		j := inject.DrainJob(fpvc, mkBinding(nil), attempt)
+		if cond != "" {
+			j.Status.Conditions = []batchv1.JobCondition{{Type: cond, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(at)}}
+		}
+		return *j
+	}
+	failedAt := admitted.Add(time.Hour)
+
+	type want struct {
+		phase        v1alpha1.FluentPVCBindingPhase
+		drainedReas  string
+		recordPod    bool
+		releasePod   bool
+		createJob    int32
+		deleteJobs   []string
+		releaseClaim bool
+		deleteClaim  bool
+		finish       bool
+		requeueAfter time.Duration
+		newFailure   bool
+		attempts     int32
+		events       []string
+	}
+	cases := map[string]struct {
+		obs  observed
+		now  time.Time
+		want want
+	}{
+		"binding created before its claim, within the grace period: wait": {
+			obs:  observed{binding: mkBinding(func(b *v1alpha1.FluentPVCBinding) { b.Spec.PVC.UID = "" }), fluentPVC: fpvc},
+			now:  admitted.Add(time.Second),
+			want: want{requeueAfter: 2*time.Minute - time.Second},
+		},
+		"claim exists, no pod yet: Pending until the grace period ends": {
+			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: pvc},
+			now:  admitted.Add(time.Minute),
+			want: want{phase: v1alpha1.BindingPhasePending, drainedReas: v1alpha1.DrainedReasonNotStarted, requeueAfter: time.Minute},
+		},
+		"first sight of a running pod: record it, release it, InUse": {
+			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: pvc, pod: pod(corev1.PodRunning, true)},
+			now:  admitted.Add(time.Second),
+			want: want{phase: v1alpha1.BindingPhaseInUse, drainedReas: v1alpha1.DrainedReasonNotStarted, recordPod: true, releasePod: true},
+		},
+		"a pending pod still counts as in use": {
+			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, pod: pod(corev1.PodPending, false)},
+			now:  admitted.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseInUse, drainedReas: v1alpha1.DrainedReasonNotStarted},
+		},
+		"pod gone: start the first finalizer Job": {
+			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc},
+			now:  admitted.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1, events: []string{v1alpha1.EventReasonDrainStarted}},
+		},
+		"pod Succeeded but still there: drain it": {
+			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, pod: pod(corev1.PodSucceeded, false)},
+			now:  admitted.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1, events: []string{v1alpha1.EventReasonDrainStarted}},
+		},
+		"a different pod with a copied label is not ours: drain": {
+			obs: observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, pod: func() *corev1.Pod {
+				p := pod(corev1.PodRunning, false)
+				p.UID = types.UID("impostor")
+				return p
+			}()},
+			now:  admitted.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1, events: []string{v1alpha1.EventReasonDrainStarted}},
+		},
+		"Job running: wait for it": {
+			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, "", time.Time{})}},
+			now:  admitted.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, attempts: 1},
+		},
+		"Job failed, backoff not over: keep the claim, warn once, wait": {
+			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, batchv1.JobFailed, failedAt)}},
+			now:  failedAt.Add(4 * time.Second),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonBackoff, requeueAfter: 6 * time.Second, newFailure: true, attempts: 1, events: []string{v1alpha1.EventReasonDrainFailed}},
+		},
+		"Job failure already counted: no second warning": {
+			obs: observed{binding: mkBinding(func(b *v1alpha1.FluentPVCBinding) {
+				recorded(b)
+				b.Status.DrainAttempts = 1
+				b.Status.LastDrainFailureTime = &metav1.Time{Time: failedAt}
+			}), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, batchv1.JobFailed, failedAt)}},
+			now:  failedAt.Add(5 * time.Second),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonBackoff, requeueAfter: 5 * time.Second, attempts: 1},
+		},
+		"Job failed, backoff over: replace it with the next attempt": {
+			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, batchv1.JobFailed, failedAt)}},
+			now:  failedAt.Add(10 * time.Second),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 2, deleteJobs: []string{"f-abc-drain-1"}, newFailure: true, attempts: 2, events: []string{v1alpha1.EventReasonDrainStarted}},
+		},
+		"third failure waits four times the base": {
+			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(3, batchv1.JobFailed, failedAt)}},
+			now:  failedAt.Add(39 * time.Second),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonBackoff, requeueAfter: time.Second, newFailure: true, attempts: 3, events: []string{v1alpha1.EventReasonDrainFailed}},
+		},
+		"restarted after creating a Job but before writing the status: no duplicate": {
+			obs: observed{binding: mkBinding(func(b *v1alpha1.FluentPVCBinding) {
+				recorded(b)
+				b.Status.DrainAttempts = 1
+			}), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, batchv1.JobFailed, failedAt), job(2, "", time.Time{})}},
+			now:  failedAt.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, attempts: 2},
+		},
+		"Job succeeded: release and delete the claim": {
+			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, batchv1.JobFailed, failedAt), job(2, batchv1.JobComplete, failedAt)}},
+			now:  failedAt.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseDrained, drainedReas: v1alpha1.DrainedReasonSucceeded, releaseClaim: true, deleteClaim: true, events: []string{v1alpha1.EventReasonDrained}},
+		},
+		"claim released after the drain: finish": {
+			obs: observed{binding: mkBinding(func(b *v1alpha1.FluentPVCBinding) {
+				recorded(b)
+				b.Status.Phase = v1alpha1.BindingPhaseDrained
+			}), fluentPVC: fpvc},
+			now:  failedAt.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseDrained, finish: true},
+		},
+		"no pod within the grace period: reclaim the orphan without a Job": {
+			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: pvc},
+			now:  admitted.Add(2 * time.Minute),
+			want: want{phase: v1alpha1.BindingPhaseOrphaned, drainedReas: v1alpha1.DrainedReasonNotNeeded, releaseClaim: true, deleteClaim: true, events: []string{v1alpha1.EventReasonOrphanReclaimed}},
+		},
+		"namespace deleted: abandon, warn, finish": {
+			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, "", time.Time{})}, namespaceTerminating: true},
+			now:  admitted.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseAbandoned, drainedReas: v1alpha1.DrainedReasonNamespaceDeleted, releaseClaim: true, finish: true, events: []string{v1alpha1.EventReasonAbandoned}},
+		},
+		"FluentPVC gone while draining: wait for it, with a warning": {
+			obs:  observed{binding: mkBinding(recorded), pvc: pvc},
+			now:  admitted.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.EventReasonFluentPVCMissing, events: []string{v1alpha1.EventReasonFluentPVCMissing}},
+		},
+		"claim lost while in use: finish with a warning": {
+			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pod: pod(corev1.PodRunning, false)},
+			now:  admitted.Add(time.Hour),
+			want: want{finish: true, events: []string{v1alpha1.EventReasonClaimLost}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			p := decide(tc.obs, tc.now, opts)
+			var events []string
+			for _, e := range p.events {
+				events = append(events, e.reason)
+			}
+			got := want{
+				phase: p.status.Phase, recordPod: p.recordPod != nil, releasePod: p.releasePod,
+				createJob: p.createJob, deleteJobs: p.deleteJobs, releaseClaim: p.releaseClaim, deleteClaim: p.deleteClaim,
+				finish: p.finish, requeueAfter: p.requeueAfter, newFailure: p.newFailure, attempts: p.status.DrainAttempts, events: events,
+			}
+			for _, c := range p.status.Conditions {
+				if c.Type == v1alpha1.BindingConditionDrained {
+					got.drainedReas = c.Reason
+				}
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
+				t.Errorf("decide (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	opts := Options{DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute}
+	cases := map[string]struct {
+		attempt int32
+		want    time.Duration
+	}{
+		"first failure waits the base": {attempt: 1, want: 10 * time.Second},
+		"second doubles":               {attempt: 2, want: 20 * time.Second},
+		"sixth":                        {attempt: 6, want: 320 * time.Second},
+		"capped":                       {attempt: 7, want: 10 * time.Minute},
+		"far past the cap":             {attempt: 1000, want: 10 * time.Minute},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := backoff(tc.attempt, opts); got != tc.want {
+				t.Errorf("backoff(%d) = %s, want %s", tc.attempt, got, tc.want)
+			}
+		})
+	}
+}
