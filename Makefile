@@ -10,7 +10,7 @@ SHELL := /usr/bin/env bash -o pipefail
 IMG ?= fluent-pvc-operator:latest
 BIN := $(CURDIR)/bin
 CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
-KUSTOMIZE := go run sigs.k8s.io/kustomize/kustomize/v5@v5.8.3
+KUSTOMIZE := go run sigs.k8s.io/kustomize/kustomize/v5@v5.8.1
 GINKGO_FLAGS ?=
 # Embedded core types whose field descriptions are dropped from the CRD so
 # that it fits a client-side `kubectl apply`, and strings in them bounded so

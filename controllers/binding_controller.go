@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/pool/inject"
 )
 
@@ -96,6 +97,11 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 		return o, fmt.Errorf("reading PVC %s: %w", key, err)
 	}
 
+	if o.pvc != nil && o.fluentPVC != nil {
+		o.poolAccepts = o.fluentPVC.Spec.Pool.Size > 0 && o.fluentPVC.DeletionTimestamp.IsZero() &&
+			o.pvc.Labels[v1alpha1.TemplateHashLabelKey] == pool.TemplateHash(&o.fluentPVC.Spec.PVCSpecTemplate)
+	}
+
 	var jobs batchv1.JobList
 	if err := r.List(ctx, &jobs, client.InNamespace(b.Namespace), client.MatchingFields{jobBindingIndex: b.Name}); err != nil {
 		return o, fmt.Errorf("listing Jobs: %w", err)
@@ -154,6 +160,13 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl
 		if err := removeFinalizer(ctx, r.Client, o.pvc, v1alpha1.PVCProtectionFinalizer); err != nil {
 			return ctrl.Result{}, fmt.Errorf("releasing PVC %s: %w", o.pvc.Name, err)
 		}
+	}
+	if p.returnClaim && o.pvc != nil {
+		if err := r.Update(ctx, pool.Returned(o.pvc)); err != nil {
+			return ctrl.Result{}, fmt.Errorf("returning PVC %s to the pool: %w", o.pvc.Name, err)
+		}
+		o.pvc = nil // no longer this binding's claim
+		p.finish = true
 	}
 	if p.deleteClaim && o.pvc != nil && o.pvc.DeletionTimestamp.IsZero() {
 		if err := r.Delete(ctx, o.pvc, client.Preconditions{UID: &o.pvc.UID}); client.IgnoreNotFound(err) != nil {

@@ -29,6 +29,9 @@ type observed struct {
 	jobs []batchv1.Job
 	// namespaceTerminating is true when the binding's namespace is being deleted.
 	namespaceTerminating bool
+	// poolAccepts is true when the claim may go back to its FluentPVC's warm
+	// pool: the pool is on and the claim was made from the current template.
+	poolAccepts bool
 }
 
 // plan is what one reconcile does, decided from observed by decide.
@@ -47,6 +50,8 @@ type plan struct {
 	// releaseClaim removes the claim's finalizer; deleteClaim also deletes it.
 	releaseClaim bool
 	deleteClaim  bool
+	// returnClaim gives an unused claim back to the warm pool.
+	returnClaim bool
 	// finish removes the binding's finalizer and deletes it.
 	finish bool
 	// requeueAfter is set for timers: a grace period or a backoff.
@@ -146,15 +151,23 @@ func decide(o observed, now time.Time, opts Options) plan {
 			p.requeueAfter = graceLeft
 			return p
 		}
+		fate := "deleted"
+		if o.poolAccepts {
+			fate = "returned to the warm pool"
+		}
 		if p.status.Phase != v1alpha1.BindingPhaseOrphaned {
 			p.orphaned = true
 			p.events = append(p.events, note{reason: v1alpha1.EventReasonOrphanReclaimed,
-				message: fmt.Sprintf("no pod appeared within %s of admission: claim %s is reclaimed without draining", opts.OrphanGracePeriod, b.Spec.PVC.Name)})
+				message: fmt.Sprintf("no pod appeared within %s of admission: claim %s is %s without draining", opts.OrphanGracePeriod, b.Spec.PVC.Name, fate)})
 		}
 		p.status.Phase = v1alpha1.BindingPhaseOrphaned
 		setPod(metav1.ConditionFalse, v1alpha1.PodReadyReasonNeverAppeared, fmt.Sprintf("no pod appeared within %s", opts.OrphanGracePeriod))
 		setDrained(metav1.ConditionTrue, v1alpha1.DrainedReasonNotNeeded, "no pod ever used the claim")
-		p.releaseClaim, p.deleteClaim = true, true
+		if o.poolAccepts {
+			p.returnClaim = true
+		} else {
+			p.releaseClaim, p.deleteClaim = true, true
+		}
 		return p
 	}
 

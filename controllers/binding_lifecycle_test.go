@@ -29,7 +29,7 @@ func TestDecide(t *testing.T) {
 		return b
 	}
 	recorded := func(b *v1alpha1.FluentPVCBinding) { b.Spec.Pod.UID = "pod-uid" }
-	pvc := inject.Claim(fpvc, "ns", claim, v1alpha1.CheckoutMiss, admitted)
+	pvc := inject.Claim(fpvc, "ns", claim, "h", v1alpha1.CheckoutMiss, admitted)
 	pvc.UID = "pvc-uid"
 	pod := func(phase corev1.PodPhase, finalizer bool) *corev1.Pod {
 		p := fixtures.MakePod("p", "ns").Obj()

@@ -3,6 +3,8 @@ package controllers
 import (
 	"context"
 	"fmt"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -26,7 +28,14 @@ import (
 // its bindings have finished draining.
 type FluentPVCReconciler struct {
 	client.Client
-	Clock clock.PassiveClock
+	// APIReader reads PVs, which are not cached.
+	APIReader client.Reader
+	Clock     clock.PassiveClock
+	// BinderImage is the image of the binder Jobs' pods.
+	BinderImage string
+	// PoolIdleNamespaceTTL is how long a learned pool namespace keeps its
+	// pool without admissions.
+	PoolIdleNamespaceTTL time.Duration
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -50,7 +59,13 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 	if err := r.List(ctx, &bindings, client.MatchingFields{bindingFluentPVCIndex: f.Name}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing bindings: %w", err)
 	}
-	status := constructFluentPVCStatus(f, bindings.Items, r.Clock.Now())
+	po, err := r.observePool(ctx, f, bindings.Items)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	pr, poolErr := r.reconcilePool(ctx, f, po)
+
+	status := constructFluentPVCStatus(f, bindings.Items, pr.namespaces, r.Clock.Now())
 	if !equality.Semantic.DeepEqual(f.Status, status) {
 		patch := client.MergeFrom(f.DeepCopy())
 		f.Status = status
@@ -58,18 +73,41 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 			return ctrl.Result{}, fmt.Errorf("writing status: %w", err)
 		}
 	}
-	if !f.DeletionTimestamp.IsZero() && len(bindings.Items) == 0 {
+	if poolErr != nil {
+		return ctrl.Result{}, poolErr
+	}
+	if !f.DeletionTimestamp.IsZero() && len(bindings.Items) == 0 && len(po.warm) == 0 && len(po.binders) == 0 {
 		if err := removeFinalizer(ctx, r.Client, f, v1alpha1.FluentPVCProtectionFinalizer); err != nil {
 			return ctrl.Result{}, fmt.Errorf("removing the finalizer: %w", err)
 		}
 	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: pr.requeueAfter}, nil
 }
 
-// constructFluentPVCStatus counts bindings by phase and sets Ready.
-func constructFluentPVCStatus(f *v1alpha1.FluentPVC, bindings []v1alpha1.FluentPVCBinding, now time.Time) v1alpha1.FluentPVCStatus {
+// constructFluentPVCStatus counts bindings by phase, reports the pool, and
+// sets Ready and PoolReady.
+func constructFluentPVCStatus(f *v1alpha1.FluentPVC, bindings []v1alpha1.FluentPVCBinding, poolNS []v1alpha1.PoolNamespaceStatus, now time.Time) v1alpha1.FluentPVCStatus {
 	s := *f.Status.DeepCopy()
 	s.ObservedGeneration = f.Generation
+	s.Pool = poolNS
+	s.Warm = 0
+	full := true
+	for _, ns := range poolNS {
+		s.Warm += ns.Warm
+		full = full && ns.Warm >= f.Spec.Pool.Size
+	}
+	poolReady := metav1.Condition{Type: v1alpha1.FluentPVCConditionPoolReady, ObservedGeneration: f.Generation, LastTransitionTime: metav1.NewTime(now)}
+	switch {
+	case f.Spec.Pool.Size == 0:
+		poolReady.Status, poolReady.Reason, poolReady.Message = metav1.ConditionFalse, v1alpha1.PoolReadyReasonDisabled, "spec.pool.size is 0: every claim is created at admission"
+	case len(poolNS) == 0:
+		poolReady.Status, poolReady.Reason, poolReady.Message = metav1.ConditionFalse, v1alpha1.PoolReadyReasonNoNamespaces, "no pool namespace is listed in spec.pool.namespaces or learned from admissions yet"
+	case full:
+		poolReady.Status, poolReady.Reason, poolReady.Message = metav1.ConditionTrue, v1alpha1.PoolReadyReasonFull, fmt.Sprintf("%d warm PVCs in each of %d namespaces", f.Spec.Pool.Size, len(poolNS))
+	default:
+		poolReady.Status, poolReady.Reason, poolReady.Message = metav1.ConditionFalse, v1alpha1.PoolReadyReasonFilling, fmt.Sprintf("%d of %d warm PVCs are ready", s.Warm, int(f.Spec.Pool.Size)*len(poolNS))
+	}
+	meta.SetStatusCondition(&s.Conditions, poolReady)
 	s.Bindings = v1alpha1.BindingCounts{}
 	for _, b := range bindings {
 		switch b.Status.Phase {
@@ -95,11 +133,20 @@ func constructFluentPVCStatus(f *v1alpha1.FluentPVC, bindings []v1alpha1.FluentP
 	return s
 }
 
-// SetupWithManager registers the reconciler and its watches.
+// SetupWithManager registers the reconciler and its watches: pool PVCs and
+// binder Jobs refill the pool as soon as they change, a checkout included.
 func (r *FluentPVCReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	byFluentPVCLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		if name := obj.GetLabels()[v1alpha1.FluentPVCNameLabelKey]; name != "" {
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: name}}}
+		}
+		return nil
+	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("fluentpvc").
 		For(&v1alpha1.FluentPVC{}).
+		Watches(&corev1.PersistentVolumeClaim{}, byFluentPVCLabel).
+		Watches(&batchv1.Job{}, byFluentPVCLabel).
 		Watches(&v1alpha1.FluentPVCBinding{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 			b := obj.(*v1alpha1.FluentPVCBinding)
 			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: b.Spec.FluentPVC.Name}}}

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/pool/inject"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
@@ -216,7 +217,7 @@ var _ = Describe("Claim lifecycle", func() {
 		name := inject.ClaimName(fpvc.Name)
 		b := inject.Binding(fpvc, fixtures.MakePod("never", ns).Obj(), name, v1alpha1.CheckoutMiss, time.Now())
 		Expect(k8sClient.Create(ctx, b)).To(Succeed())
-		Expect(k8sClient.Create(ctx, inject.Claim(fpvc, ns, name, v1alpha1.CheckoutMiss, time.Now()))).To(Succeed())
+		Expect(k8sClient.Create(ctx, inject.Claim(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutMiss, time.Now()))).To(Succeed())
 
 		Eventually(phaseOf(name), fixtures.Timeout, fixtures.Interval).Should(Equal(v1alpha1.BindingPhasePending))
 		claimHeld(name)

@@ -31,6 +31,11 @@ type Options struct {
 	// between failed finalizer Jobs.
 	DrainBackoffBase time.Duration
 	DrainBackoffMax  time.Duration
+	// BinderImage is the image of the pool's binder Jobs.
+	BinderImage string
+	// PoolIdleNamespaceTTL is how long a learned pool namespace keeps its
+	// warm PVCs without admissions.
+	PoolIdleNamespaceTTL time.Duration
 }
 
 // BindFlags registers the options as command-line flags with their defaults.
@@ -38,6 +43,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.OrphanGracePeriod, "orphan-grace-period", 2*time.Minute, "How long a claim waits for its pod to appear before it is reclaimed without draining.")
 	fs.DurationVar(&o.DrainBackoffBase, "drain-backoff-base", 10*time.Second, "Wait before retrying a failed finalizer Job; doubles with each failure.")
 	fs.DurationVar(&o.DrainBackoffMax, "drain-backoff-max", 10*time.Minute, "Longest wait between finalizer Job attempts.")
+	fs.StringVar(&o.BinderImage, "binder-image", "registry.k8s.io/pause:3.10", "Image of the short-lived pods that bind warm PVCs of WaitForFirstConsumer StorageClasses.")
+	fs.DurationVar(&o.PoolIdleNamespaceTTL, "pool-idle-namespace-ttl", time.Hour, "How long a namespace learned from admissions keeps its warm pool without a new admission.")
 }
 
 // CacheOptions restricts the manager's caches to the operator's own objects:
@@ -100,7 +107,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := (&SidecarReconciler{Client: mgr.GetClient(), Recorder: recorder}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the sidecar controller: %w", err)
 	}
-	if err := (&FluentPVCReconciler{Client: mgr.GetClient(), Clock: clk}).SetupWithManager(mgr); err != nil {
+	if err := (&FluentPVCReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clk,
+		BinderImage: opts.BinderImage, PoolIdleNamespaceTTL: opts.PoolIdleNamespaceTTL}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the FluentPVC controller: %w", err)
 	}
 	return nil

@@ -34,9 +34,11 @@ import (
 
 // Short timers so that grace periods and backoffs pass within a spec.
 var testOptions = controllers.Options{
-	OrphanGracePeriod: 3 * time.Second,
-	DrainBackoffBase:  time.Second,
-	DrainBackoffMax:   4 * time.Second,
+	OrphanGracePeriod:    3 * time.Second,
+	DrainBackoffBase:     time.Second,
+	DrainBackoffMax:      4 * time.Second,
+	BinderImage:          "registry.k8s.io/pause:3.10",
+	PoolIdleNamespaceTTL: time.Hour,
 }
 
 var (

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/pool/inject"
 )
 
@@ -39,10 +41,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		opts.Clock = clock.RealClock{}
 	}
 	m := &PodMutator{
-		Reader:  mgr.GetClient(),
-		Writer:  mgr.GetClient(),
-		Decoder: admission.NewDecoder(mgr.GetScheme()),
-		Clock:   opts.Clock,
+		Reader:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Writer:    mgr.GetClient(),
+		Decoder:   admission.NewDecoder(mgr.GetScheme()),
+		Clock:     opts.Clock,
 	}
 	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: m})
 	return nil
@@ -52,7 +55,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 
 // +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcs,verbs=get;list;watch
 // +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcbindings,verbs=create
-// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=create
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=create;update
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get
 
 // PodMutator admits pods that carry the opt-in label: it creates the pod's
 // binding and claim, and patches the pod to use them. It makes at most two
@@ -60,6 +64,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 type PodMutator struct {
 	// Reader reads FluentPVCs, from the manager's cache.
 	Reader client.Reader
+	// APIReader reads nodes, for pods that name one; it bypasses the cache.
+	APIReader client.Reader
 	// Writer creates bindings and claims.
 	Writer  client.Writer
 	Decoder admission.Decoder
@@ -125,11 +131,58 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	return admission.PatchResponseFromRaw(req.Object.Raw, raw), resultMutated, reasonNone
 }
 
-// provision creates the binding, then the claim, under a fresh name, and
+// provision hands the pod a claim, from the warm pool when one fits (a hit)
+// or created now (a miss), records it in a new binding, and returns the
+// claim's name. Either way it makes two API writes.
+func (m *PodMutator) provision(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod) (string, error) {
+	start := m.Clock.Now()
+	if fpvc.Spec.Pool.Size > 0 {
+		name, err := m.checkout(ctx, fpvc, pod, start)
+		if err != nil {
+			return "", err
+		}
+		if name != "" {
+			pool.CheckoutsTotal.WithLabelValues(fpvc.Name, pool.ResultHit).Inc()
+			pool.CheckoutDuration.WithLabelValues(pool.ResultHit).Observe(m.Clock.Since(start).Seconds())
+			return name, nil
+		}
+	}
+	name, err := m.create(ctx, fpvc, pod, start)
+	if err == nil {
+		pool.CheckoutsTotal.WithLabelValues(fpvc.Name, pool.ResultMiss).Inc()
+		pool.CheckoutDuration.WithLabelValues(pool.ResultMiss).Observe(m.Clock.Since(start).Seconds())
+	}
+	return name, err
+}
+
+// checkout takes a warm PVC that fits the pod's zones and records it in a
+// binding of the same name. It returns "" on a miss.
+func (m *PodMutator) checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod, now time.Time) (string, error) {
+	nodeZone := ""
+	if pod.Spec.NodeName != "" {
+		node := &corev1.Node{}
+		if err := m.APIReader.Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, node); err == nil {
+			nodeZone = node.Labels[pool.ZoneLabelKey]
+		}
+	}
+	claim, err := pool.Checkout(ctx, m.Reader, m.Writer, fpvc, pod.Namespace, pool.AllowedZones(pod, nodeZone), now, pool.DefaultMaxTries)
+	if err != nil || claim == nil {
+		return "", err
+	}
+	if err := m.Writer.Create(ctx, inject.Binding(fpvc, pod, claim.Name, v1alpha1.CheckoutHit, now)); err != nil {
+		// Give the PVC back rather than leave a claim without a record.
+		if rerr := m.Writer.Update(ctx, pool.Returned(claim)); rerr != nil {
+			return "", fmt.Errorf("creating FluentPVCBinding %s/%s: %w (and returning the PVC to the pool: %v)", pod.Namespace, claim.Name, err, rerr)
+		}
+		return "", fmt.Errorf("creating FluentPVCBinding %s/%s: %w", pod.Namespace, claim.Name, err)
+	}
+	return claim.Name, nil
+}
+
+// create creates the binding, then the claim, under a fresh name, and
 // returns that name. The binding comes first so that a claim never exists
 // without the record that lets the operator reclaim it.
-func (m *PodMutator) provision(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod) (string, error) {
-	now := m.Clock.Now()
+func (m *PodMutator) create(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod, now time.Time) (string, error) {
 	for try := 1; ; try++ {
 		name := inject.ClaimName(fpvc.Name)
 		binding := inject.Binding(fpvc, pod, name, v1alpha1.CheckoutMiss, now)
@@ -140,7 +193,7 @@ func (m *PodMutator) provision(ctx context.Context, fpvc *v1alpha1.FluentPVC, po
 		if err != nil {
 			return "", fmt.Errorf("creating FluentPVCBinding %s/%s: %w", pod.Namespace, name, err)
 		}
-		if err := m.Writer.Create(ctx, inject.Claim(fpvc, pod.Namespace, name, v1alpha1.CheckoutMiss, now)); err != nil {
+		if err := m.Writer.Create(ctx, inject.Claim(fpvc, pod.Namespace, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutMiss, now)); err != nil {
 			return "", fmt.Errorf("creating PersistentVolumeClaim %s/%s: %w", pod.Namespace, name, err)
 		}
 		return name, nil

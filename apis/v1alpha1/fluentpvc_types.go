@@ -132,6 +132,30 @@ type FluentPVCStatus struct {
 	// warm is the number of warm, bound PVCs over all pool namespaces.
 	// +optional
 	Warm int32 `json:"warm,omitempty"`
+
+	// pool details the warm pool in each pool namespace.
+	// +optional
+	// +listType=map
+	// +listMapKey=namespace
+	Pool []PoolNamespaceStatus `json:"pool,omitempty"`
+}
+
+// PoolNamespaceStatus is the warm pool of one namespace.
+type PoolNamespaceStatus struct {
+	// namespace of the pool.
+	// +required
+	Namespace string `json:"namespace"`
+	// warm is the number of Bound PVCs ready to be handed out.
+	// +optional
+	Warm int32 `json:"warm"`
+	// provisioning is the number of pool PVCs not yet Bound.
+	// +optional
+	Provisioning int32 `json:"provisioning"`
+	// lastAdmissionTime is when a pod of this FluentPVC was last admitted in
+	// the namespace. A learned namespace is dropped from the pool after the
+	// operator's --pool-idle-namespace-ttl without admissions.
+	// +optional
+	LastAdmissionTime *metav1.Time `json:"lastAdmissionTime,omitempty"`
 }
 
 // BindingCounts counts bindings by phase.
@@ -154,6 +178,7 @@ type BindingCounts struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=fpvc,categories=fluent-pvc-operator
 // +kubebuilder:printcolumn:name="POOL",type=integer,JSONPath=`.spec.pool.size`,description="Warm PVCs kept per pool namespace"
+// +kubebuilder:printcolumn:name="WARM",type=integer,JSONPath=`.status.warm`,description="Warm, bound PVCs ready over all pool namespaces"
 // +kubebuilder:printcolumn:name="ACTIVE",type=integer,JSONPath=`.status.active`,description="Bindings in use or draining"
 // +kubebuilder:printcolumn:name="READY",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="AGE",type=date,JSONPath=`.metadata.creationTimestamp`
@@ -195,6 +220,18 @@ const (
 	FluentPVCReadyReasonAdmitting = "Admitting"
 	// FluentPVCReadyReasonDeleting: the FluentPVC is being deleted and denies new pods.
 	FluentPVCReadyReasonDeleting = "Deleting"
+
+	// FluentPVCConditionPoolReady is True when every pool namespace has
+	// spec.pool.size warm PVCs.
+	FluentPVCConditionPoolReady = "PoolReady"
+	// PoolReadyReasonFull: every pool namespace is full.
+	PoolReadyReasonFull = "Full"
+	// PoolReadyReasonFilling: some warm PVCs are still being provisioned.
+	PoolReadyReasonFilling = "Filling"
+	// PoolReadyReasonDisabled: spec.pool.size is 0.
+	PoolReadyReasonDisabled = "Disabled"
+	// PoolReadyReasonNoNamespaces: no namespace has been listed or learned yet.
+	PoolReadyReasonNoNamespaces = "NoNamespaces"
 )
 
 func init() {

@@ -28,6 +28,24 @@ const (
 	// ComponentDrain is the ComponentLabelKey value of a finalizer Job.
 	ComponentDrain = "drain"
 
+	// ComponentBinder is the ComponentLabelKey value of a pool binder Job, a
+	// short-lived Job whose pod makes the scheduler bind a warm PVC of a
+	// WaitForFirstConsumer StorageClass.
+	ComponentBinder = "binder"
+
+	// WarmClaimLabelKey names, on a binder Job and its pod, the warm PVC it binds.
+	WarmClaimLabelKey = keyPrefix + "warm-claim"
+
+	// TemplateHashLabelKey is the hash of the pvcSpecTemplate a pool PVC was
+	// made from. A warm PVC whose hash differs from its FluentPVC's is stale:
+	// it is replaced and never handed out.
+	TemplateHashLabelKey = keyPrefix + "template-hash"
+
+	// ZonesAnnotationKey lists, comma-separated, the zones in which a warm
+	// PVC's volume can be used, read from its PV's node affinity once it is
+	// Bound. Absent or empty means any zone.
+	ZonesAnnotationKey = keyPrefix + "zones"
+
 	// DrainAttemptLabelKey numbers a binding's finalizer Jobs (1, 2, ...), so
 	// that a restarted operator derives the next attempt from the Jobs.
 	DrainAttemptLabelKey = keyPrefix + "drain-attempt"

@@ -12,10 +12,10 @@ import (
 )
 
 // Claim is the PVC named name in namespace made from fpvc's pvcSpecTemplate
-// and handed to a pod at admission time now. Its labels put it in the
+// (whose hash is templateHash) and handed to a pod at admission time now. Its labels put it in the
 // operator's cache; its finalizer keeps it until it is drained; its
 // annotations are the orphan record and whether it came from the pool.
-func Claim(fpvc *v1alpha1.FluentPVC, namespace, name, checkout string, now time.Time) *corev1.PersistentVolumeClaim {
+func Claim(fpvc *v1alpha1.FluentPVC, namespace, name, templateHash, checkout string, now time.Time) *corev1.PersistentVolumeClaim {
 	return &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      name,
@@ -24,6 +24,7 @@ func Claim(fpvc *v1alpha1.FluentPVC, namespace, name, checkout string, now time.
 				v1alpha1.FluentPVCNameLabelKey: fpvc.Name,
 				v1alpha1.BindingNameLabelKey:   name,
 				v1alpha1.ClaimRoleLabelKey:     v1alpha1.ClaimRoleClaimed,
+				v1alpha1.TemplateHashLabelKey:  templateHash,
 			},
 			Annotations: map[string]string{
 				v1alpha1.AdmittedAtAnnotationKey: now.UTC().Format(time.RFC3339),

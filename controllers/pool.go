@@ -1,0 +1,260 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool"
+)
+
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumes,verbs=get
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get;list;watch
+
+// poolParallelism bounds the concurrent API calls of one pool reconcile.
+const poolParallelism = 16
+
+// poolObserved is a FluentPVC's pool as read from the cache.
+type poolObserved struct {
+	warm    []corev1.PersistentVolumeClaim
+	binders []batchv1.Job
+	// waitForFirstConsumer is the binding mode of the template's class.
+	waitForFirstConsumer bool
+	// lastAdmission is the newest admission per namespace, from the status
+	// and the current bindings.
+	lastAdmission map[string]time.Time
+}
+
+// poolResult is what reconcilePool reports for the status.
+type poolResult struct {
+	namespaces   []v1alpha1.PoolNamespaceStatus
+	requeueAfter time.Duration
+}
+
+func (r *FluentPVCReconciler) observePool(ctx context.Context, f *v1alpha1.FluentPVC, bindings []v1alpha1.FluentPVCBinding) (poolObserved, error) {
+	o := poolObserved{lastAdmission: map[string]time.Time{}}
+	var pvcs corev1.PersistentVolumeClaimList
+	if err := r.List(ctx, &pvcs, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name, v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm}); err != nil {
+		return o, fmt.Errorf("listing warm PVCs: %w", err)
+	}
+	o.warm = pvcs.Items
+	var jobs batchv1.JobList
+	if err := r.List(ctx, &jobs, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name, v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder}); err != nil {
+		return o, fmt.Errorf("listing binder Jobs: %w", err)
+	}
+	o.binders = jobs.Items
+
+	for _, ns := range f.Status.Pool {
+		if ns.LastAdmissionTime != nil {
+			o.lastAdmission[ns.Namespace] = ns.LastAdmissionTime.Time
+		}
+	}
+	for _, b := range bindings {
+		if t := admissionTime(&b); t.After(o.lastAdmission[b.Namespace]) {
+			o.lastAdmission[b.Namespace] = t
+		}
+	}
+
+	if f.Spec.Pool.Size > 0 {
+		wffc, err := r.waitForFirstConsumer(ctx, f.Spec.PVCSpecTemplate.StorageClassName)
+		if err != nil {
+			return o, err
+		}
+		o.waitForFirstConsumer = wffc
+	}
+	return o, nil
+}
+
+// waitForFirstConsumer reports the binding mode of class name, or of the
+// default class when name is nil.
+func (r *FluentPVCReconciler) waitForFirstConsumer(ctx context.Context, name *string) (bool, error) {
+	var sc *storagev1.StorageClass
+	if name != nil {
+		if *name == "" {
+			return false, nil // static binding, no class
+		}
+		sc = &storagev1.StorageClass{}
+		if err := r.Get(ctx, client.ObjectKey{Name: *name}, sc); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+	} else {
+		var l storagev1.StorageClassList
+		if err := r.List(ctx, &l); err != nil {
+			return false, fmt.Errorf("listing StorageClasses: %w", err)
+		}
+		for i := range l.Items {
+			if l.Items[i].Annotations["storageclass.kubernetes.io/is-default-class"] == "true" {
+				sc = &l.Items[i]
+			}
+		}
+	}
+	return sc != nil && sc.VolumeBindingMode != nil && *sc.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer, nil
+}
+
+// reconcilePool brings every pool namespace of f to spec.pool.size warm
+// PVCs, all at once, and empties the namespaces that no longer hold a pool.
+func (r *FluentPVCReconciler) reconcilePool(ctx context.Context, f *v1alpha1.FluentPVC, o poolObserved) (poolResult, error) {
+	now := r.Clock.Now()
+	hash := pool.TemplateHash(&f.Spec.PVCSpecTemplate)
+	size := f.Spec.Pool.Size
+	var keep []string
+	var res poolResult
+	if size > 0 && f.DeletionTimestamp.IsZero() {
+		keep, res.requeueAfter = pool.Namespaces(f.Spec.Pool.Namespaces, o.lastAdmission, now, r.PoolIdleNamespaceTTL)
+	}
+
+	byNS := map[string][]corev1.PersistentVolumeClaim{}
+	for _, c := range o.warm {
+		byNS[c.Namespace] = append(byNS[c.Namespace], c)
+	}
+	bindersByNS := map[string][]string{}
+	for _, j := range o.binders {
+		bindersByNS[j.Namespace] = append(bindersByNS[j.Namespace], j.Labels[v1alpha1.WarmClaimLabelKey])
+	}
+	namespaces := slices.Clone(keep)
+	for ns := range byNS {
+		namespaces = append(namespaces, ns)
+	}
+	for ns := range bindersByNS {
+		namespaces = append(namespaces, ns)
+	}
+	slices.Sort(namespaces)
+	namespaces = slices.Compact(namespaces)
+
+	var ops []func() error
+	for _, ns := range namespaces {
+		in := pool.Input{Hash: hash, WaitForFirstConsumer: o.waitForFirstConsumer, Binders: bindersByNS[ns]}
+		kept := slices.Contains(keep, ns)
+		if kept {
+			in.Size = size
+		}
+		claims := map[string]*corev1.PersistentVolumeClaim{}
+		for i := range byNS[ns] {
+			c := &byNS[ns][i]
+			claims[c.Name] = c
+			_, zones := c.Annotations[v1alpha1.ZonesAnnotationKey]
+			in.Claims = append(in.Claims, pool.Claim{
+				Name: c.Name, Bound: c.Status.Phase == corev1.ClaimBound, Deleting: !c.DeletionTimestamp.IsZero(),
+				Hash: c.Labels[v1alpha1.TemplateHashLabelKey], ZonesRecorded: zones, Created: c.CreationTimestamp.Time,
+			})
+		}
+		p := pool.PlanNamespace(in)
+		ops = append(ops, r.poolOps(ctx, f, ns, hash, p, claims)...)
+		pool.Warm.WithLabelValues(f.Name, ns).Set(float64(p.Warm))
+		if kept {
+			st := v1alpha1.PoolNamespaceStatus{Namespace: ns, Warm: p.Warm, Provisioning: p.Provisioning + int32(p.Create)}
+			if t, ok := o.lastAdmission[ns]; ok {
+				st.LastAdmissionTime = &metav1.Time{Time: t}
+			}
+			res.namespaces = append(res.namespaces, st)
+		} else {
+			pool.Warm.DeleteLabelValues(f.Name, ns)
+		}
+	}
+	return res, runParallel(ops, poolParallelism)
+}
+
+// poolOps turns one namespace's plan into API calls that can run in parallel.
+func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, ns, hash string, p pool.Plan, claims map[string]*corev1.PersistentVolumeClaim) []func() error {
+	var ops []func() error
+	for range p.Create {
+		ops = append(ops, func() error {
+			c := pool.WarmClaim(f, ns, hash)
+			if err := r.Create(ctx, c); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating warm PVC in %s: %w", ns, err)
+			}
+			return nil
+		})
+	}
+	for _, name := range p.Delete {
+		c := claims[name]
+		ops = append(ops, func() error {
+			// Conditioned on what was read: a PVC the webhook has just
+			// checked out has moved on and is not deleted.
+			err := r.Delete(ctx, c, client.Preconditions{UID: &c.UID, ResourceVersion: &c.ResourceVersion})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return fmt.Errorf("deleting warm PVC %s/%s: %w", ns, name, err)
+			}
+			return nil
+		})
+	}
+	for _, name := range p.CreateBinders {
+		c := claims[name]
+		ops = append(ops, func() error {
+			if err := r.Create(ctx, pool.BinderJob(f, c, r.BinderImage)); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating the binder of %s/%s: %w", ns, name, err)
+			}
+			return nil
+		})
+	}
+	for _, name := range p.DeleteBinders {
+		ops = append(ops, func() error {
+			j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pool.BinderJobName(name)}}
+			if err := r.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("deleting the binder of %s/%s: %w", ns, name, err)
+			}
+			return nil
+		})
+	}
+	for _, name := range p.RecordZones {
+		c := claims[name]
+		ops = append(ops, func() error { return r.recordZones(ctx, f, c) })
+	}
+	return ops
+}
+
+// recordZones annotates a newly Bound warm PVC with its volume's zones, so
+// that the webhook can match pods to it without reading PVs; this is also
+// when the PVC becomes warm.
+func (r *FluentPVCReconciler) recordZones(ctx context.Context, f *v1alpha1.FluentPVC, c *corev1.PersistentVolumeClaim) error {
+	pv := &corev1.PersistentVolume{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: c.Spec.VolumeName}, pv); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	patch := client.MergeFrom(c.DeepCopy())
+	c = c.DeepCopy()
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[v1alpha1.ZonesAnnotationKey] = pool.FormatZones(pool.PVZones(pv))
+	if err := r.Patch(ctx, c, patch); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	pool.TimeToWarm.WithLabelValues(f.Name).Observe(r.Clock.Since(c.CreationTimestamp.Time).Seconds())
+	return nil
+}
+
+// runParallel runs ops with at most n at a time and joins their errors.
+func runParallel(ops []func() error, n int) error {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		sem  = make(chan struct{}, n)
+	)
+	for _, op := range ops {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := op(); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,44 @@
+package pool
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Checkout results, the "result" label of CheckoutsTotal.
+const (
+	ResultHit  = "hit"
+	ResultMiss = "miss"
+)
+
+var (
+	// CheckoutsTotal counts checkouts by FluentPVC and result.
+	CheckoutsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fluentpvc_pool_checkouts_total",
+		Help: "Claims handed to pods, by FluentPVC and result: hit (from the warm pool) or miss (created at admission).",
+	}, []string{"fluentpvc", "result"})
+
+	// CheckoutDuration is how long taking a claim took, by result.
+	CheckoutDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "fluentpvc_pool_checkout_duration_seconds",
+		Help:    "Time the webhook took to take a warm PVC, or to create a claim on a miss.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	}, []string{"result"})
+
+	// Warm is the number of warm, Bound PVCs by FluentPVC and namespace.
+	Warm = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fluentpvc_pool_warm",
+		Help: "Warm, Bound PVCs ready to be handed out, by FluentPVC and namespace.",
+	}, []string{"fluentpvc", "namespace"})
+
+	// TimeToWarm is the time from a pool PVC's creation to its being Bound.
+	TimeToWarm = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "fluentpvc_pool_time_to_warm_seconds",
+		Help:    "Time from a pool PVC's creation to its being Bound and ready.",
+		Buckets: prometheus.ExponentialBuckets(0.25, 2, 12),
+	}, []string{"fluentpvc"})
+)
+
+func init() {
+	metrics.Registry.MustRegister(CheckoutsTotal, CheckoutDuration, Warm, TimeToWarm)
+}

@@ -1,0 +1,104 @@
+package pool
+
+import (
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool/inject"
+)
+
+// WarmClaim is a new warm PVC of fpvc in namespace, made from its template
+// and labelled with the template's hash. It has no finalizer: it holds no
+// data until it is checked out.
+func WarmClaim(fpvc *v1alpha1.FluentPVC, namespace, hash string) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      inject.ClaimName(fpvc.Name),
+			Namespace: namespace,
+			Labels: map[string]string{
+				v1alpha1.FluentPVCNameLabelKey: fpvc.Name,
+				v1alpha1.ClaimRoleLabelKey:     v1alpha1.ClaimRoleWarm,
+				v1alpha1.TemplateHashLabelKey:  hash,
+			},
+		},
+		Spec: *fpvc.Spec.PVCSpecTemplate.DeepCopy(),
+	}
+}
+
+// BinderJobName is the name of the binder Job of warm PVC claimName.
+func BinderJobName(claimName string) string {
+	return claimName + "-bind"
+}
+
+// BinderJob is a Job whose pod uses warm PVC claim, so that the scheduler
+// binds a WaitForFirstConsumer volume when it places the pod. The pod need
+// not run to completion: the Job is deleted as soon as the PVC is Bound. Its
+// pods spread over zones so that the warm PVCs do too.
+func BinderJob(fpvc *v1alpha1.FluentPVC, claim *corev1.PersistentVolumeClaim, image string) *batchv1.Job {
+	podLabels := map[string]string{
+		v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder,
+		v1alpha1.WarmClaimLabelKey: claim.Name,
+		binderPoolLabelKey:         fpvc.Name,
+	}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      BinderJobName(claim.Name),
+			Namespace: claim.Namespace,
+			Labels: map[string]string{
+				v1alpha1.FluentPVCNameLabelKey: fpvc.Name,
+				v1alpha1.ComponentLabelKey:     v1alpha1.ComponentBinder,
+				v1alpha1.WarmClaimLabelKey:     claim.Name,
+			},
+		},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:            ptr.To[int32](0),
+			ActiveDeadlineSeconds:   ptr.To[int64](600),
+			TTLSecondsAfterFinished: ptr.To[int32](60),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
+				Spec: corev1.PodSpec{
+					RestartPolicy:                 corev1.RestartPolicyNever,
+					TerminationGracePeriodSeconds: ptr.To[int64](0),
+					AutomountServiceAccountToken:  ptr.To(false),
+					EnableServiceLinks:            ptr.To(false),
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr.To(true),
+						RunAsUser:      ptr.To[int64](65532),
+						RunAsGroup:     ptr.To[int64](65532),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
+					Containers: []corev1.Container{{
+						Name:  "bind",
+						Image: image,
+						Resources: corev1.ResourceRequirements{
+							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1m"), corev1.ResourceMemory: resource.MustParse("4Mi")},
+							Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+						},
+						SecurityContext: &corev1.SecurityContext{
+							AllowPrivilegeEscalation: ptr.To(false),
+							ReadOnlyRootFilesystem:   ptr.To(true),
+							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+						},
+					}},
+					Volumes: []corev1.Volume{inject.ClaimVolume("claim", claim.Name)},
+					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+						MaxSkew:           1,
+						TopologyKey:       ZoneLabelKey,
+						WhenUnsatisfiable: corev1.DoNotSchedule,
+						LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
+							v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder,
+							binderPoolLabelKey:         fpvc.Name,
+						}},
+					}},
+				},
+			},
+		},
+	}
+}
+
+// binderPoolLabelKey groups the binder pods of one FluentPVC for spreading.
+const binderPoolLabelKey = "fluent-pvc-operator.tech.zozo.com/binder-of"

@@ -1,0 +1,137 @@
+package pool
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// Claim is what planning needs to know of one pool PVC.
+type Claim struct {
+	Name     string
+	Bound    bool
+	Deleting bool
+	// Hash is the claim's template hash.
+	Hash string
+	// ZonesRecorded is true once the claim carries its volume's zones.
+	ZonesRecorded bool
+	Created       time.Time
+}
+
+// Input is one namespace's pool as observed.
+type Input struct {
+	// Size is the number of warm PVCs wanted; 0 empties the pool.
+	Size int32
+	// Hash is the current template hash.
+	Hash string
+	// WaitForFirstConsumer is true when the template's StorageClass binds a
+	// volume only once a pod uses it, so that a binder is needed.
+	WaitForFirstConsumer bool
+	Claims               []Claim
+	// Binders are the names of the warm PVCs that have a binder Job.
+	Binders []string
+}
+
+// Plan is what to do in one namespace.
+type Plan struct {
+	// Create is the number of warm PVCs to create.
+	Create int
+	// Delete are warm PVCs to delete: stale ones and the surplus.
+	Delete []string
+	// CreateBinders are unbound warm PVCs that need a binder Job.
+	CreateBinders []string
+	// DeleteBinders are the PVCs whose binder Job is done or pointless.
+	DeleteBinders []string
+	// RecordZones are Bound warm PVCs whose zones are not recorded yet.
+	RecordZones []string
+	// Warm and Provisioning count the current, non-stale claims kept.
+	Warm, Provisioning int32
+}
+
+// PlanNamespace decides how to bring one namespace's pool to in.Size: create
+// the missing PVCs all at once, replace stale ones (made from another
+// template), delete the surplus (unbound and newest first, so that the PVCs
+// that took longest to provision are kept), and give every unbound PVC of a
+// WaitForFirstConsumer class a binder until it is Bound.
+func PlanNamespace(in Input) Plan {
+	var p Plan
+	var valid []Claim
+	for _, c := range in.Claims {
+		switch {
+		case c.Deleting:
+		case c.Hash != in.Hash:
+			p.Delete = append(p.Delete, c.Name)
+		default:
+			valid = append(valid, c)
+		}
+	}
+	// Keep bound before unbound, older before newer.
+	slices.SortStableFunc(valid, func(a, b Claim) int {
+		if a.Bound != b.Bound {
+			if a.Bound {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Name, b.Name))
+	})
+	size := max(int(in.Size), 0)
+	if len(valid) > size {
+		for _, c := range valid[size:] {
+			p.Delete = append(p.Delete, c.Name)
+		}
+		valid = valid[:size]
+	}
+	p.Create = size - len(valid)
+
+	kept := map[string]bool{}
+	for _, c := range valid {
+		kept[c.Name] = true
+		if c.Bound {
+			p.Warm++
+			if !c.ZonesRecorded {
+				p.RecordZones = append(p.RecordZones, c.Name)
+			}
+			continue
+		}
+		p.Provisioning++
+		if in.WaitForFirstConsumer && !slices.Contains(in.Binders, c.Name) {
+			p.CreateBinders = append(p.CreateBinders, c.Name)
+		}
+	}
+	for _, name := range in.Binders {
+		if !kept[name] || boundClaim(in.Claims, name) {
+			p.DeleteBinders = append(p.DeleteBinders, name)
+		}
+	}
+	return p
+}
+
+func boundClaim(claims []Claim, name string) bool {
+	i := slices.IndexFunc(claims, func(c Claim) bool { return c.Name == name })
+	return i >= 0 && claims[i].Bound
+}
+
+// Namespaces decides which namespaces hold a pool. Listed namespaces always
+// do. With none listed, a namespace learned from admissions (lastAdmission)
+// keeps its pool until idleTTL passes without an admission; requeueAfter is
+// when the next one expires (0 when none will).
+func Namespaces(listed []string, lastAdmission map[string]time.Time, now time.Time, idleTTL time.Duration) (keep []string, requeueAfter time.Duration) {
+	if len(listed) > 0 {
+		keep = slices.Clone(listed)
+		slices.Sort(keep)
+		return keep, 0
+	}
+	for ns, t := range lastAdmission {
+		left := t.Add(idleTTL).Sub(now)
+		if left <= 0 {
+			continue
+		}
+		keep = append(keep, ns)
+		if requeueAfter == 0 || left < requeueAfter {
+			requeueAfter = left
+		}
+	}
+	slices.Sort(keep)
+	return keep, requeueAfter
+}
