@@ -1,0 +1,240 @@
+package pool
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+func TestPlanNamespace(t *testing.T) {
+	t0 := fixtures.Epoch
+	bound := func(name string, age int) Claim {
+		return Claim{Name: name, Bound: true, Hash: "h", ZonesRecorded: true, Created: t0.Add(time.Duration(-age) * time.Minute)}
+	}
+	unbound := func(name string, age int) Claim {
+		c := bound(name, age)
+		c.Bound, c.ZonesRecorded = false, false
+		return c
+	}
+	cases := map[string]struct {
+		in   Input
+		want Plan
+	}{
+		"empty pool of 3: create all three at once": {
+			in:   Input{Size: 3, Hash: "h"},
+			want: Plan{Create: 3},
+		},
+		"full pool: nothing to do": {
+			in:   Input{Size: 2, Hash: "h", Claims: []Claim{bound("a", 1), bound("b", 2)}},
+			want: Plan{Warm: 2},
+		},
+		"one checked out: refill one": {
+			in:   Input{Size: 3, Hash: "h", Claims: []Claim{bound("a", 1), bound("b", 2)}},
+			want: Plan{Create: 1, Warm: 2},
+		},
+		"stale claims are replaced, never kept": {
+			in:   Input{Size: 2, Hash: "new", Claims: []Claim{bound("a", 1), {Name: "b", Bound: true, Hash: "new", ZonesRecorded: true}}},
+			want: Plan{Create: 1, Delete: []string{"a"}, Warm: 1},
+		},
+		"scale down deletes unbound, then newest": {
+			in:   Input{Size: 1, Hash: "h", Claims: []Claim{bound("old", 10), bound("new", 1), unbound("pending", 5)}},
+			want: Plan{Delete: []string{"new", "pending"}, Warm: 1},
+		},
+		"size 0 empties the pool and its binders": {
+			in:   Input{Size: 0, Hash: "h", WaitForFirstConsumer: true, Claims: []Claim{bound("a", 1), unbound("b", 1)}, Binders: []string{"b"}},
+			want: Plan{Delete: []string{"a", "b"}, DeleteBinders: []string{"b"}},
+		},
+		"WaitForFirstConsumer: a binder per unbound claim": {
+			in:   Input{Size: 3, Hash: "h", WaitForFirstConsumer: true, Claims: []Claim{unbound("a", 1), unbound("b", 1), bound("c", 1)}, Binders: []string{"a"}},
+			want: Plan{CreateBinders: []string{"b"}, Warm: 1, Provisioning: 2},
+		},
+		"Immediate classes need no binder": {
+			in:   Input{Size: 2, Hash: "h", Claims: []Claim{unbound("a", 1)}},
+			want: Plan{Create: 1, Provisioning: 1},
+		},
+		"a binder goes once its claim is Bound, or gone": {
+			in:   Input{Size: 2, Hash: "h", WaitForFirstConsumer: true, Claims: []Claim{bound("a", 1), bound("b", 1)}, Binders: []string{"a", "gone"}},
+			want: Plan{DeleteBinders: []string{"a", "gone"}, Warm: 2},
+		},
+		"a newly Bound claim gets its zones recorded": {
+			in:   Input{Size: 1, Hash: "h", Claims: []Claim{{Name: "a", Bound: true, Hash: "h"}}},
+			want: Plan{RecordZones: []string{"a"}, Warm: 1},
+		},
+		"claims being deleted are neither counted nor deleted again": {
+			in:   Input{Size: 1, Hash: "h", Claims: []Claim{{Name: "a", Bound: true, Hash: "h", Deleting: true}}},
+			want: Plan{Create: 1},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := PlanNamespace(tc.in)
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty(), cmpopts.SortSlices(strings.Compare)); diff != "" {
+				t.Errorf("PlanNamespace (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestNamespaces(t *testing.T) {
+	now := fixtures.Epoch
+	cases := map[string]struct {
+		listed        []string
+		lastAdmission map[string]time.Time
+		wantKeep      []string
+		wantRequeue   time.Duration
+	}{
+		"listed namespaces are kept whatever the admissions": {
+			listed: []string{"b", "a"}, lastAdmission: map[string]time.Time{"c": now},
+			wantKeep: []string{"a", "b"},
+		},
+		"learned namespaces are kept until idle, with a timer for the first to expire": {
+			lastAdmission: map[string]time.Time{"fresh": now.Add(-10 * time.Minute), "older": now.Add(-50 * time.Minute), "idle": now.Add(-2 * time.Hour)},
+			wantKeep:      []string{"fresh", "older"}, wantRequeue: 10 * time.Minute,
+		},
+		"nothing listed or learned": {},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			keep, requeue := Namespaces(tc.listed, tc.lastAdmission, now, time.Hour)
+			if diff := cmp.Diff(tc.wantKeep, keep, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("keep (-want +got):\n%s", diff)
+			}
+			if requeue != tc.wantRequeue {
+				t.Errorf("requeueAfter = %s, want %s", requeue, tc.wantRequeue)
+			}
+		})
+	}
+}
+
+func TestAllowedZones(t *testing.T) {
+	zoneTerm := func(vals ...string) corev1.NodeSelectorTerm {
+		return corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: ZoneLabelKey, Operator: corev1.NodeSelectorOpIn, Values: vals}}}
+	}
+	withAffinity := func(terms ...corev1.NodeSelectorTerm) *corev1.Pod {
+		p := fixtures.MakePod("p", "ns").Obj()
+		p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: terms},
+		}}
+		return p
+	}
+	cases := map[string]struct {
+		pod      *corev1.Pod
+		nodeZone string
+		want     []string // nil: any zone
+	}{
+		"no constraint":          {pod: fixtures.MakePod("p", "ns").Obj()},
+		"nodeSelector":           {pod: fixtures.MakePod("p", "ns").NodeSelector(ZoneLabelKey, "a").Obj(), want: []string{"a"}},
+		"other nodeSelector":     {pod: fixtures.MakePod("p", "ns").NodeSelector("disk", "ssd").Obj()},
+		"required affinity":      {pod: withAffinity(zoneTerm("a", "b")), want: []string{"a", "b"}},
+		"terms are ORed":         {pod: withAffinity(zoneTerm("a"), zoneTerm("c")), want: []string{"a", "c"}},
+		"a zone-free term wins":  {pod: withAffinity(zoneTerm("a"), corev1.NodeSelectorTerm{})},
+		"node name's zone":       {pod: fixtures.MakePod("p", "ns").Obj(), nodeZone: "b", want: []string{"b"}},
+		"selector and affinity":  {pod: withAffinity(zoneTerm("a", "b")), nodeZone: "b", want: []string{"b"}},
+		"contradiction: no zone": {pod: fixtures.MakePod("p", "ns").NodeSelector(ZoneLabelKey, "a").Obj(), nodeZone: "b", want: []string{}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := AllowedZones(tc.pod, tc.nodeZone)
+			if tc.want == nil {
+				if got != nil {
+					t.Errorf("AllowedZones = %v, want any zone", sets.List(sets.Set[string](got)))
+				}
+				return
+			}
+			if diff := cmp.Diff(tc.want, sets.List(sets.Set[string](got)), cmpopts.EquateEmpty()); diff != "" || got == nil {
+				t.Errorf("AllowedZones (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestCandidates(t *testing.T) {
+	warm := func(name, hash, zones string, phase corev1.PersistentVolumeClaimPhase) corev1.PersistentVolumeClaim {
+		c := corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm, v1alpha1.TemplateHashLabelKey: hash,
+		}}, Status: corev1.PersistentVolumeClaimStatus{Phase: phase}}
+		if zones != "-" {
+			c.Annotations = map[string]string{v1alpha1.ZonesAnnotationKey: zones}
+		}
+		return c
+	}
+	claimed := warm("claimed", "h", "a", corev1.ClaimBound)
+	claimed.Labels[v1alpha1.ClaimRoleLabelKey] = v1alpha1.ClaimRoleClaimed
+	deleting := warm("deleting", "h", "a", corev1.ClaimBound)
+	deleting.DeletionTimestamp = &metav1.Time{Time: fixtures.Epoch}
+	pool := []corev1.PersistentVolumeClaim{
+		warm("in-a", "h", "a", corev1.ClaimBound),
+		warm("in-b", "h", "b", corev1.ClaimBound),
+		warm("anywhere", "h", "", corev1.ClaimBound),
+		warm("zones-unknown", "h", "-", corev1.ClaimBound),
+		warm("pending", "h", "a", corev1.ClaimPending),
+		warm("stale", "old", "a", corev1.ClaimBound),
+		claimed, deleting,
+	}
+	cases := map[string]struct {
+		zones Zones
+		want  []string
+	}{
+		"any zone takes every Bound, current, warm claim": {want: []string{"anywhere", "in-a", "in-b", "zones-unknown"}},
+		"zone a":      {zones: Zones(sets.New("a")), want: []string{"anywhere", "in-a"}},
+		"zone a or b": {zones: Zones(sets.New("a", "b")), want: []string{"anywhere", "in-a", "in-b"}},
+		"zone c":      {zones: Zones(sets.New("c")), want: []string{"anywhere"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var got []string
+			for _, c := range Candidates(pool, "h", tc.zones) {
+				got = append(got, c.Name)
+			}
+			if diff := cmp.Diff(tc.want, got, cmpopts.SortSlices(strings.Compare)); diff != "" {
+				t.Errorf("Candidates (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestPVZones(t *testing.T) {
+	pv := func(terms ...corev1.NodeSelectorTerm) *corev1.PersistentVolume {
+		return &corev1.PersistentVolume{Spec: corev1.PersistentVolumeSpec{NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: terms}}}}
+	}
+	term := func(key string, vals ...string) corev1.NodeSelectorTerm {
+		return corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpIn, Values: vals}}}
+	}
+	cases := map[string]struct {
+		pv   *corev1.PersistentVolume
+		want string
+	}{
+		"no affinity":        {pv: &corev1.PersistentVolume{}, want: ""},
+		"one zone":           {pv: pv(term(ZoneLabelKey, "a")), want: "a"},
+		"two terms":          {pv: pv(term(ZoneLabelKey, "b"), term(ZoneLabelKey, "a")), want: "a,b"},
+		"node-pinned volume": {pv: pv(term(corev1.LabelHostname, "n1")), want: ""},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := FormatZones(PVZones(tc.pv)); got != tc.want {
+				t.Errorf("PVZones = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestTemplateHash(t *testing.T) {
+	a := fixtures.MakeFluentPVC("a").Obj().Spec.PVCSpecTemplate
+	b := *a.DeepCopy()
+	if TemplateHash(&a) != TemplateHash(&b) {
+		t.Errorf("equal templates hash differently")
+	}
+	b.StorageClassName = nil
+	if TemplateHash(&a) == TemplateHash(&b) {
+		t.Errorf("different templates hash the same")
+	}
+}
