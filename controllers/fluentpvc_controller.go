@@ -76,7 +76,7 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 	if poolErr != nil {
 		return ctrl.Result{}, poolErr
 	}
-	if !f.DeletionTimestamp.IsZero() && len(bindings.Items) == 0 && len(po.warm) == 0 && len(po.binders) == 0 {
+	if !f.DeletionTimestamp.IsZero() && len(bindings.Items) == 0 && po.emptied() {
 		if err := removeFinalizer(ctx, r.Client, f, v1alpha1.FluentPVCProtectionFinalizer); err != nil {
 			return ctrl.Result{}, fmt.Errorf("removing the finalizer: %w", err)
 		}

@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"time"
 
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
@@ -9,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool/inject"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -67,5 +70,51 @@ func updatePodStatus(ctx context.Context, pod *corev1.Pod, set func(*corev1.Pod)
 		}
 		set(pod)
 		return k8sClient.Status().Update(ctx, pod)
+	}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+}
+
+// bindClaim plays the PV controller for c: a PV in zone bound to it, and c Bound.
+func bindClaim(ctx context.Context, g Gomega, c *corev1.PersistentVolumeClaim, zone string) {
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: "pv-" + string(c.UID)},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: *c.Spec.Resources.Requests.Storage()},
+			AccessModes:                   c.Spec.AccessModes,
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/" + c.Name}},
+			ClaimRef:                      &corev1.ObjectReference{Namespace: c.Namespace, Name: c.Name, UID: c.UID},
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{zone}}},
+			}}}},
+		},
+	}
+	if c.Spec.StorageClassName != nil {
+		pv.Spec.StorageClassName = *c.Spec.StorageClassName
+	}
+	g.Expect(client.IgnoreAlreadyExists(k8sClient.Create(ctx, pv))).To(Succeed())
+	if c.Spec.VolumeName == "" {
+		c.Spec.VolumeName = pv.Name
+		g.Expect(k8sClient.Update(ctx, c)).To(Succeed())
+	}
+	c.Status.Phase = corev1.ClaimBound
+	c.Status.Capacity = pv.Spec.Capacity
+	c.Status.AccessModes = c.Spec.AccessModes
+	g.Expect(k8sClient.Status().Update(ctx, c)).To(Succeed())
+}
+
+// injectBinding is the binding the webhook records for claim name when no
+// pod follows.
+func injectBinding(fpvc *v1alpha1.FluentPVC, ns, name string) *v1alpha1.FluentPVCBinding {
+	return inject.Binding(fpvc, fixtures.MakePod("never", ns).Obj(), name, v1alpha1.CheckoutHit, time.Now())
+}
+
+// updateFluentPVC applies change to the latest f and writes it.
+func updateFluentPVC(ctx context.Context, f *v1alpha1.FluentPVC, change func(*v1alpha1.FluentPVC)) {
+	EventuallyWithOffset(1, func() error {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(f), f); err != nil {
+			return err
+		}
+		change(f)
+		return k8sClient.Update(ctx, f)
 	}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
 }

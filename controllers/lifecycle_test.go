@@ -187,9 +187,9 @@ var _ = Describe("Claim lifecycle", func() {
 	DescribeTable("acts on a terminated sidecar",
 		func(deleteFlag bool, setStatus func(*corev1.Pod), wantDeleted bool) {
 			if !deleteFlag {
-				Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(fpvc), fpvc)).To(Succeed())
-				fpvc.Spec.DeletePodIfSidecarContainerTerminationDetected = new(bool)
-				Expect(k8sClient.Update(ctx, fpvc)).To(Succeed())
+				updateFluentPVC(ctx, fpvc, func(f *v1alpha1.FluentPVC) {
+					f.Spec.DeletePodIfSidecarContainerTerminationDetected = new(bool)
+				})
 				Eventually(func(g Gomega) {
 					f := &v1alpha1.FluentPVC{}
 					g.Expect(mgr.GetClient().Get(ctx, client.ObjectKeyFromObject(fpvc), f)).To(Succeed())

@@ -37,6 +37,21 @@ type poolObserved struct {
 	lastAdmission map[string]time.Time
 }
 
+// emptied is true once every warm PVC and binder is gone or being deleted.
+func (o poolObserved) emptied() bool {
+	for _, c := range o.warm {
+		if c.DeletionTimestamp.IsZero() {
+			return false
+		}
+	}
+	for _, j := range o.binders {
+		if j.DeletionTimestamp.IsZero() {
+			return false
+		}
+	}
+	return true
+}
+
 // poolResult is what reconcilePool reports for the status.
 type poolResult struct {
 	namespaces   []v1alpha1.PoolNamespaceStatus

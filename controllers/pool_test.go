@@ -1,0 +1,186 @@
+package controllers_test
+
+import (
+	"context"
+	"sync"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+var _ = Describe("Warm pool", func() {
+	var (
+		ctx  context.Context
+		ns   string
+		fpvc *v1alpha1.FluentPVC
+	)
+
+	warmClaims := func(g Gomega) []corev1.PersistentVolumeClaim {
+		var l corev1.PersistentVolumeClaimList
+		g.Expect(k8sClient.List(ctx, &l, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm})).To(Succeed())
+		var live []corev1.PersistentVolumeClaim
+		for _, c := range l.Items {
+			if c.DeletionTimestamp.IsZero() {
+				live = append(live, c)
+			}
+		}
+		return live
+	}
+	// bindAll plays the PV controller: every unbound pool PVC gets a PV in
+	// zone-a and goes Bound.
+	bindAll := func() {
+		Eventually(func(g Gomega) {
+			for _, c := range warmClaims(g) {
+				if c.Status.Phase == corev1.ClaimBound {
+					continue
+				}
+				bindClaim(ctx, g, &c, "zone-a")
+			}
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+	}
+	// poolFull waits until the pool has n warm, Bound PVCs with zones recorded.
+	poolFull := func(n int) {
+		Eventually(func(g Gomega) {
+			bindAll()
+			cs := warmClaims(g)
+			g.Expect(cs).To(HaveLen(n))
+			for _, c := range cs {
+				g.Expect(c.Status.Phase).To(Equal(corev1.ClaimBound))
+				g.Expect(c.Annotations).To(HaveKey(v1alpha1.ZonesAnnotationKey))
+			}
+			f := &v1alpha1.FluentPVC{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(fpvc), f)).To(Succeed())
+			g.Expect(f.Status.Warm).To(BeEquivalentTo(n))
+		}, fixtures.LongTimeout, fixtures.Interval).Should(Succeed())
+	}
+
+	BeforeEach(func() {
+		ctx = context.Background()
+		_, stop := startOperator()
+		DeferCleanup(stop)
+		ns = newNamespace()
+		fpvc = fixtures.MakeFluentPVC("pool-" + ns).PoolSize(3).Mutate(func(f *v1alpha1.FluentPVC) {
+			f.Spec.Pool.Namespaces = []string{ns}
+		}).Obj()
+		Expect(k8sClient.Create(ctx, fpvc)).To(Succeed())
+	})
+
+	It("keeps three warm PVCs, hands one to a pod and refills", func() {
+		poolFull(3)
+		Eventually(func(g Gomega) {
+			f := &v1alpha1.FluentPVC{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(fpvc), f)).To(Succeed())
+			g.Expect(meta(f.Status.Conditions, v1alpha1.FluentPVCConditionPoolReady)).To(HaveField("Reason", v1alpha1.PoolReadyReasonFull))
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		warmNames := sets.New[string]()
+		for _, c := range warmClaims(Default) {
+			warmNames.Insert(c.Name)
+		}
+
+		pod := fixtures.MakePod("hit", ns).FluentPVC(fpvc.Name).Obj()
+		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+		claim := pod.Labels[v1alpha1.BindingNameLabelKey]
+		Expect(warmNames.Has(claim)).To(BeTrue(), "the pod got one of the warm PVCs")
+
+		pvc := &corev1.PersistentVolumeClaim{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, pvc)).To(Succeed())
+		Expect(pvc.Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutHit))
+		Expect(pvc.Labels).To(HaveKeyWithValue(v1alpha1.ClaimRoleLabelKey, v1alpha1.ClaimRoleClaimed))
+		Expect(pvc.Finalizers).To(ContainElement(v1alpha1.PVCProtectionFinalizer))
+		b := &v1alpha1.FluentPVCBinding{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, b)).To(Succeed())
+		Expect(b.Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutHit))
+
+		poolFull(3)
+		Expect(warmClaims(Default)).NotTo(ContainElement(HaveField("Name", claim)))
+	})
+
+	It("gives five concurrent pods against a pool of three three hits and two misses, all distinct", func() {
+		poolFull(3)
+		var (
+			wg     sync.WaitGroup
+			mu     sync.Mutex
+			claims []string
+		)
+		for range 5 {
+			wg.Go(func() {
+				defer GinkgoRecover()
+				pod := fixtures.MakePod("", ns).GenerateName("burst-").FluentPVC(fpvc.Name).Obj()
+				Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+				mu.Lock()
+				claims = append(claims, pod.Labels[v1alpha1.BindingNameLabelKey])
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		Expect(sets.New(claims...)).To(HaveLen(5))
+		results := map[string]int{}
+		for _, name := range claims {
+			pvc := &corev1.PersistentVolumeClaim{}
+			Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pvc)).To(Succeed())
+			results[pvc.Annotations[v1alpha1.CheckoutAnnotationKey]]++
+		}
+		Expect(results).To(Equal(map[string]int{v1alpha1.CheckoutHit: 3, v1alpha1.CheckoutMiss: 2}))
+	})
+
+	It("replaces every warm PVC when the template changes, and empties the pool when scaled to 0", func() {
+		poolFull(3)
+		updateFluentPVC(ctx, fpvc, func(f *v1alpha1.FluentPVC) {
+			f.Spec.PVCSpecTemplate.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("2Gi")
+		})
+		newHash := pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate)
+		Eventually(func(g Gomega) {
+			bindAll()
+			cs := warmClaims(g)
+			g.Expect(cs).To(HaveLen(3))
+			for _, c := range cs {
+				g.Expect(c.Labels).To(HaveKeyWithValue(v1alpha1.TemplateHashLabelKey, newHash))
+				g.Expect(c.Spec.Resources.Requests.Storage().String()).To(Equal("2Gi"))
+			}
+		}, fixtures.LongTimeout, fixtures.Interval).Should(Succeed())
+
+		updateFluentPVC(ctx, fpvc, func(f *v1alpha1.FluentPVC) { f.Spec.Pool.Size = 0 })
+		Eventually(warmClaims, fixtures.Timeout, fixtures.Interval).Should(BeEmpty())
+	})
+
+	It("returns an orphan claim made from the current template to the pool", func() {
+		poolFull(3)
+		// A pod rejected after the webhook: its claim was checked out, then
+		// no pod appeared.
+		c := warmClaims(Default)[0]
+		checkedOut := pool.CheckedOut(&c, metav1.Now().Time)
+		Expect(k8sClient.Update(ctx, checkedOut)).To(Succeed())
+		b := injectBinding(fpvc, ns, c.Name)
+		Expect(k8sClient.Create(ctx, b)).To(Succeed())
+
+		Eventually(func(g Gomega) {
+			pvc := &corev1.PersistentVolumeClaim{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: c.Name}, pvc)).To(Succeed())
+			g.Expect(pvc.Labels).To(HaveKeyWithValue(v1alpha1.ClaimRoleLabelKey, v1alpha1.ClaimRoleWarm))
+			g.Expect(pvc.Finalizers).NotTo(ContainElement(v1alpha1.PVCProtectionFinalizer))
+			g.Expect(pvc.DeletionTimestamp).To(BeNil())
+		}, fixtures.LongTimeout, fixtures.Interval).Should(Succeed())
+		Eventually(func() bool {
+			return k8sClient.Get(ctx, client.ObjectKeyFromObject(b), b) != nil
+		}, fixtures.Timeout, fixtures.Interval).Should(BeTrue())
+		poolFull(3)
+	})
+
+	It("deletes the warm PVCs with the FluentPVC", func() {
+		poolFull(3)
+		Expect(k8sClient.Delete(ctx, fpvc)).To(Succeed())
+		Eventually(warmClaims, fixtures.Timeout, fixtures.Interval).Should(BeEmpty())
+		Eventually(func() bool {
+			return k8sClient.Get(ctx, client.ObjectKeyFromObject(fpvc), &v1alpha1.FluentPVC{}) != nil
+		}, fixtures.Timeout, fixtures.Interval).Should(BeTrue())
+	})
+})
