@@ -1,0 +1,126 @@
+package pool_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+// replica is one operator replica's view: its own cache and client, as two
+// webhook replicas have.
+type replica struct {
+	cache  cache.Cache
+	client client.Client
+}
+
+func newReplica(ctx context.Context) replica {
+	c, err := cache.New(cfg, cache.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	// Start the PVC informer before the cache.
+	_, err = c.GetInformer(ctx, &corev1.PersistentVolumeClaim{})
+	Expect(err).NotTo(HaveOccurred())
+	go func() {
+		defer GinkgoRecover()
+		Expect(c.Start(ctx)).To(Succeed())
+	}()
+	Expect(c.WaitForCacheSync(ctx)).To(BeTrue())
+	cl, err := client.New(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	return replica{cache: c, client: cl}
+}
+
+var _ = Describe("Checkout", func() {
+	const (
+		rounds       = 200
+		warmPerRound = 3
+		// Each replica tries to take every warm PVC of the round and more.
+		checkoutsPerReplica = 4
+	)
+
+	It(fmt.Sprintf("never hands one PVC to two pods, over %d rounds of two replicas racing", rounds), func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		DeferCleanup(cancel)
+		ns := newNamespace()
+		fpvc := fixtures.MakeFluentPVC("race").PoolSize(warmPerRound).Obj()
+		hash := pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate)
+		replicas := []replica{newReplica(ctx), newReplica(ctx)}
+
+		totalHits := 0
+		for round := range rounds {
+			// Fill the pool with Bound, warm PVCs and let both caches see them.
+			var names []string
+			for range warmPerRound {
+				c := pool.WarmClaim(fpvc, ns, hash)
+				Expect(k8sClient.Create(ctx, c)).To(Succeed())
+				c.Status.Phase = corev1.ClaimBound
+				Expect(k8sClient.Status().Update(ctx, c)).To(Succeed())
+				names = append(names, c.Name)
+			}
+			for _, r := range replicas {
+				Eventually(func(g Gomega) {
+					var l corev1.PersistentVolumeClaimList
+					g.Expect(r.cache.List(ctx, &l, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm})).To(Succeed())
+					bound := 0
+					for _, c := range l.Items {
+						if c.Status.Phase == corev1.ClaimBound {
+							bound++
+						}
+					}
+					g.Expect(bound).To(Equal(warmPerRound))
+				}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+			}
+
+			var (
+				wg  sync.WaitGroup
+				mu  sync.Mutex
+				got []string
+			)
+			for _, r := range replicas {
+				for range checkoutsPerReplica {
+					wg.Go(func() {
+						defer GinkgoRecover()
+						c, err := pool.Checkout(ctx, r.cache, r.client, fpvc, ns, nil, time.Now(), pool.DefaultMaxTries)
+						Expect(err).NotTo(HaveOccurred())
+						if c != nil {
+							mu.Lock()
+							got = append(got, c.Name)
+							mu.Unlock()
+						}
+					})
+				}
+			}
+			wg.Wait()
+
+			Expect(sets.New(got...)).To(HaveLen(len(got)), "round %d: a PVC was handed out twice: %v", round, got)
+			Expect(len(got)).To(BeNumerically("<=", warmPerRound))
+			Expect(sets.New(names...).IsSuperset(sets.New(got...))).To(BeTrue())
+			totalHits += len(got)
+
+			// The round's PVCs are checked out or left over; clear them all.
+			var l corev1.PersistentVolumeClaimList
+			Expect(k8sClient.List(ctx, &l, client.InNamespace(ns))).To(Succeed())
+			for _, c := range l.Items {
+				claimed := c.Labels[v1alpha1.ClaimRoleLabelKey] == v1alpha1.ClaimRoleClaimed
+				Expect(claimed).To(Equal(sets.New(got...).Has(c.Name)), "round %d: %s is claimed only if it was handed out", round, c.Name)
+				c.Finalizers = nil
+				Expect(client.IgnoreNotFound(k8sClient.Update(ctx, &c))).To(Succeed())
+				Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, &c))).To(Succeed())
+			}
+		}
+		// With eight checkouts for three PVCs, most PVCs are taken.
+		Expect(totalHits).To(BeNumerically(">", rounds*warmPerRound/2))
+		AddReportEntry("checkout race", fmt.Sprintf("%d rounds, %d hits of %d warm PVCs, none shared", rounds, totalHits, rounds*warmPerRound))
+	})
+})
