@@ -166,16 +166,18 @@ var _ = Describe("Claim lifecycle", func() {
 
 		first := drainJob(claim, 1)
 		failJob(ctx, first)
-		Eventually(func(g Gomega) {
-			b := binding(claim)(g)
-			g.Expect(b.Status.LastDrainFailureTime).NotTo(BeNil())
-			g.Expect(meta(b.Status.Conditions, v1alpha1.BindingConditionDrained)).To(HaveField("Reason", v1alpha1.DrainedReasonBackoff))
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
 		Eventually(func() []string { return eventReasons(claim) }, fixtures.Timeout, fixtures.Interval).Should(ContainElement(v1alpha1.EventReasonDrainFailed))
 		claimHeld(claim)
 
 		second := drainJob(claim, 2)
-		Eventually(func(g Gomega) { g.Expect(binding(claim)(g).Status.DrainAttempts).To(BeEquivalentTo(2)) }, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		var b *v1alpha1.FluentPVCBinding
+		Eventually(func(g Gomega) {
+			b = binding(claim)(g)
+			g.Expect(b.Status.DrainAttempts).To(BeEquivalentTo(2))
+			g.Expect(b.Status.LastDrainFailureTime).NotTo(BeNil())
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		Expect(second.CreationTimestamp.Sub(b.Status.LastDrainFailureTime.Time)).To(BeNumerically(">=", testOptions.DrainBackoffBase),
+			"the retry waits for the backoff")
 		Eventually(gone(first), fixtures.Timeout, fixtures.Interval).Should(BeTrue(), "the failed Job is replaced")
 		claimHeld(claim)
 
