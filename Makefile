@@ -45,12 +45,12 @@ manifests: ## Generate CRDs, RBAC and webhook manifests into config/.
 	go run ./test/tools/crdtrim config/crd/bases/fluent-pvc-operator.tech.zozo.com_fluentpvcs.yaml $(CRD_TRIM_PATHS)
 
 .PHONY: verify
-verify: generate manifests fmt ## Regenerate and fail on any diff or untracked generated file.
+verify: generate manifests ## Regenerate and fail on any diff, untracked generated file or unformatted Go file.
 	@if [ -n "$$(git status --porcelain -- apis config)" ]; then \
 		echo "generated files are out of date; run 'make generate manifests' and commit:"; \
-		git status --porcelain -- apis config; git --no-pager diff --stat -- apis config; exit 1; fi
-	@if [ -n "$$(git status --porcelain -- '*.go')" ]; then \
-		echo "go files are not formatted; run 'make fmt':"; git status --porcelain -- '*.go'; exit 1; fi
+		git status --porcelain -- apis config; exit 1; fi
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then \
+		echo "go files are not formatted; run 'make fmt':"; echo "$$unformatted"; exit 1; fi
 
 .PHONY: fmt
 fmt: ## Run go fmt.
