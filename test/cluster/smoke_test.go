@@ -1,0 +1,254 @@
+package cluster_test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/st-tech/fluent-pvc-operator/test/cluster"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+// TestSmoke brings a kwok cluster up and checks what the e2e suite relies
+// on: a WaitForFirstConsumer claim is provisioned in its pod's zone, pods
+// run, Jobs complete, the e2e stages fail sidecars and Jobs, the operator
+// runs and restarts, and Down leaves no process and no state.
+// It runs only with E2E_CLUSTER=1.
+func TestSmoke(t *testing.T) {
+	if os.Getenv("E2E_CLUSTER") != "1" {
+		t.Skip("set E2E_CLUSTER=1 to bring up a kwok cluster")
+	}
+	g := NewWithT(t)
+	g.SetDefaultEventuallyTimeout(fixtures.LongTimeout)
+	g.SetDefaultEventuallyPollingInterval(fixtures.Interval)
+	ctx := t.Context()
+
+	start := time.Now()
+	c, err := cluster.Up(ctx, cluster.Options{
+		Name:             "smoke",
+		ProvisionerDelay: time.Second,
+		ExtraStages:      cluster.E2EStages(),
+		Out:              testWriter{t},
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Logf("TIMING cluster up: %s", time.Since(start).Round(time.Millisecond))
+	downed := false
+	t.Cleanup(func() {
+		if !downed {
+			_ = c.Down()
+		}
+	})
+	cs := c.Clientset
+	ns := "smoke"
+	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	t.Run("a claim is provisioned in its pod's zone", func(t *testing.T) {
+		g := NewWithT(t)
+		pvc := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: ns},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				StorageClassName: ptr.To(cluster.StorageClassStandard),
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			},
+		}
+		created := time.Now()
+		_, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		pod := fixtures.MakePod("app", ns).Mount("data", "/data").Obj()
+		pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"},
+		}}}
+		_, err = cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+
+		var volume string
+		g.Eventually(func(g Gomega) {
+			got, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "data", metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got.Status.Phase).To(Equal(corev1.ClaimBound))
+			volume = got.Spec.VolumeName
+		}).WithContext(ctx).WithTimeout(fixtures.LongTimeout).Should(Succeed())
+		t.Logf("TIMING claim bound (provisioner delay 1s): %s", time.Since(created).Round(time.Millisecond))
+
+		var node string
+		g.Eventually(func(g Gomega) {
+			got, err := cs.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got.Status.Phase).To(Equal(corev1.PodRunning))
+			node = got.Spec.NodeName
+		}).WithContext(ctx).Should(Succeed())
+		t.Logf("TIMING pod Running: %s", time.Since(created).Round(time.Millisecond))
+
+		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		pv, err := cs.CoreV1().PersistentVolumes().Get(ctx, volume, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pv.Spec.NodeAffinity.Required.NodeSelectorTerms).To(ConsistOf(corev1.NodeSelectorTerm{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{n.Labels[corev1.LabelTopologyZone]},
+			}},
+		}))
+		g.Expect(pv.Annotations).To(HaveKeyWithValue("pv.kubernetes.io/provisioned-by", cluster.ProvisionerName))
+
+		// Deleting the pod and claim releases the volume, which the
+		// provisioner deletes.
+		g.Expect(cs.CoreV1().Pods(ns).Delete(ctx, "app", metav1.DeleteOptions{})).To(Succeed())
+		g.Expect(cs.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, "data", metav1.DeleteOptions{})).To(Succeed())
+		g.Eventually(func() error {
+			_, err := cs.CoreV1().PersistentVolumes().Get(ctx, volume, metav1.GetOptions{})
+			return err
+		}).WithContext(ctx).Should(MatchError(ContainSubstring("not found")))
+	})
+
+	t.Run("a Job completes; a job-fail Job fails", func(t *testing.T) {
+		g := NewWithT(t)
+		job := func(name string, labels map[string]string) *batchv1.Job {
+			return &batchv1.Job{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+				Spec: batchv1.JobSpec{
+					BackoffLimit: ptr.To[int32](0),
+					Template: corev1.PodTemplateSpec{
+						ObjectMeta: metav1.ObjectMeta{Labels: labels},
+						Spec: corev1.PodSpec{
+							RestartPolicy: corev1.RestartPolicyNever,
+							Containers:    []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
+						},
+					},
+				},
+			}
+		}
+		created := time.Now()
+		_, err := cs.BatchV1().Jobs(ns).Create(ctx, job("ok", nil), metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		_, err = cs.BatchV1().Jobs(ns).Create(ctx, job("bad", map[string]string{cluster.JobFailLabelKey: "true"}), metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		jobCondition := func(name string) func(g Gomega) []batchv1.JobConditionType {
+			return func(g Gomega) []batchv1.JobConditionType {
+				j, err := cs.BatchV1().Jobs(ns).Get(ctx, name, metav1.GetOptions{})
+				g.Expect(err).NotTo(HaveOccurred())
+				var types []batchv1.JobConditionType
+				for _, c := range j.Status.Conditions {
+					if c.Status == corev1.ConditionTrue {
+						types = append(types, c.Type)
+					}
+				}
+				return types
+			}
+		}
+		g.Eventually(jobCondition("ok")).WithContext(ctx).Should(ContainElement(batchv1.JobComplete))
+		t.Logf("TIMING Job Complete: %s", time.Since(created).Round(time.Millisecond))
+		g.Eventually(jobCondition("bad")).WithContext(ctx).Should(ContainElement(batchv1.JobFailed))
+		t.Logf("TIMING job-fail Job Failed: %s", time.Since(created).Round(time.Millisecond))
+	})
+
+	t.Run("a sidecar-fail pod's sidecar exits 1", func(t *testing.T) {
+		g := NewWithT(t)
+		pod := fixtures.MakePod("sidecar-fail", ns).Label(cluster.SidecarFailLabelKey, "true").
+			Container(corev1.Container{Name: "sidecar", Image: "registry.k8s.io/pause:3.10"}).Obj()
+		_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Eventually(func(g Gomega) {
+			got, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got.Status.Phase).To(Equal(corev1.PodRunning))
+			states := map[string]corev1.ContainerState{}
+			for _, s := range got.Status.ContainerStatuses {
+				states[s.Name] = s.State
+			}
+			g.Expect(states["app"].Running).NotTo(BeNil())
+			g.Expect(states["sidecar"].Terminated).NotTo(BeNil())
+			g.Expect(states["sidecar"].Terminated.ExitCode).To(Equal(int32(1)))
+		}).WithContext(ctx).Should(Succeed())
+	})
+
+	t.Run("the operator runs, restarts and stops", func(t *testing.T) {
+		g := NewWithT(t)
+		started := time.Now()
+		op, err := cluster.RunOperator(ctx, c, cluster.OperatorOptions{Args: []string{"--zap-log-level=info"}})
+		g.Expect(err).NotTo(HaveOccurred())
+		t.Logf("TIMING operator ready (including a possible build): %s", time.Since(started).Round(time.Millisecond))
+		g.Expect(httpGet(ctx, op.MetricsURL())).To(Equal(http.StatusOK))
+		pid := op.PID()
+		started = time.Now()
+		g.Expect(op.Restart(ctx)).To(Succeed())
+		t.Logf("TIMING operator restart: %s", time.Since(started).Round(time.Millisecond))
+		g.Expect(op.PID()).NotTo(Or(BeZero(), Equal(pid)))
+		g.Expect(httpGet(ctx, op.MetricsURL())).To(Equal(http.StatusOK))
+		g.Expect(op.Stop()).To(Succeed())
+		g.Expect(op.PID()).To(BeZero())
+		// Down stops an operator that is left running.
+		_, err = cluster.RunOperator(ctx, c, cluster.OperatorOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+	})
+
+	t.Run("the deploy manifests pass a server-side dry run", func(t *testing.T) {
+		out, err := c.DryRunDeployManifests(ctx)
+		if err != nil && os.Getenv("KUSTOMIZE") == "" && strings.Contains(err.Error(), "requires go >=") {
+			t.Skipf("the Makefile's kustomize needs a newer Go than this toolchain; set KUSTOMIZE to an older one: %v", err)
+		}
+		NewWithT(t).Expect(err).NotTo(HaveOccurred())
+		t.Logf("%s", out)
+	})
+
+	pids := c.PIDs()
+	g.Expect(pids).To(HaveKey("kube-apiserver"))
+	g.Expect(pids).To(HaveKey("provisioner"))
+	g.Expect(pids).To(HaveKey("operator"))
+	started := time.Now()
+	g.Expect(c.Down()).To(Succeed())
+	downed = true
+	t.Logf("TIMING cluster down: %s", time.Since(started).Round(time.Millisecond))
+	for name, pid := range pids {
+		g.Expect(running(pid)).To(BeFalse(), "%s (PID %d) still runs after Down", name, pid)
+	}
+	for _, dir := range []string{c.Dir, c.KwokctlDir()} {
+		_, err := os.Stat(dir)
+		g.Expect(os.IsNotExist(err)).To(BeTrue(), "%s is left after Down", dir)
+	}
+}
+
+// running says whether pid runs. A zombie does not: the processes outlive
+// the kwokctl and CLI processes that started them, so their parent is PID 1,
+// which reaps them when it pleases.
+func running(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
+}
+
+func httpGet(ctx context.Context, url string) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// testWriter sends progress lines to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

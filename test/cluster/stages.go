@@ -1,0 +1,72 @@
+package cluster
+
+import (
+	_ "embed"
+	"strings"
+)
+
+// Labels that the e2e stages react to.
+const (
+	// SidecarFailLabelKey: a pod labelled with it ("true") has its container
+	// named "sidecar" terminate with exit code 1 (SidecarFailStage).
+	SidecarFailLabelKey = "e2e.fluent-pvc-operator/sidecar-fail"
+	// JobFailLabelKey: a pod labelled with it ("true") fails (JobFailStage).
+	JobFailLabelKey = "e2e.fluent-pvc-operator/job-fail"
+)
+
+var (
+	//go:embed stages/node-initialize.yaml
+	stageNodeInitialize string
+	//go:embed stages/node-heartbeat-with-lease.yaml
+	stageNodeHeartbeat string
+	//go:embed stages/pod-ready.yaml
+	stagePodReady string
+	//go:embed stages/pod-complete.yaml
+	stagePodComplete string
+	//go:embed stages/pod-delete.yaml
+	stagePodDelete string
+
+	// SidecarFailStage is a kwok Stage: one second after the container named
+	// "sidecar" of a Running pod labelled SidecarFailLabelKey="true" started,
+	// it terminates with exit code 1; the pod stays Running, not Ready.
+	//go:embed stages/e2e-sidecar-fail.yaml
+	SidecarFailStage string
+
+	// JobFailStage is a kwok Stage: a Running pod labelled
+	// JobFailLabelKey="true" goes to phase Failed with every container
+	// terminated with exit code 1. Label a Job's pod template with it to fail
+	// the Job (after its backoffLimit).
+	//go:embed stages/e2e-job-fail.yaml
+	JobFailStage string
+)
+
+// DefaultStages are the Stages kwokctl v0.8.0 installs for the binary runtime
+// when its configuration names none: nodes become Ready and renew their
+// lease; pods become Running and Ready at once; pods owned by a Job then
+// Succeed; deleted pods go away. kwokctl drops all of them as soon as the
+// configuration names any Stage, so Up always writes them next to
+// Options.ExtraStages.
+func DefaultStages() []string {
+	return []string{stageNodeInitialize, stageNodeHeartbeat, stagePodReady, stagePodComplete, stagePodDelete}
+}
+
+// E2EStages are the Stages the e2e suite adds to the defaults:
+// SidecarFailStage and JobFailStage.
+func E2EStages() []string {
+	return []string{SidecarFailStage, JobFailStage}
+}
+
+// kwokctlConfig is the multi-document --config of kwokctl create cluster.
+func kwokctlConfig(kubectl string, stages []string) string {
+	var b strings.Builder
+	b.WriteString("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokctlConfiguration\noptions:\n")
+	b.WriteString("  kubectlBinary: " + quote(kubectl) + "\n")
+	for _, s := range stages {
+		b.WriteString("---\n")
+		b.WriteString(strings.TrimSpace(s))
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"` }
