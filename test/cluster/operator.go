@@ -217,7 +217,7 @@ func (c *Cluster) Kubectl(ctx context.Context, stdin []byte, args ...string) ([]
 
 // DefaultKustomize is the kustomize command of the Makefile. The KUSTOMIZE
 // environment variable replaces it (a command line, split on spaces).
-const DefaultKustomize = "go run sigs.k8s.io/kustomize/kustomize/v5@v5.8.3"
+const DefaultKustomize = "go run sigs.k8s.io/kustomize/kustomize/v5@v5.8.1"
 
 // DryRunDeployManifests renders config/default with kustomize (KUSTOMIZE or
 // DefaultKustomize) and applies it
