@@ -38,7 +38,7 @@ generate: ## Generate deep-copy code.
 
 .PHONY: manifests
 manifests: ## Generate CRDs, RBAC and webhook manifests into config/.
-	$(CONTROLLER_GEN) crd rbac:roleName=manager-role webhook paths=./... \
+	$(CONTROLLER_GEN) crd:generateEmbeddedObjectMeta=true rbac:roleName=manager-role webhook paths=./... \
 		output:crd:artifacts:config=config/crd/bases \
 		output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook

@@ -222,6 +222,19 @@ var _ = Describe("FluentPVC defaults", func() {
 		Expect(got.Spec.DeletePodIfSidecarContainerTerminationDetected).To(HaveValue(BeFalse()))
 		Expect(got.Spec.DeletePodOnSidecarFailure()).To(BeFalse())
 	})
+
+	It("keeps the labels and annotations of the finalizer Job's pod template", func() {
+		fpvc := fixtures.MakeFluentPVC(uniqueName("template-meta")).Mutate(func(f *v1alpha1.FluentPVC) {
+			f.Spec.PVCFinalizerJobSpecTemplate.Template.Labels = map[string]string{"team": "logs"}
+			f.Spec.PVCFinalizerJobSpecTemplate.Template.Annotations = map[string]string{"example.com/note": "kept"}
+		}).Obj()
+		expectCreated(fpvc)
+
+		got := &v1alpha1.FluentPVC{}
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(fpvc), got)).To(Succeed())
+		Expect(got.Spec.PVCFinalizerJobSpecTemplate.Template.Labels).To(HaveKeyWithValue("team", "logs"))
+		Expect(got.Spec.PVCFinalizerJobSpecTemplate.Template.Annotations).To(HaveKeyWithValue("example.com/note", "kept"))
+	})
 })
 
 var _ = Describe("CRD printer columns", func() {
