@@ -1,0 +1,281 @@
+package e2e
+
+import (
+	"fmt"
+	"sync"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/test/cluster"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+var _ = Describe("Claims on a simulated cluster", func() {
+	It("runs fluent-pvc-operator's README flow unchanged", func() {
+		ns := newNamespace("readme")
+		// The sample from config/samples, applied as its README says.
+		kubectl("apply", "-f", fixtures.Path("config", "samples", "fluent-pvc-operator_v1alpha1_fluentpvc.yaml"))
+		DeferCleanup(func() {
+			kubectl("delete", "--ignore-not-found", "-f", fixtures.Path("config", "samples", "fluent-pvc-operator_v1alpha1_fluentpvc.yaml"))
+		})
+
+		kubectl("run", "-n", ns, "--image=alpine:latest", "--labels", v1alpha1.FluentPVCNameLabelKey+"=fluent-pvc-sample",
+			"sample-pod", "--", "sh", "-c", "for i in $(seq 1 60); do sleep 1; echo $i; done")
+		pod := running(ns, "sample-pod")
+		Expect(pod.Spec.Containers).To(ContainElement(HaveField("Name", "sidecar")))
+		claim := claimOf(pod)
+		Eventually(func(g Gomega) {
+			g.Expect(getPVC(ns, claim)(g).Status.Phase).To(Equal(corev1.ClaimBound))
+		}, timeout, interval).Should(Succeed())
+		Eventually(func(g Gomega) {
+			b := &v1alpha1.FluentPVCBinding{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, b)).To(Succeed())
+			g.Expect(b.Status.Phase).To(Equal(v1alpha1.BindingPhaseInUse))
+		}, timeout, interval).Should(Succeed())
+
+		kubectl("delete", "pod", "-n", ns, "sample-pod", "--wait=false")
+		// The finalizer Job runs and completes (kwok completes Job pods).
+		Eventually(func(g Gomega) {
+			j := &batchv1.Job{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim + "-drain-1"}, j)).To(Succeed())
+			g.Expect(j.Status.Succeeded).To(BeEquivalentTo(1))
+		}, timeout, interval).Should(Succeed())
+		drained(ns, claim)
+	})
+
+	It("gives a Deployment of 10 replicas 10 claims, and drains all 10 after scaling to 0", func() {
+		ns := newNamespace("deploy")
+		fpvc := createFluentPVC(e2eFluentPVC("deploy-" + ns).Obj())
+		deploy := deployment(ns, "web", fpvc.Name, 10, nil)
+		Expect(k8s.Create(ctx, deploy)).To(Succeed())
+
+		var claims []string
+		Eventually(func(g Gomega) {
+			pods := podsOf(g, ns, "web")
+			g.Expect(pods).To(HaveLen(10))
+			claims = nil
+			for _, p := range pods {
+				g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning))
+				claims = append(claims, p.Labels[v1alpha1.BindingNameLabelKey])
+			}
+		}, longTimeout, interval).Should(Succeed())
+		Expect(sets.New(claims...)).To(HaveLen(10))
+
+		Eventually(func() error {
+			d := &appsv1.Deployment{}
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(deploy), d); err != nil {
+				return err
+			}
+			d.Spec.Replicas = ptr.To[int32](0)
+			return k8s.Update(ctx, d)
+		}, timeout, interval).Should(Succeed())
+		for _, c := range claims {
+			drained(ns, c)
+		}
+		Expect(k8s.Delete(ctx, deploy)).To(Succeed())
+	})
+
+	It("deletes a pod whose sidecar fails; its replacement gets a new claim and the old one is drained", func() {
+		ns := newNamespace("sidecar")
+		fpvc := createFluentPVC(e2eFluentPVC("sidecar-" + ns).Obj())
+		deploy := deployment(ns, "flaky", fpvc.Name, 1, map[string]string{cluster.SidecarFailLabelKey: "true"})
+		Expect(k8s.Create(ctx, deploy)).To(Succeed())
+
+		var first corev1.Pod
+		Eventually(func(g Gomega) {
+			pods := podsOf(g, ns, "flaky")
+			g.Expect(pods).NotTo(BeEmpty())
+			first = pods[0]
+		}, timeout, interval).Should(Succeed())
+		firstClaim := claimOf(&first)
+
+		// kwok terminates the sidecar with exit code 1; the operator deletes
+		// the pod; the ReplicaSet makes another with another claim.
+		Eventually(func(g Gomega) {
+			var replacement []string
+			for _, p := range podsOf(g, ns, "flaky") {
+				if p.UID != first.UID {
+					replacement = append(replacement, p.Labels[v1alpha1.BindingNameLabelKey])
+				}
+			}
+			g.Expect(replacement).NotTo(BeEmpty())
+			g.Expect(replacement).NotTo(ContainElement(firstClaim))
+		}, timeout, interval).Should(Succeed())
+		Eventually(func(g Gomega) []string {
+			var l corev1.EventList
+			g.Expect(k8s.List(ctx, &l, client.InNamespace(ns))).To(Succeed())
+			var reasons []string
+			for _, e := range l.Items {
+				if e.InvolvedObject.Name == first.Name {
+					reasons = append(reasons, e.Reason)
+				}
+			}
+			return reasons
+		}, timeout, interval).Should(ContainElement(v1alpha1.EventReasonSidecarFailed))
+		drained(ns, firstClaim)
+
+		Expect(k8s.Delete(ctx, deploy, client.PropagationPolicy(metav1.DeletePropagationForeground))).To(Succeed())
+	})
+
+	It("keeps the claim while its finalizer Job fails, and drains it once the failure is removed", func() {
+		ns := newNamespace("jobfail")
+		fpvc := createFluentPVC(e2eFluentPVC("jobfail-" + ns).Mutate(func(f *v1alpha1.FluentPVC) {
+			f.Spec.PVCFinalizerJobSpecTemplate.Template.Labels = map[string]string{cluster.JobFailLabelKey: "true"}
+		}).Obj())
+		pod := fixtures.MakePod("app", ns).FluentPVC(fpvc.Name).Obj()
+		Expect(k8s.Create(ctx, pod)).To(Succeed())
+		claim := claimOf(pod)
+		running(ns, "app")
+		Expect(k8s.Delete(ctx, pod)).To(Succeed())
+
+		Eventually(func(g Gomega) {
+			b := &v1alpha1.FluentPVCBinding{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, b)).To(Succeed())
+			g.Expect(b.Status.DrainAttempts).To(BeNumerically(">=", 2))
+			pvc := getPVC(ns, claim)(g)
+			g.Expect(pvc.DeletionTimestamp).To(BeNil())
+		}, timeout, interval).Should(Succeed())
+
+		Eventually(func() error {
+			f := &v1alpha1.FluentPVC{}
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(fpvc), f); err != nil {
+				return err
+			}
+			f.Spec.PVCFinalizerJobSpecTemplate.Template.Labels = nil
+			return k8s.Update(ctx, f)
+		}, timeout, interval).Should(Succeed())
+		drained(ns, claim)
+	})
+
+	It("reclaims the claim of a pod rejected after the webhook", func() {
+		ns := newNamespace("orphan")
+		fpvc := createFluentPVC(e2eFluentPVC("orphan-" + ns).Obj())
+		rejectAfterWebhook(ns)
+
+		err := k8s.Create(ctx, fixtures.MakePod("rejected", ns).FluentPVC(fpvc.Name).Label("reject", "yes").Obj())
+		Expect(err).To(MatchError(ContainSubstring("rejected by the e2e policy")))
+		var claim string
+		Eventually(func(g Gomega) {
+			var l v1alpha1.FluentPVCBindingList
+			g.Expect(k8s.List(ctx, &l, client.InNamespace(ns))).To(Succeed())
+			g.Expect(l.Items).To(HaveLen(1))
+			claim = l.Items[0].Name
+		}, timeout, interval).Should(Succeed())
+		drained(ns, claim)
+	})
+
+	It("finishes a drain with exactly one successful Job across an operator restart", func() {
+		ns := newNamespace("restart")
+		fpvc := createFluentPVC(e2eFluentPVC("restart-" + ns).Obj())
+		jobs := countJobs(ns)
+
+		pod := fixtures.MakePod("app", ns).FluentPVC(fpvc.Name).Obj()
+		Expect(k8s.Create(ctx, pod)).To(Succeed())
+		claim := claimOf(pod)
+		running(ns, "app")
+		Expect(k8s.Delete(ctx, pod)).To(Succeed())
+		Eventually(func() []string { return jobs.names() }, timeout, interval).ShouldNot(BeEmpty())
+
+		Expect(op.Stop()).To(Succeed())
+		Expect(op.Restart(ctx)).To(Succeed())
+		drained(ns, claim)
+		Consistently(func() []string { return jobs.names() }, stillFor, interval).Should(Equal([]string{claim + "-drain-1"}))
+	})
+})
+
+// deployment is a Deployment of replicas pods labelled app=name that opt into
+// fluentPVC, with extra pod labels.
+func deployment(ns, name, fluentPVC string, replicas int32, extra map[string]string) *appsv1.Deployment {
+	labels := map[string]string{"app": name, v1alpha1.FluentPVCNameLabelKey: fluentPVC}
+	for k, v := range extra {
+		labels[k] = v
+	}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       fixtures.MakePod("", ns).Obj().Spec,
+			},
+		},
+	}
+}
+
+// rejectAfterWebhook installs a ValidatingAdmissionPolicy that rejects pods
+// labelled reject=yes in ns, after the mutating webhook ran, and waits until
+// the API server enforces it.
+func rejectAfterWebhook(ns string) {
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "reject-" + ns},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: fmt.Sprintf(`object.metadata.namespace != %q || !has(object.metadata.labels) || !('reject' in object.metadata.labels)`, ns),
+				Message:    "rejected by the e2e policy",
+			}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName: policy.Name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		},
+	}
+	Expect(k8s.Create(ctx, policy)).To(Succeed())
+	Expect(k8s.Create(ctx, binding)).To(Succeed())
+	DeferCleanup(func() {
+		Expect(k8s.Delete(ctx, binding)).To(Succeed())
+		Expect(k8s.Delete(ctx, policy)).To(Succeed())
+	})
+	Eventually(func() error {
+		return k8s.Create(ctx, fixtures.MakePod("probe", ns).Label("reject", "yes").Obj(), client.DryRunAll)
+	}, timeout, interval).Should(MatchError(ContainSubstring("rejected by the e2e policy")))
+}
+
+// jobCounter records the name of every Job created in a namespace, seen by
+// an informer, so that a spec can tell how many were ever made.
+type jobCounter struct {
+	mu   sync.Mutex
+	seen sets.Set[string]
+}
+
+func (c *jobCounter) names() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return sets.List(c.seen)
+}
+
+func countJobs(ns string) *jobCounter {
+	c := &jobCounter{seen: sets.New[string]()}
+	inf, err := informer.GetInformer(ctx, &batchv1.Job{})
+	Expect(err).NotTo(HaveOccurred())
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
+		if j, ok := obj.(*batchv1.Job); ok && j.Namespace == ns {
+			c.mu.Lock()
+			c.seen.Insert(j.Name)
+			c.mu.Unlock()
+		}
+	}})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() { Expect(inf.RemoveEventHandler(reg)).To(Succeed()) })
+	return c
+}

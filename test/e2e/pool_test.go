@@ -1,0 +1,162 @@
+package e2e
+
+import (
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+var _ = Describe("Warm pool on a simulated cluster", func() {
+	var (
+		ns   string
+		fpvc *v1alpha1.FluentPVC
+	)
+
+	warm := func(g Gomega) []corev1.PersistentVolumeClaim {
+		var l corev1.PersistentVolumeClaimList
+		g.Expect(k8s.List(ctx, &l, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm})).To(Succeed())
+		var live []corev1.PersistentVolumeClaim
+		for _, c := range l.Items {
+			if c.DeletionTimestamp.IsZero() {
+				live = append(live, c)
+			}
+		}
+		return live
+	}
+	// full waits until the pool holds n Bound, zone-recorded warm PVCs made
+	// from the current template, and returns them.
+	full := func(n int) []corev1.PersistentVolumeClaim {
+		var cs []corev1.PersistentVolumeClaim
+		EventuallyWithOffset(1, func(g Gomega) {
+			f := &v1alpha1.FluentPVC{}
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(fpvc), f)).To(Succeed())
+			hash := pool.TemplateHash(&f.Spec.PVCSpecTemplate)
+			cs = warm(g)
+			g.Expect(cs).To(HaveLen(n))
+			for _, c := range cs {
+				g.Expect(c.Status.Phase).To(Equal(corev1.ClaimBound))
+				g.Expect(c.Labels).To(HaveKeyWithValue(v1alpha1.TemplateHashLabelKey, hash))
+				g.Expect(c.Annotations).To(HaveKey(v1alpha1.ZonesAnnotationKey))
+			}
+			g.Expect(f.Status.Warm).To(BeEquivalentTo(n))
+		}, longTimeout, interval).Should(Succeed())
+		return cs
+	}
+	binders := func(g Gomega) []string {
+		var jobs batchv1.JobList
+		g.Expect(k8s.List(ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder})).To(Succeed())
+		var pods corev1.PodList
+		g.Expect(k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder})).To(Succeed())
+		return append(names(jobs.Items), names(pods.Items)...)
+	}
+	setPool := func(change func(*v1alpha1.FluentPVC)) {
+		EventuallyWithOffset(1, func() error {
+			f := &v1alpha1.FluentPVC{}
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(fpvc), f); err != nil {
+				return err
+			}
+			change(f)
+			return k8s.Update(ctx, f)
+		}, timeout, interval).Should(Succeed())
+	}
+
+	BeforeEach(func() {
+		ns = newNamespace("pool")
+		// The README sample's class is standard: WaitForFirstConsumer, 5 s per volume.
+		fpvc = createFluentPVC(e2eFluentPVC("pool-" + ns).PoolSize(6).Mutate(func(f *v1alpha1.FluentPVC) {
+			f.Spec.Pool.Namespaces = []string{ns}
+		}).Obj())
+	})
+
+	It("binds warm PVCs through binders, spread over the zones, and hands them to pods", func() {
+		cs := full(6)
+		Eventually(binders, timeout, interval).Should(BeEmpty(), "no binder Job or pod is left")
+		perZone := map[string]int{}
+		for _, c := range cs {
+			perZone[c.Annotations[v1alpha1.ZonesAnnotationKey]]++
+		}
+		Expect(perZone).To(HaveLen(3), "warm PVCs in every zone: %v", perZone)
+		for zone, n := range perZone {
+			Expect(n).To(Equal(2), "zone %s: %v", zone, perZone)
+		}
+
+		pod := fixtures.MakePod("hit", ns).FluentPVC(fpvc.Name).Obj()
+		Expect(k8s.Create(ctx, pod)).To(Succeed())
+		claim := claimOf(pod)
+		Expect(names(cs)).To(ContainElement(claim))
+		running(ns, "hit")
+		Expect(getPVC(ns, claim)(Default).Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutHit))
+
+		pinned := fixtures.MakePod("pinned", ns).FluentPVC(fpvc.Name).NodeSelector(pool.ZoneLabelKey, "zone-b").Obj()
+		Expect(k8s.Create(ctx, pinned)).To(Succeed())
+		pinnedClaim := getPVC(ns, claimOf(pinned))(Default)
+		Expect(pinnedClaim.Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutHit))
+		Expect(pinnedClaim.Annotations).To(HaveKeyWithValue(v1alpha1.ZonesAnnotationKey, "zone-b"))
+		Expect(running(ns, "pinned").Spec.NodeName).To(HavePrefix("kwok-zone-b-"))
+
+		// A warm PVC deleted by hand is replaced.
+		remaining := full(6)
+		Expect(k8s.Delete(ctx, &remaining[0])).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(names(warm(g))).NotTo(ContainElement(remaining[0].Name))
+		}, timeout, interval).Should(Succeed())
+		full(6)
+
+		Expect(k8s.Delete(ctx, pod)).To(Succeed())
+		Expect(k8s.Delete(ctx, pinned)).To(Succeed())
+		drained(ns, claim)
+		drained(ns, pinnedClaim.Name)
+	})
+
+	It("replaces every warm PVC when the template changes, and converges when scaled 6 → 1 → 0", func() {
+		before := sets.New(names(full(6))...)
+		setPool(func(f *v1alpha1.FluentPVC) {
+			f.Spec.PVCSpecTemplate.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("2Gi")
+		})
+		after := full(6)
+		Expect(before.HasAny(names(after)...)).To(BeFalse(), "no warm PVC of the old template is kept")
+		for _, c := range after {
+			Expect(c.Spec.Resources.Requests.Storage().String()).To(Equal("2Gi"))
+		}
+
+		setPool(func(f *v1alpha1.FluentPVC) { f.Spec.Pool.Size = 1 })
+		full(1)
+		setPool(func(f *v1alpha1.FluentPVC) { f.Spec.Pool.Size = 0 })
+		Eventually(warm, timeout, interval).Should(BeEmpty())
+		Eventually(binders, timeout, interval).Should(BeEmpty())
+	})
+
+	It("returns an orphan claim to the pool, and deletes the warm PVCs with the FluentPVC", func() {
+		cs := full(6)
+		rejectAfterWebhook(ns)
+		err := k8s.Create(ctx, fixtures.MakePod("rejected", ns).FluentPVC(fpvc.Name).Label("reject", "yes").Obj())
+		Expect(err).To(MatchError(ContainSubstring("rejected by the e2e policy")))
+
+		var orphan string
+		Eventually(func(g Gomega) {
+			var l v1alpha1.FluentPVCBindingList
+			g.Expect(k8s.List(ctx, &l, client.InNamespace(ns))).To(Succeed())
+			g.Expect(l.Items).To(HaveLen(1))
+			orphan = l.Items[0].Name
+		}, timeout, interval).Should(Succeed())
+		Expect(names(cs)).To(ContainElement(orphan), "the rejected pod's claim came from the pool")
+		// After the grace period the claim is warm again, not deleted.
+		Eventually(func(g Gomega) {
+			g.Expect(names(warm(g))).To(ContainElement(orphan))
+			var l v1alpha1.FluentPVCBindingList
+			g.Expect(k8s.List(ctx, &l, client.InNamespace(ns))).To(Succeed())
+			g.Expect(l.Items).To(BeEmpty())
+		}, timeout, interval).Should(Succeed())
+
+		Expect(k8s.Delete(ctx, fpvc)).To(Succeed())
+		Eventually(warm, timeout, interval).Should(BeEmpty())
+	})
+})

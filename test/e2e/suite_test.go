@@ -1,0 +1,98 @@
+// Package e2e runs the operator as a local process against a whole simulated
+// cluster (test/cluster: kube-apiserver, kube-controller-manager with the PV,
+// Job and garbage collectors, kube-scheduler, kwok nodes in three zones, and a
+// test provisioner with a 5 s delay), and checks what a user sees.
+package e2e
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/test/cluster"
+)
+
+// Waits on the simulated cluster; they include the provisioner's delay.
+const (
+	timeout     = 2 * time.Minute
+	longTimeout = 4 * time.Minute
+	interval    = 200 * time.Millisecond
+	stillFor    = 5 * time.Second
+	// Short timers of the operator, so that retries and orphans resolve
+	// within a spec.
+	orphanGracePeriod = 10 * time.Second
+)
+
+var (
+	kc *cluster.Cluster
+	op *cluster.Operator
+	// k8s reads through informers (a cache) and writes straight to the API.
+	k8s      client.Client
+	informer cache.Cache
+	scheme   = runtime.NewScheme()
+	ctx      = context.Background()
+)
+
+func TestSuite(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "End-to-end suite on a simulated cluster")
+}
+
+var _ = BeforeSuite(func() {
+	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
+
+	var err error
+	kc, err = cluster.Up(ctx, cluster.Options{Name: "e2e", ExtraStages: cluster.E2EStages(), Out: GinkgoWriter})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() {
+		if os.Getenv("E2E_KEEP_CLUSTER") == "" {
+			Expect(kc.Down()).To(Succeed())
+		}
+	})
+
+	out, err := kc.DryRunDeployManifests(ctx)
+	Expect(err).NotTo(HaveOccurred(), "config/default must be valid against the API server")
+	GinkgoWriter.Printf("server-side dry run of config/default:\n%s\n", out)
+
+	op, err = cluster.RunOperator(ctx, kc, cluster.OperatorOptions{Args: []string{
+		"--orphan-grace-period=" + orphanGracePeriod.String(),
+		"--drain-backoff-base=2s",
+		"--drain-backoff-max=8s",
+	}})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() {
+		if CurrentSpecReport().Failed() || os.Getenv("E2E_OPERATOR_LOG") != "" {
+			GinkgoWriter.Printf("operator log: %s\n", op.LogPath)
+		}
+	})
+
+	informer, err = cache.New(kc.Config, cache.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	cacheCtx, cancel := context.WithCancel(ctx)
+	DeferCleanup(cancel)
+	// Start the informers the specs read through before the cache.
+	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.PersistentVolumeClaim{}, &corev1.PersistentVolume{},
+		&batchv1.Job{}, &v1alpha1.FluentPVCBinding{}, &v1alpha1.FluentPVC{}} {
+		_, err := informer.GetInformer(cacheCtx, obj)
+		Expect(err).NotTo(HaveOccurred())
+	}
+	go func() {
+		defer GinkgoRecover()
+		Expect(informer.Start(cacheCtx)).To(Succeed())
+	}()
+	Expect(informer.WaitForCacheSync(cacheCtx)).To(BeTrue())
+	k8s, err = client.New(kc.Config, client.Options{Scheme: scheme, Cache: &client.CacheOptions{Reader: informer}})
+	Expect(err).NotTo(HaveOccurred())
+})
