@@ -77,8 +77,23 @@ $(BIN)/%:
 	@test/tools/build-bin.sh $*
 
 .PHONY: test
-test: bins vet ## Run every suite: unit tests and the envtest suites.
+test: bins vet ## Run every suite: unit tests, the envtest suites, then the end-to-end suite.
 	go test $$(go list ./... | grep -v /test/e2e) -count=1 -timeout 30m $(GINKGO_FLAGS)
+	$(MAKE) test-e2e
+
+.PHONY: test-e2e
+test-e2e: bins ## Run the end-to-end suite on a simulated cluster (kwok).
+	go test ./test/e2e -count=1 -timeout 30m -v $(GINKGO_FLAGS)
+
+##@ Demo
+
+.PHONY: demo
+demo: bins ## Start a local simulated cluster with the operator and show pods starting from the warm pool.
+	go run ./test/demo
+
+.PHONY: demo-down
+demo-down: ## Stop the demo cluster and operator and remove their state.
+	go run ./test/cluster/cmd/kwokcluster -name demo down
 
 ##@ Deployment
 
