@@ -175,6 +175,31 @@ var _ = Describe("Warm pool", func() {
 		poolFull(3)
 	})
 
+	It("learns pool namespaces from admitted pods when none are listed", func() {
+		learning := fixtures.MakeFluentPVC("learn-" + ns).PoolSize(2).Obj()
+		Expect(k8sClient.Create(ctx, learning)).To(Succeed())
+		DeferCleanup(func() { Expect(k8sClient.Delete(context.Background(), learning)).To(Succeed()) })
+		Eventually(func(g Gomega) {
+			f := &v1alpha1.FluentPVC{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(learning), f)).To(Succeed())
+			g.Expect(meta(f.Status.Conditions, v1alpha1.FluentPVCConditionPoolReady)).To(HaveField("Reason", v1alpha1.PoolReadyReasonNoNamespaces))
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+
+		pod := fixtures.MakePod("first", ns).FluentPVC(learning.Name).Obj()
+		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+		Eventually(func(g Gomega) {
+			var l corev1.PersistentVolumeClaimList
+			g.Expect(k8sClient.List(ctx, &l, client.InNamespace(ns), client.MatchingLabels{
+				v1alpha1.FluentPVCNameLabelKey: learning.Name, v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm,
+			})).To(Succeed())
+			g.Expect(l.Items).To(HaveLen(2))
+			f := &v1alpha1.FluentPVC{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(learning), f)).To(Succeed())
+			g.Expect(f.Status.Pool).To(ConsistOf(HaveField("Namespace", ns)))
+			g.Expect(f.Status.Pool[0].LastAdmissionTime).NotTo(BeNil())
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+	})
+
 	It("deletes the warm PVCs with the FluentPVC", func() {
 		poolFull(3)
 		Expect(k8sClient.Delete(ctx, fpvc)).To(Succeed())
