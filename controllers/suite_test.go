@@ -2,7 +2,6 @@ package controllers_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -24,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/yaml"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/controllers"
@@ -58,22 +55,10 @@ var _ = BeforeSuite(func() {
 	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
 	Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
 
-	raw, err := os.ReadFile(fixtures.Path("config", "webhook", "manifests.yaml"))
+	whc, err := fixtures.WebhookConfiguration()
 	Expect(err).NotTo(HaveOccurred())
-	whc := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	Expect(yaml.Unmarshal(raw, whc)).To(Succeed())
-	for i := range whc.Webhooks {
-		whc.Webhooks[i].ObjectSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-			Key: v1alpha1.FluentPVCNameLabelKey, Operator: metav1.LabelSelectorOpExists,
-		}}}
-	}
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{fixtures.Path("config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		WebhookInstallOptions: envtest.WebhookInstallOptions{
-			MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{whc},
-		},
-	}
+	testEnv = fixtures.NewEnvtest()
+	testEnv.WebhookInstallOptions.MutatingWebhooks = []*admissionregistrationv1.MutatingWebhookConfiguration{whc}
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})

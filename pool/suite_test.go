@@ -32,7 +32,7 @@ func TestSuite(t *testing.T) {
 var _ = BeforeSuite(func() {
 	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
 	Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
-	testEnv = &envtest.Environment{CRDDirectoryPaths: []string{fixtures.Path("config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
+	testEnv = fixtures.NewEnvtest()
 	var err error
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())

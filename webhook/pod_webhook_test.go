@@ -9,7 +9,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	admissionv1 "k8s.io/api/admission/v1"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -246,29 +245,7 @@ var _ = Describe("Pod admission", func() {
 
 	It("leaves an orphan record on the claim of a pod rejected after the webhook", func() {
 		rejectLabel := "reject-" + ns
-		policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-			ObjectMeta: metav1.ObjectMeta{Name: "reject-" + ns},
-			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-				FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-				MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-						Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
-					},
-				}}},
-				Validations: []admissionregistrationv1.Validation{{
-					Expression: `!has(object.metadata.labels) || !('` + rejectLabel + `' in object.metadata.labels)`,
-					Message:    "rejected by the test policy",
-				}},
-			},
-		}
-		binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
-			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-				PolicyName:        policy.Name,
-				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
-			},
-		}
+		policy, binding := fixtures.RejectPodsPolicy(ns, rejectLabel, "rejected by the test policy")
 		Expect(k8sClient.Create(ctx, policy)).To(Succeed())
 		Expect(k8sClient.Create(ctx, binding)).To(Succeed())
 		DeferCleanup(func() {

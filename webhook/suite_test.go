@@ -2,15 +2,12 @@ package webhook_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -23,7 +20,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
-	"sigs.k8s.io/yaml"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/controllers"
@@ -52,14 +48,10 @@ var _ = BeforeSuite(func() {
 	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
 	Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
 
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{fixtures.Path("config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		WebhookInstallOptions: envtest.WebhookInstallOptions{
-			MutatingWebhooks: []*admissionregistrationv1.MutatingWebhookConfiguration{deployedWebhookConfiguration()},
-		},
-	}
-	var err error
+	whc, err := fixtures.WebhookConfiguration()
+	Expect(err).NotTo(HaveOccurred())
+	testEnv = fixtures.NewEnvtest()
+	testEnv.WebhookInstallOptions.MutatingWebhooks = []*admissionregistrationv1.MutatingWebhookConfiguration{whc}
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
@@ -96,30 +88,6 @@ var _ = AfterSuite(func() {
 		Expect(testEnv.Stop()).To(Succeed())
 	}
 })
-
-// deployedWebhookConfiguration is the generated webhook configuration with
-// the selectors that config/webhook's kustomize patch adds, as deployed.
-func deployedWebhookConfiguration() *admissionregistrationv1.MutatingWebhookConfiguration {
-	raw, err := os.ReadFile(fixtures.Path("config", "webhook", "manifests.yaml"))
-	Expect(err).NotTo(HaveOccurred())
-	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{}
-	Expect(yaml.Unmarshal(raw, cfg)).To(Succeed())
-
-	raw, err = os.ReadFile(filepath.Join(fixtures.Path("config", "webhook"), "selectors.yaml"))
-	Expect(err).NotTo(HaveOccurred())
-	var selectors struct {
-		ObjectSelector    *metav1.LabelSelector `json:"objectSelector"`
-		NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector"`
-	}
-	Expect(yaml.Unmarshal(raw, &selectors)).To(Succeed())
-	Expect(selectors.ObjectSelector).NotTo(BeNil())
-	Expect(selectors.NamespaceSelector).NotTo(BeNil())
-	for i := range cfg.Webhooks {
-		cfg.Webhooks[i].ObjectSelector = selectors.ObjectSelector
-		cfg.Webhooks[i].NamespaceSelector = selectors.NamespaceSelector
-	}
-	return cfg
-}
 
 // newNamespace creates a fresh namespace for one spec.
 func newNamespace() string {

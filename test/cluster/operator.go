@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+	"k8s.io/client-go/tools/clientcmd"
 	"net"
 	"net/http"
 	"os"
@@ -38,7 +40,15 @@ type OperatorOptions struct {
 	Args []string
 	// ReadyTimeout bounds the wait for /readyz; 60s if zero.
 	ReadyTimeout time.Duration
+	// AsServiceAccount runs the manager as the ServiceAccount of
+	// config/default, with only the RBAC that config/default grants it (the
+	// admin kubeconfig impersonates the ServiceAccount), which proves the
+	// deploy manifests grant everything the operator does.
+	AsServiceAccount bool
 }
+
+// ServiceAccount is the operator's identity in config/default.
+const ServiceAccount = "system:serviceaccount:fluent-pvc-operator-system:fluent-pvc-operator-controller-manager"
 
 // Operator is the manager (bin/manager) running as a local process against
 // the cluster, serving the webhook on 127.0.0.1.
@@ -51,9 +61,10 @@ type Operator struct {
 	// LogPath is the manager's log, appended to across restarts.
 	LogPath string
 
-	cluster *Cluster
-	opts    OperatorOptions
-	proc    *process
+	cluster    *Cluster
+	opts       OperatorOptions
+	proc       *process
+	kubeconfig string
 }
 
 // RunOperator builds bin/manager if it is missing or older than a Go source,
@@ -61,7 +72,7 @@ type Operator struct {
 // manager in the background (--leader-elect=false, --cert-management=external,
 // the admin kubeconfig, so no RBAC), waits for /readyz and registers
 // WebhookConfigurationName pointing at it with the selectors of
-// config/webhook/selectors.yaml.
+// config/webhook/webhook_selectors_patch.yaml.
 func RunOperator(ctx context.Context, c *Cluster, opts OperatorOptions) (*Operator, error) {
 	if opts.ReadyTimeout == 0 {
 		opts.ReadyTimeout = 60 * time.Second
@@ -91,6 +102,12 @@ func RunOperator(ctx context.Context, c *Cluster, opts OperatorOptions) (*Operat
 	if err := c.InstallCRDs(ctx); err != nil {
 		return nil, err
 	}
+	o.kubeconfig = c.Kubeconfig
+	if opts.AsServiceAccount {
+		if o.kubeconfig, err = c.installRBAC(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := o.start(ctx); err != nil {
 		return nil, err
 	}
@@ -118,7 +135,7 @@ func (o *Operator) pidFile() string { return filepath.Join(o.cluster.Dir, "opera
 
 func (o *Operator) args() []string {
 	return append([]string{
-		"--kubeconfig", o.cluster.Kubeconfig,
+		"--kubeconfig", o.kubeconfig,
 		"--leader-elect=false",
 		"--cert-management=external",
 		"--cert-dir", o.CertDir,
@@ -219,17 +236,46 @@ func (c *Cluster) Kubectl(ctx context.Context, stdin []byte, args ...string) ([]
 // environment variable replaces it (a command line, split on spaces).
 const DefaultKustomize = "go run sigs.k8s.io/kustomize/kustomize/v5@v5.8.1"
 
-// DryRunDeployManifests renders config/default with kustomize (KUSTOMIZE or
-// DefaultKustomize) and applies it
-// with `kubectl apply --server-side --dry-run=server`, proving that the
-// deploy manifests are valid against the API server. The CRDs are installed
-// first, since the dry run does not persist the CRDs it contains; likewise
-// the operator's Namespace is created for real, since the dry run of the
-// namespaced objects needs it to exist. It returns kubectl's output.
-func (c *Cluster) DryRunDeployManifests(ctx context.Context) ([]byte, error) {
-	if err := c.InstallCRDs(ctx); err != nil {
-		return nil, err
+// installRBAC applies the Namespace, ServiceAccount and RBAC objects of
+// config/default and returns a kubeconfig that impersonates ServiceAccount.
+func (c *Cluster) installRBAC(ctx context.Context) (string, error) {
+	manifests, err := c.renderDefault(ctx)
+	if err != nil {
+		return "", err
 	}
+	var rbac []string
+	for _, doc := range strings.Split(string(manifests), "\n---\n") {
+		var meta struct {
+			Kind string `json:"kind"`
+		}
+		if yaml.Unmarshal([]byte(doc), &meta) != nil {
+			continue
+		}
+		switch meta.Kind {
+		case "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+			rbac = append(rbac, doc)
+		}
+	}
+	if _, err := c.Kubectl(ctx, []byte(strings.Join(rbac, "\n---\n")), "apply", "-f", "-"); err != nil {
+		return "", err
+	}
+	cfg, err := clientcmd.LoadFromFile(c.Kubeconfig)
+	if err != nil {
+		return "", err
+	}
+	for _, user := range cfg.AuthInfos {
+		user.Impersonate = ServiceAccount
+	}
+	path := filepath.Join(c.Dir, "operator.kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// renderDefault renders config/default with kustomize (KUSTOMIZE or
+// DefaultKustomize).
+func (c *Cluster) renderDefault(ctx context.Context) ([]byte, error) {
 	kustomize := strings.Fields(os.Getenv("KUSTOMIZE"))
 	if len(kustomize) == 0 {
 		kustomize = strings.Fields(DefaultKustomize)
@@ -241,10 +287,28 @@ func (c *Cluster) DryRunDeployManifests(ctx context.Context) ([]byte, error) {
 	if err := render.Run(); err != nil {
 		return nil, fmt.Errorf("kustomize build config/default: %w\n%s", err, stderr.Bytes())
 	}
-	if err := c.ensureNamespaces(ctx, manifests.Bytes()); err != nil {
+	return manifests.Bytes(), nil
+}
+
+// DryRunDeployManifests renders config/default with kustomize (KUSTOMIZE or
+// DefaultKustomize) and applies it
+// with `kubectl apply --server-side --dry-run=server`, proving that the
+// deploy manifests are valid against the API server. The CRDs are installed
+// first, since the dry run does not persist the CRDs it contains; likewise
+// the operator's Namespace is created for real, since the dry run of the
+// namespaced objects needs it to exist. It returns kubectl's output.
+func (c *Cluster) DryRunDeployManifests(ctx context.Context) ([]byte, error) {
+	if err := c.InstallCRDs(ctx); err != nil {
 		return nil, err
 	}
-	return c.Kubectl(ctx, manifests.Bytes(), "apply", "--server-side", "--dry-run=server", "-f", "-")
+	manifests, err := c.renderDefault(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.ensureNamespaces(ctx, manifests); err != nil {
+		return nil, err
+	}
+	return c.Kubectl(ctx, manifests, "apply", "--server-side", "--dry-run=server", "-f", "-")
 }
 
 // ensureNamespaces creates the Namespaces among the manifests.
@@ -269,27 +333,9 @@ func (c *Cluster) ensureNamespaces(ctx context.Context, manifests []byte) error 
 // config/webhook/manifests.yaml and selectors.yaml, with a URL client config.
 func (o *Operator) registerWebhook(ctx context.Context, caPEM []byte) error {
 	c := o.cluster
-	raw, err := os.ReadFile(filepath.Join(c.RepoRoot, "config", "webhook", "manifests.yaml"))
+	wh, err := fixtures.WebhookConfiguration()
 	if err != nil {
 		return err
-	}
-	var wh admissionregistrationv1.MutatingWebhookConfiguration
-	if err := yaml.Unmarshal(raw, &wh); err != nil {
-		return fmt.Errorf("parsing config/webhook/manifests.yaml: %w", err)
-	}
-	rawSel, err := os.ReadFile(filepath.Join(c.RepoRoot, "config", "webhook", "selectors.yaml"))
-	if err != nil {
-		return err
-	}
-	var sel struct {
-		ObjectSelector    *metav1.LabelSelector `json:"objectSelector"`
-		NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector"`
-	}
-	if err := yaml.UnmarshalStrict(rawSel, &sel); err != nil {
-		return fmt.Errorf("parsing config/webhook/selectors.yaml: %w", err)
-	}
-	if len(wh.Webhooks) == 0 {
-		return errors.New("config/webhook/manifests.yaml has no webhook")
 	}
 	for i := range wh.Webhooks {
 		w := &wh.Webhooks[i]
@@ -301,17 +347,16 @@ func (o *Operator) registerWebhook(ctx context.Context, caPEM []byte) error {
 			URL:      ptr.To(fmt.Sprintf("https://127.0.0.1:%d%s", o.WebhookPort, path)),
 			CABundle: caPEM,
 		}
-		w.ObjectSelector, w.NamespaceSelector = sel.ObjectSelector, sel.NamespaceSelector
 	}
 	wh.ObjectMeta = metav1.ObjectMeta{Name: WebhookConfigurationName}
 	client := c.Clientset.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	current, err := client.Get(ctx, wh.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		_, err = client.Create(ctx, &wh, metav1.CreateOptions{})
+		_, err = client.Create(ctx, wh, metav1.CreateOptions{})
 	case err == nil:
 		wh.ResourceVersion = current.ResourceVersion
-		_, err = client.Update(ctx, &wh, metav1.UpdateOptions{})
+		_, err = client.Update(ctx, wh, metav1.UpdateOptions{})
 	}
 	if err != nil {
 		return fmt.Errorf("registering the webhook: %w", err)

@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"fmt"
 	"sync"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -218,28 +216,7 @@ func deployment(ns, name, fluentPVC string, replicas int32, extra map[string]str
 // labelled reject=yes in ns, after the mutating webhook ran, and waits until
 // the API server enforces it.
 func rejectAfterWebhook(ns string) {
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: "reject-" + ns},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
-				},
-			}}},
-			Validations: []admissionregistrationv1.Validation{{
-				Expression: fmt.Sprintf(`object.metadata.namespace != %q || !has(object.metadata.labels) || !('reject' in object.metadata.labels)`, ns),
-				Message:    "rejected by the e2e policy",
-			}},
-		},
-	}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
-		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName: policy.Name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
-		},
-	}
+	policy, binding := fixtures.RejectPodsPolicy(ns, "reject", "rejected by the e2e policy")
 	Expect(k8s.Create(ctx, policy)).To(Succeed())
 	Expect(k8s.Create(ctx, binding)).To(Succeed())
 	DeferCleanup(func() {

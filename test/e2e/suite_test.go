@@ -7,6 +7,7 @@ package e2e
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,11 +67,14 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred(), "config/default must be valid against the API server")
 	GinkgoWriter.Printf("server-side dry run of config/default:\n%s\n", out)
 
-	op, err = cluster.RunOperator(ctx, kc, cluster.OperatorOptions{Args: []string{
+	// The operator runs with only the RBAC of config/default. E2E_OPERATOR_ARGS
+	// adds flags, e.g. --webhook-port=-1 to show that the suite fails
+	// without the webhook.
+	op, err = cluster.RunOperator(ctx, kc, cluster.OperatorOptions{AsServiceAccount: true, Args: append([]string{
 		"--orphan-grace-period=" + orphanGracePeriod.String(),
 		"--drain-backoff-base=2s",
 		"--drain-backoff-max=8s",
-	}})
+	}, strings.Fields(os.Getenv("E2E_OPERATOR_ARGS"))...)})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() {
 		if CurrentSpecReport().Failed() || os.Getenv("E2E_OPERATOR_LOG") != "" {
