@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/st-tech/fluent-pvc-operator/pool"
+)
+
+const fpvcAdmission = "bench-admission" // warm pool for the hit levels
+
+// admissionLevel is the webhook's latency over the pods of one level:
+// pods created c at a time, all hits or all misses.
+type admissionLevel struct {
+	Checkout    string `json:"checkout"` // hit or miss
+	Concurrency int    `json:"concurrency"`
+	Pods        int    `json:"pods"`
+	// APIServer is apiserver_admission_webhook_admission_duration_seconds
+	// of our webhook (buckets .005 .025 .1 .5 ...), interpolated.
+	APIServer summary `json:"apiserver"`
+	// APIServerWithin25ms is the exact share of calls ≤ 25 ms (a bucket
+	// bound), APIServerOver25ms the number of calls above.
+	APIServerWithin25ms float64 `json:"apiserverWithin25ms"`
+	APIServerOver25ms   int     `json:"apiserverOver25ms"`
+	// Reinvocations are the calls the webhook answered "already injected":
+	// the API server calls it again (reinvocationPolicy IfNeeded) when a
+	// later admission plugin changed the pod. APIServer counts them too.
+	Reinvocations int `json:"reinvocations"`
+	// BindingCreate and PVCWrite are the API server's latency
+	// (apiserver_request_duration_seconds) of the webhook's two writes:
+	// POST fluentpvcbindings, and PUT (hit) or POST (miss)
+	// persistentvolumeclaims; others' writes of the same kind in the window
+	// count too.
+	BindingCreate summary `json:"bindingCreate"`
+	PVCWrite      summary `json:"pvcWrite"`
+	// OperatorCPU and APIServerCPU are CPU milliseconds per pod
+	// (process_cpu_seconds_total).
+	OperatorCPU  float64 `json:"operatorCPUms"`
+	APIServerCPU float64 `json:"apiserverCPUms"`
+	// Webhook is fluentpvc_webhook_admission_duration_seconds{result=mutated}.
+	Webhook summary `json:"webhook"`
+	// CheckoutDur is fluentpvc_pool_checkout_duration_seconds{result}.
+	CheckoutDur summary `json:"checkoutDuration"`
+	// Client is the bench's pod create call, end to end.
+	Client summary `json:"client"`
+	// Hits and Misses are the checkouts the operator counted.
+	Hits   int    `json:"hits"`
+	Misses int    `json:"misses"`
+	Error  string `json:"error,omitempty"`
+}
+
+func (e *env) admissionLevel(ctx context.Context, kind string, c int, ns, fpvc string) (admissionLevel, error) {
+	lvl := admissionLevel{Checkout: kind, Concurrency: c, Pods: e.cfg.AdmissionPods}
+	apiBefore, err := scrapeAPIServer(ctx, e.kc.Clientset)
+	if err != nil {
+		return lvl, err
+	}
+	opBefore, err := e.operatorScrape(ctx)
+	if err != nil {
+		return lvl, err
+	}
+	pods := make([]*corev1.Pod, lvl.Pods)
+	for i := range pods {
+		pods[i] = unscheduled(fluentPod(ns, fmt.Sprintf("adm-%s-%d-%d", kind, c, i), fpvc))
+	}
+	durs, _, err := e.createPods(ctx, pods, c)
+	if err != nil {
+		return lvl, err
+	}
+	apiAfter, err := scrapeAPIServer(ctx, e.kc.Clientset)
+	if err != nil {
+		return lvl, err
+	}
+	opAfter, err := e.operatorScrape(ctx)
+	if err != nil {
+		return lvl, err
+	}
+	lvl.Client = summarize(durs)
+	apiSel := map[string]string{"name": webhookName}
+	const apiFamily = "apiserver_admission_webhook_admission_duration_seconds"
+	after, ok1 := apiAfter.histogram(apiFamily, apiSel)
+	before, _ := apiBefore.histogram(apiFamily, apiSel)
+	if !ok1 {
+		return lvl, fmt.Errorf("the API server exposes no %s", apiFamily)
+	}
+	d := after.minus(before)
+	lvl.APIServer = histSummary(d)
+	lvl.APIServerWithin25ms = d.fractionAtMost(0.025)
+	lvl.APIServerOver25ms = int(math.Round(d.count * (1 - lvl.APIServerWithin25ms)))
+	const reqFamily = "apiserver_request_duration_seconds"
+	writeLatency := func(verb, resource string) summary {
+		sel := map[string]string{"verb": verb, "resource": resource}
+		a, _ := apiAfter.histogram(reqFamily, sel)
+		b, _ := apiBefore.histogram(reqFamily, sel)
+		return histSummary(a.minus(b))
+	}
+	lvl.BindingCreate = writeLatency("POST", "fluentpvcbindings")
+	pvcVerb := "POST"
+	if kind == pool.ResultHit {
+		pvcVerb = "PUT"
+	}
+	lvl.PVCWrite = writeLatency(pvcVerb, "persistentvolumeclaims")
+	const cpu = "process_cpu_seconds_total"
+	lvl.OperatorCPU = 1000 * (opAfter.sum(cpu, nil) - opBefore.sum(cpu, nil)) / float64(lvl.Pods)
+	lvl.APIServerCPU = 1000 * (apiAfter.sum(cpu, nil) - apiBefore.sum(cpu, nil)) / float64(lvl.Pods)
+	const admissions = "fluentpvc_webhook_admissions_total"
+	lvl.Reinvocations = int(math.Round(opAfter.sum(admissions, map[string]string{"result": "skipped"}) - opBefore.sum(admissions, map[string]string{"result": "skipped"})))
+	const whFamily = "fluentpvc_webhook_admission_duration_seconds"
+	wa, ok2 := opAfter.histogram(whFamily, map[string]string{"result": "mutated"})
+	wb, _ := opBefore.histogram(whFamily, map[string]string{"result": "mutated"})
+	const coFamily = "fluentpvc_pool_checkout_duration_seconds"
+	ca, ok3 := opAfter.histogram(coFamily, map[string]string{"result": kind})
+	cb, _ := opBefore.histogram(coFamily, map[string]string{"result": kind})
+	if !ok2 || !ok3 {
+		return lvl, fmt.Errorf("the operator exposes no %s or %s", whFamily, coFamily)
+	}
+	lvl.Webhook = histSummary(wa.minus(wb))
+	lvl.CheckoutDur = histSummary(ca.minus(cb))
+	const total = "fluentpvc_pool_checkouts_total"
+	lvl.Hits = int(math.Round(opAfter.sum(total, map[string]string{"result": pool.ResultHit}) - opBefore.sum(total, map[string]string{"result": pool.ResultHit})))
+	lvl.Misses = int(math.Round(opAfter.sum(total, map[string]string{"result": pool.ResultMiss}) - opBefore.sum(total, map[string]string{"result": pool.ResultMiss})))
+	var errs []error
+	if lvl.APIServer.N != lvl.Pods+lvl.Reinvocations {
+		errs = append(errs, fmt.Errorf("the API server counted %d calls of our webhook for %d pods and %d reinvocations", lvl.APIServer.N, lvl.Pods, lvl.Reinvocations))
+	}
+	if want := map[string]int{"hit": lvl.Hits, "miss": lvl.Misses}[kind]; want != lvl.Pods {
+		errs = append(errs, fmt.Errorf("%d of %d admissions were %ss (hits %d, misses %d)", want, lvl.Pods, kind, lvl.Hits, lvl.Misses))
+	}
+	return lvl, errors.Join(errs...)
+}
+
+// admissionPhase measures the webhook at each concurrency level, misses
+// first (pool size 0, nothing in the background), then hits from a pool as
+// large as a level, refilled between levels. Pods stay Pending unscheduled.
+func (e *env) admissionPhase(ctx context.Context, res *results) error {
+	var errs []error
+	record := func(l admissionLevel, err error) {
+		if err != nil {
+			l.Error = err.Error()
+			errs = append(errs, fmt.Errorf("admission %s c=%d: %w", l.Checkout, l.Concurrency, err))
+		}
+		e.progress("admission %-4s c=%-3d apiserver p50 %s p99 %s, webhook p50 %s p99 %s, client p50 %s p99 %s %s",
+			l.Checkout, l.Concurrency, ms(l.APIServer.P50), ms(l.APIServer.P99), ms(l.Webhook.P50), ms(l.Webhook.P99), ms(l.Client.P50), ms(l.Client.P99), l.Error)
+		res.Admission = append(res.Admission, l)
+	}
+	missNS, hitNS := "bench-adm-miss", "bench-adm-hit"
+	for _, ns := range []string{missNS, hitNS} {
+		if err := e.createNamespace(ctx, ns); err != nil {
+			return err
+		}
+	}
+	for _, c := range e.cfg.Levels {
+		if err := e.settle(ctx); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		record(e.admissionLevel(ctx, pool.ResultMiss, c, missNS, fpvcMiss))
+	}
+	size := int32(e.cfg.AdmissionPods)
+	if err := e.createFluentPVC(ctx, fpvcAdmission, size, hitNS); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for _, c := range e.cfg.Levels {
+		// The pool refills what the previous level took.
+		if err := e.waitPoolWarm(ctx, fpvcAdmission, size, hitNS); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		if err := e.settle(ctx); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		record(e.admissionLevel(ctx, pool.ResultHit, c, hitNS, fpvcAdmission))
+	}
+	// Deleting the namespaces releases the claims without draining them.
+	start := time.Now()
+	if err := e.cl.Delete(ctx, fluentPVCRef(fpvcAdmission)); err != nil {
+		errs = append(errs, err)
+	}
+	for _, ns := range []string{missNS, hitNS} {
+		if err := e.deleteNamespace(ctx, ns, true); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+	}
+	if err := e.deleteFluentPVC(ctx, fpvcAdmission); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	e.progress("admission namespaces deleted in %.1fs", time.Since(start).Seconds())
+	return errors.Join(errs...)
+}
+
+func ms(s float64) string {
+	if math.IsNaN(s) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1fms", s*1000)
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/st-tech/fluent-pvc-operator/pool"
+)
+
+const fpvcCost = "bench-cost"
+
+// costResult is the operator's API requests per pod over whole lifecycles
+// (admission, Running, deleted, drained, and for hits the pool refilled).
+type costResult struct {
+	Checkout string `json:"checkout"`
+	Pods     int    `json:"pods"`
+	// PerPod is rest_client_requests_total's delta by method, per pod.
+	PerPod map[string]float64 `json:"perPod"`
+	// Writes is POST+PUT+PATCH+DELETE per pod.
+	Writes  float64 `json:"writes"`
+	Seconds float64 `json:"seconds"`
+	Error   string  `json:"error,omitempty"`
+}
+
+var writeVerbs = []string{"POST", "PUT", "PATCH", "DELETE"}
+
+func (e *env) costPhase(ctx context.Context, res *results) error {
+	var errs []error
+	for _, kind := range []string{pool.ResultMiss, pool.ResultHit} {
+		c, err := e.cost(ctx, kind)
+		if err != nil {
+			c.Error = err.Error()
+			errs = append(errs, fmt.Errorf("cost of a %s: %w", kind, err))
+		}
+		e.progress("cost per %s: %.2f writes per pod %v %s", kind, c.Writes, c.PerPod, c.Error)
+		res.Cost = append(res.Cost, c)
+	}
+	return errors.Join(errs...)
+}
+
+func (e *env) cost(ctx context.Context, kind string) (costResult, error) {
+	k := e.cfg.CostPods
+	c := costResult{Checkout: kind, Pods: k}
+	ns := "bench-cost-" + kind
+	if err := e.createNamespace(ctx, ns); err != nil {
+		return c, err
+	}
+	fpvc := fpvcMiss
+	if kind == pool.ResultHit {
+		fpvc = fpvcCost
+		if err := e.createFluentPVC(ctx, fpvc, int32(k), ns); err != nil {
+			return c, err
+		}
+		if err := e.waitPoolWarm(ctx, fpvc, int32(k), ns); err != nil {
+			return c, err
+		}
+	}
+	if err := e.settle(ctx); err != nil {
+		return c, err
+	}
+	before, err := e.operatorScrape(ctx)
+	if err != nil {
+		return c, err
+	}
+	start := time.Now()
+	pods := make([]*corev1.Pod, k)
+	for i := range pods {
+		pods[i] = fluentPod(ns, fmt.Sprintf("cost-%d", i), fpvc)
+	}
+	if _, _, err := e.createPods(ctx, pods, k); err != nil {
+		return c, err
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, podTimeout)
+	defer cancel()
+	for _, p := range pods {
+		if _, _, err := e.running.await(waitCtx, types.NamespacedName{Namespace: ns, Name: p.Name}); err != nil {
+			return c, err
+		}
+	}
+	if err := e.deletePodsAndDrain(ctx, ns); err != nil {
+		return c, err
+	}
+	if kind == pool.ResultHit {
+		if err := e.waitPoolWarm(ctx, fpvc, int32(k), ns); err != nil {
+			return c, err
+		}
+	}
+	if err := e.settle(ctx); err != nil {
+		return c, err
+	}
+	after, err := e.operatorScrape(ctx)
+	if err != nil {
+		return c, err
+	}
+	c.Seconds = time.Since(start).Seconds()
+	b, a := before.sumBy("rest_client_requests_total", "method", nil), after.sumBy("rest_client_requests_total", "method", nil)
+	c.PerPod = map[string]float64{}
+	for method, v := range a {
+		if d := v - b[method]; d > 0 {
+			c.PerPod[method] = d / float64(k)
+		}
+	}
+	for _, v := range writeVerbs {
+		c.Writes += c.PerPod[v]
+	}
+	const total = "fluentpvc_pool_checkouts_total"
+	got := int(math.Round(after.sum(total, map[string]string{"result": kind}) - before.sum(total, map[string]string{"result": kind})))
+	var errs []error
+	if got != k {
+		errs = append(errs, fmt.Errorf("%d of %d checkouts were %ss", got, k, kind))
+	}
+	if len(a) == 0 {
+		errs = append(errs, errors.New("the operator exposes no rest_client_requests_total"))
+	}
+	if kind == pool.ResultHit {
+		errs = append(errs, e.deleteFluentPVC(ctx, fpvc))
+	}
+	errs = append(errs, e.deleteNamespace(ctx, ns, true))
+	return c, errors.Join(errs...)
+}

@@ -1,0 +1,478 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/test/cluster"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+// Labels and names of the objects the bench makes.
+const (
+	// measureLabelKey marks the pods whose start-up the bench observes; the
+	// bench's pod informer sees only them.
+	measureLabelKey = "bench.fluent-pvc-operator/measure"
+	// unscheduledScheduler is a scheduler that does not exist: pods that
+	// name it stay Pending without the scheduler or kwok ever touching them.
+	unscheduledScheduler = "bench-no-scheduler"
+	// webhookName is our webhook's name in the API server's metrics.
+	webhookName = "pod.fluent-pvc-operator.tech.zozo.com"
+	// timeouts of the waits on the cluster.
+	podTimeout   = 3 * time.Minute
+	drainTimeout = 4 * time.Minute
+	poll         = 100 * time.Millisecond
+)
+
+// env is the cluster, the operator and the bench's clients and informers.
+type env struct {
+	cfg config
+	out io.Writer // progress
+	kc  *cluster.Cluster
+	op  *cluster.Operator
+	// cl writes (and reads uncached) without a client-side rate limit.
+	cl client.Client
+	// cache holds the measured pods, FluentPVCs, bindings and PVCs.
+	cache   cache.Cache
+	running *runningTracker
+	fpvcs   *fluentPVCWatch
+}
+
+func (e *env) progress(format string, args ...any) {
+	fmt.Fprintf(e.out, "bench %s: "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+func newScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = v1alpha1.AddToScheme(s)
+	return s
+}
+
+// unlimited is cfg without a client-side rate limit (QPS < 0 disables the
+// token bucket), for creating thousands of pods quickly.
+func unlimited(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.QPS, c.Burst = -1, 0
+	return c
+}
+
+// startInformers starts the bench's cache and event handlers.
+func (e *env) startInformers(ctx context.Context) error {
+	scheme := newScheme()
+	measured := labels.SelectorFromSet(labels.Set{measureLabelKey: "true"})
+	c, err := cache.New(e.kc.Config, cache.Options{
+		Scheme:           scheme,
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Label: measured},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	e.cache = c
+	e.running = newRunningTracker()
+	e.fpvcs = newFluentPVCWatch()
+	podInf, err := c.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return err
+	}
+	if _, err := podInf.AddEventHandler(e.running.handler()); err != nil {
+		return err
+	}
+	fpvcInf, err := c.GetInformer(ctx, &v1alpha1.FluentPVC{})
+	if err != nil {
+		return err
+	}
+	if _, err := fpvcInf.AddEventHandler(e.fpvcs.handler()); err != nil {
+		return err
+	}
+	for _, obj := range []client.Object{&v1alpha1.FluentPVCBinding{}, &corev1.PersistentVolumeClaim{}} {
+		if _, err := c.GetInformer(ctx, obj); err != nil {
+			return err
+		}
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		return errors.New("the bench's informers did not sync")
+	}
+	cl, err := client.New(unlimited(e.kc.Config), client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	e.cl = cl
+	return nil
+}
+
+// runningTracker records, from pod informer events, the first time each
+// measured pod was seen bound to a node and the first time it was seen in
+// phase Running.
+type runningTracker struct {
+	mu      sync.Mutex
+	bound   map[types.NamespacedName]time.Time
+	at      map[types.NamespacedName]time.Time
+	waiters map[types.NamespacedName][]chan struct{}
+}
+
+func newRunningTracker() *runningTracker {
+	return &runningTracker{bound: map[types.NamespacedName]time.Time{}, at: map[types.NamespacedName]time.Time{}, waiters: map[types.NamespacedName][]chan struct{}{}}
+}
+
+func (t *runningTracker) observe(obj any) {
+	now := time.Now()
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.Spec.NodeName == "" {
+		return
+	}
+	key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, seen := t.bound[key]; !seen {
+		t.bound[key] = now
+	}
+	if pod.Status.Phase != corev1.PodRunning {
+		return
+	}
+	if _, seen := t.at[key]; seen {
+		return
+	}
+	t.at[key] = now
+	for _, ch := range t.waiters[key] {
+		close(ch)
+	}
+	delete(t.waiters, key)
+}
+
+func (t *runningTracker) handler() toolscache.ResourceEventHandler {
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { t.observe(obj) },
+		UpdateFunc: func(_, obj any) { t.observe(obj) },
+	}
+}
+
+// await returns when pod key was first seen bound and Running.
+func (t *runningTracker) await(ctx context.Context, key types.NamespacedName) (bound, running time.Time, err error) {
+	t.mu.Lock()
+	if at, ok := t.at[key]; ok {
+		defer t.mu.Unlock()
+		return t.bound[key], at, nil
+	}
+	ch := make(chan struct{})
+	t.waiters[key] = append(t.waiters[key], ch)
+	t.mu.Unlock()
+	select {
+	case <-ch:
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return t.bound[key], t.at[key], nil
+	case <-ctx.Done():
+		return time.Time{}, time.Time{}, fmt.Errorf("pod %s was not Running: %w", key, ctx.Err())
+	}
+}
+
+// fluentPVCWatch calls predicates on FluentPVC informer events.
+type fluentPVCWatch struct {
+	mu     sync.Mutex
+	next   int
+	preds  map[int]func(*v1alpha1.FluentPVC, time.Time) bool
+	latest map[string]*v1alpha1.FluentPVC
+}
+
+func newFluentPVCWatch() *fluentPVCWatch {
+	return &fluentPVCWatch{preds: map[int]func(*v1alpha1.FluentPVC, time.Time) bool{}, latest: map[string]*v1alpha1.FluentPVC{}}
+}
+
+func (w *fluentPVCWatch) observe(obj any) {
+	now := time.Now()
+	f, ok := obj.(*v1alpha1.FluentPVC)
+	if !ok {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.latest[f.Name] = f
+	for id, p := range w.preds {
+		if p(f, now) {
+			delete(w.preds, id)
+		}
+	}
+}
+
+func (w *fluentPVCWatch) handler() toolscache.ResourceEventHandler {
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { w.observe(obj) },
+		UpdateFunc: func(_, obj any) { w.observe(obj) },
+	}
+}
+
+// watch calls p on every FluentPVC event, starting with the latest state of
+// every FluentPVC, until p returns true.
+func (w *fluentPVCWatch) watch(p func(*v1alpha1.FluentPVC, time.Time) bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	for _, f := range w.latest {
+		if p(f, now) {
+			return
+		}
+	}
+	w.preds[w.next] = p
+	w.next++
+}
+
+// poolWarm is the warm count of FluentPVC f's pool in namespace ns.
+func poolWarm(f *v1alpha1.FluentPVC, ns string) (int32, bool) {
+	for _, p := range f.Status.Pool {
+		if p.Namespace == ns {
+			return p.Warm, true
+		}
+	}
+	return 0, false
+}
+
+// waitPoolWarm waits, through the FluentPVC informer, until the pool of
+// FluentPVC name is full (want warm PVCs) in every namespace of nss.
+func (e *env) waitPoolWarm(ctx context.Context, name string, want int32, nss ...string) error {
+	done := make(chan struct{})
+	e.fpvcs.watch(func(f *v1alpha1.FluentPVC, _ time.Time) bool {
+		if f.Name != name {
+			return false
+		}
+		for _, ns := range nss {
+			if w, _ := poolWarm(f, ns); w != want {
+				return false
+			}
+		}
+		close(done)
+		return true
+	})
+	ctx, cancel := context.WithTimeout(ctx, drainTimeout)
+	defer cancel()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("the pool of FluentPVC %s did not reach %d warm PVCs in %v: %w", name, want, nss, ctx.Err())
+	}
+}
+
+func (e *env) createNamespace(ctx context.Context, name string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := e.cl.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", name, err)
+	}
+	// Pods need the namespace's default ServiceAccount.
+	return wait.PollUntilContextTimeout(ctx, poll, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := e.cl.Get(ctx, client.ObjectKey{Namespace: name, Name: "default"}, &corev1.ServiceAccount{})
+		return err == nil, nil
+	})
+}
+
+// deleteNamespace deletes a namespace and, if wait, waits until it is gone.
+func (e *env) deleteNamespace(ctx context.Context, name string, waitGone bool) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := e.cl.Delete(ctx, ns); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting namespace %s: %w", name, err)
+	}
+	if !waitGone {
+		return nil
+	}
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, drainTimeout, true, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(e.cl.Get(ctx, client.ObjectKeyFromObject(ns), &corev1.Namespace{})), nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for namespace %s to be gone: %w", name, err)
+	}
+	return nil
+}
+
+// deletePodsAndDrain deletes the pods of ns and waits until they are gone
+// and every claim and binding of the operator in ns is drained and deleted.
+func (e *env) deletePodsAndDrain(ctx context.Context, ns string) error {
+	if err := e.cl.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns)); err != nil {
+		return fmt.Errorf("deleting the pods of %s: %w", ns, err)
+	}
+	var state string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, drainTimeout, true, func(ctx context.Context) (bool, error) {
+		var pods corev1.PodList
+		if err := e.cl.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+			return false, nil
+		}
+		var bindings v1alpha1.FluentPVCBindingList
+		if err := e.cache.List(ctx, &bindings, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		var claims corev1.PersistentVolumeClaimList
+		if err := e.cache.List(ctx, &claims, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed}); err != nil {
+			return false, err
+		}
+		state = fmt.Sprintf("%d pods, %d bindings, %d claimed PVCs left", len(pods.Items), len(bindings.Items), len(claims.Items))
+		return len(pods.Items) == 0 && len(bindings.Items) == 0 && len(claims.Items) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("draining %s: %w (%s)", ns, err, state)
+	}
+	return nil
+}
+
+// waitNoPVCs waits until namespaces nss hold no PVC.
+func (e *env) waitNoPVCs(ctx context.Context, nss ...string) error {
+	left := 0
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, drainTimeout, true, func(ctx context.Context) (bool, error) {
+		left = 0
+		for _, ns := range nss {
+			var pvcs corev1.PersistentVolumeClaimList
+			if err := e.cache.List(ctx, &pvcs, client.InNamespace(ns)); err != nil {
+				return false, err
+			}
+			left += len(pvcs.Items)
+		}
+		return left == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the PVCs of %v to be gone (%d left): %w", nss, left, err)
+	}
+	return nil
+}
+
+// createFluentPVC creates the sample FluentPVC named name on StorageClass
+// standard, with a pool of size in namespaces.
+func (e *env) createFluentPVC(ctx context.Context, name string, size int32, namespaces ...string) error {
+	f := fixtures.MakeFluentPVC(name).StorageClass(cluster.StorageClassStandard).PoolSize(size).Mutate(func(f *v1alpha1.FluentPVC) {
+		f.Spec.Pool.Namespaces = namespaces
+	}).Obj()
+	if err := e.cl.Create(ctx, f); err != nil {
+		return fmt.Errorf("creating FluentPVC %s: %w", name, err)
+	}
+	return nil
+}
+
+// deleteFluentPVC deletes FluentPVC name and waits until it is gone.
+func (e *env) deleteFluentPVC(ctx context.Context, name string) error {
+	f := &v1alpha1.FluentPVC{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := e.cl.Delete(ctx, f); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting FluentPVC %s: %w", name, err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, drainTimeout, true, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(e.cl.Get(ctx, client.ObjectKeyFromObject(f), &v1alpha1.FluentPVC{})), nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for FluentPVC %s to be gone: %w", name, err)
+	}
+	return nil
+}
+
+// Pods of the modes.
+
+func plainPod(ns, name string) *corev1.Pod {
+	return fixtures.MakePod(name, ns).Label(measureLabelKey, "true").Obj()
+}
+
+// ephemeralPod has a generic ephemeral volume on StorageClass standard.
+func ephemeralPod(ns, name string) *corev1.Pod {
+	p := fixtures.MakePod(name, ns).Label(measureLabelKey, "true").Mount("data", "/data").Obj()
+	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{
+		Ephemeral: &corev1.EphemeralVolumeSource{VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName: ptr.To(cluster.StorageClassStandard),
+				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+			},
+		}},
+	}})
+	return p
+}
+
+// fluentPod opts into FluentPVC fpvc.
+func fluentPod(ns, name, fpvc string) *corev1.Pod {
+	return fixtures.MakePod(name, ns).Label(measureLabelKey, "true").FluentPVC(fpvc).Obj()
+}
+
+// unscheduled makes p stay Pending: no scheduler picks it up, so neither
+// the scheduler nor kwok spends time on it. It is not measured.
+func unscheduled(p *corev1.Pod) *corev1.Pod {
+	p.Spec.SchedulerName = unscheduledScheduler
+	delete(p.Labels, measureLabelKey)
+	return p
+}
+
+// createPods creates pods with workers concurrent creates, and returns the
+// duration of each create call and when the last one returned.
+func (e *env) createPods(ctx context.Context, pods []*corev1.Pod, workers int) ([]time.Duration, time.Time, error) {
+	durations := make([]time.Duration, len(pods))
+	errs := make([]error, len(pods))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range max(1, min(workers, len(pods))) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				start := time.Now()
+				errs[i] = e.cl.Create(ctx, pods[i])
+				durations[i] = time.Since(start)
+			}
+		}()
+	}
+	for i := range pods {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return durations, time.Now(), errors.Join(errs...)
+}
+
+// operatorScrape reads the operator's metrics.
+func (e *env) operatorScrape(ctx context.Context) (scrape, error) {
+	return scrapeURL(ctx, e.op.MetricsURL())
+}
+
+// settle waits until the operator's workqueues have been empty for two
+// scrapes in a row, half a second apart, so that its follow-up writes are done.
+func (e *env) settle(ctx context.Context) error {
+	empty := 0
+	var depth float64
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		s, err := e.operatorScrape(ctx)
+		if err != nil {
+			empty = 0
+			return false, nil
+		}
+		depth = s.sum("workqueue_depth", nil)
+		if depth == 0 {
+			empty++
+		} else {
+			empty = 0
+		}
+		return empty >= 2, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the operator's workqueues to empty (depth %v): %w", depth, err)
+	}
+	return nil
+}
+
+func fluentPVCRef(name string) *v1alpha1.FluentPVC {
+	return &v1alpha1.FluentPVC{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}

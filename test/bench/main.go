@@ -1,0 +1,227 @@
+// Command bench measures what the warm pool buys on a simulated cluster
+// (test/cluster: kwok nodes, a test provisioner that takes -delay per
+// volume) with the operator running as a local process:
+//
+//   - start-up latency (create call to the first informer event with phase
+//     Running) of N pods per mode, one at a time and as a burst: a plain pod,
+//     a pod with a generic ephemeral volume, the operator with pool size 0
+//     (misses) and with a warm pool (hits);
+//   - the webhook's admission latency at several concurrencies, hits and
+//     misses, from the API server's and the operator's histograms;
+//   - a burst of pods against a smaller pool: hits, misses, no shared claim,
+//     and the time until the pool is warm again;
+//   - the operator's API requests per pod lifecycle, by verb;
+//   - the operator's memory with a few labelled pods, then with thousands
+//     of unlabelled pods as well.
+//
+// It prints Markdown tables to stdout and writes them, a JSON file and a
+// chart to -out. Goals are reported as PASS or MISS, never asserted; the
+// exit status is non-zero only if a measurement could not be taken.
+//
+//	go run ./test/bench [-n 40] [-delay 5s] [-out test/bench/results]
+//	go run ./test/bench -smoke   # a reduced run, outputs in a temp dir
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/st-tech/fluent-pvc-operator/test/cluster"
+)
+
+// config are the bench's knobs; see flags.
+type config struct {
+	Name              string        `json:"name"`
+	N                 int           `json:"n"`
+	Delay             time.Duration `json:"delay"`
+	Smoke             bool          `json:"smoke"`
+	Out               string        `json:"-"`
+	Levels            []int         `json:"levels"`
+	AdmissionPods     int           `json:"admissionPods"`
+	BurstPods         int           `json:"burstPods"`
+	BurstPool         int           `json:"burstPool"`
+	LabelledPods      int           `json:"labelledPods"`
+	UnlabelledPods    int           `json:"unlabelledPods"`
+	CostPods          int           `json:"costPods"`
+	CreateConcurrency int           `json:"createConcurrency"`
+	ParallelSlow      bool          `json:"parallelSlow"`
+	Timeout           time.Duration `json:"-"`
+	Keep              bool          `json:"-"`
+}
+
+// smokeDefaults replace the defaults of the flags not set under -smoke.
+var smokeDefaults = map[string]string{
+	"name":           "bench-smoke",
+	"delay":          "2s",
+	"n":              "3",
+	"levels":         "1,5",
+	"admission-pods": "10",
+	"burst-pods":     "10",
+	"burst-pool":     "5",
+	"labelled":       "20",
+	"unlabelled":     "200",
+	"cost-pods":      "3",
+	"timeout":        "6m",
+}
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	var levels string
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.StringVar(&c.Name, "name", "bench", "name of the simulated cluster (state in .kwok/<name>)")
+	fs.IntVar(&c.N, "n", 40, "pods per start-up mode and run")
+	fs.DurationVar(&c.Delay, "delay", 5*time.Second, "the test provisioner's delay per volume (L)")
+	fs.BoolVar(&c.Smoke, "smoke", false, "a reduced run (about 2 minutes) that writes to a temp dir unless -out is set")
+	fs.StringVar(&c.Out, "out", "", "directory of the results (default test/bench/results, or a temp dir with -smoke)")
+	fs.StringVar(&levels, "levels", "1,10,50", "concurrency levels of the admission latency")
+	fs.IntVar(&c.AdmissionPods, "admission-pods", 100, "pods per admission level (and the hit pool's size)")
+	fs.IntVar(&c.BurstPods, "burst-pods", 200, "pods of the burst against a smaller pool")
+	fs.IntVar(&c.BurstPool, "burst-pool", 50, "pool size of that burst")
+	fs.IntVar(&c.LabelledPods, "labelled", 200, "labelled pods in the memory measurements")
+	fs.IntVar(&c.UnlabelledPods, "unlabelled", 5000, "unlabelled pods added for the second memory measurement")
+	fs.IntVar(&c.CostPods, "cost-pods", 10, "pods per cost measurement (hit and miss)")
+	fs.IntVar(&c.CreateConcurrency, "create-concurrency", 200, "concurrent creates of the unlabelled pods")
+	fs.BoolVar(&c.ParallelSlow, "parallel-slow", true, "run sequential b and c side by side (each still one pod at a time)")
+	fs.DurationVar(&c.Timeout, "timeout", 20*time.Minute, "bound on the whole run")
+	fs.BoolVar(&c.Keep, "keep", false, "leave the cluster up at the end")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if c.Smoke {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for name, v := range smokeDefaults {
+			if !set[name] {
+				if err := fs.Set(name, v); err != nil {
+					return c, err
+				}
+			}
+		}
+	}
+	for _, f := range strings.Split(levels, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return c, fmt.Errorf("-levels: bad level %q", f)
+		}
+		c.Levels = append(c.Levels, n)
+	}
+	if c.N < 1 || c.AdmissionPods < 1 || c.BurstPods < 1 || c.BurstPool < 1 || c.CostPods < 1 || c.LabelledPods < 1 {
+		return c, errors.New("counts must be positive")
+	}
+	return c, nil
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// run brings the cluster and the operator up, runs every phase, reports,
+// and brings everything down. It returns an error if a measurement could
+// not be taken; missed goals are only reported.
+func run(ctx context.Context, cfg config, stdout, progress io.Writer) (err error) {
+	// The bench's informers log through controller-runtime; keep them quiet.
+	ctrllog.SetLogger(logr.Discard())
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	started := time.Now()
+	if cfg.Out == "" {
+		if cfg.Smoke {
+			if cfg.Out, err = os.MkdirTemp("", "fluent-pvc-bench-"); err != nil {
+				return err
+			}
+		} else {
+			cfg.Out = filepath.Join(cluster.RepoRoot(), "test", "bench", "results")
+		}
+	}
+	res := &results{Config: cfg, Date: started.UTC().Format(time.RFC3339), Machine: describeMachine()}
+	e := &env{cfg: cfg, out: progress}
+
+	kc, err := cluster.Up(ctx, cluster.Options{Name: cfg.Name, ProvisionerDelay: cfg.Delay, Out: progress})
+	if err != nil {
+		return fmt.Errorf("bringing the cluster up: %w", err)
+	}
+	e.kc = kc
+	defer func() {
+		if cfg.Keep {
+			e.progress("keeping cluster %s: export KUBECONFIG=%s", kc.Name, kc.Kubeconfig)
+			return
+		}
+		err = errors.Join(err, kc.Down())
+	}()
+	res.ClusterUpSeconds = time.Since(started).Seconds()
+	op, err := cluster.RunOperator(ctx, kc, cluster.OperatorOptions{})
+	if err != nil {
+		return fmt.Errorf("starting the operator: %w", err)
+	}
+	e.op = op
+	informerCtx, stopInformers := context.WithCancel(ctx)
+	defer stopInformers()
+	if err := e.startInformers(informerCtx); err != nil {
+		return err
+	}
+
+	phases := []struct {
+		name string
+		run  func(context.Context, *results) error
+	}{
+		{"start-up", e.startupPhase},
+		{"cost", e.costPhase},
+		{"burst", e.burstPhase},
+		{"admission", e.admissionPhase},
+		{"memory", e.memoryPhase},
+	}
+	var errs []error
+	for _, p := range phases {
+		if ctx.Err() != nil {
+			errs = append(errs, fmt.Errorf("phase %s skipped: %w", p.name, ctx.Err()))
+			continue
+		}
+		start := time.Now()
+		e.progress("phase %s", p.name)
+		if err := p.run(ctx, res); err != nil {
+			errs = append(errs, fmt.Errorf("phase %s: %w", p.name, err))
+			e.progress("phase %s failed: %v", p.name, err)
+		}
+		res.PhaseSeconds = append(res.PhaseSeconds, phaseTime{p.name, time.Since(start).Seconds()})
+	}
+	for _, err := range errs {
+		res.Errors = append(res.Errors, err.Error())
+	}
+	res.WallSeconds = time.Since(started).Seconds()
+	res.evaluateGoals()
+	md := res.markdown("startup-latest.svg")
+	fmt.Fprint(stdout, md)
+	paths, werr := res.write(cfg.Out, started)
+	if werr != nil {
+		errs = append(errs, werr)
+	} else {
+		fmt.Fprintf(stdout, "\nResults: %s\n", strings.Join(paths, " "))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+// memSample is the operator's memory after a restart and settle.
+type memSample struct {
+	LabelledPods   int `json:"labelledPods"`
+	UnlabelledPods int `json:"unlabelledPods"`
+	// VmHWM is the peak RSS since the restart, VmRSS the RSS now (bytes).
+	VmHWM float64 `json:"vmHWM"`
+	VmRSS float64 `json:"vmRSS"`
+	// HeapInuse and HeapAlloc are go_memstats_heap_*_bytes.
+	HeapInuse     float64 `json:"heapInuse"`
+	HeapAlloc     float64 `json:"heapAlloc"`
+	SettleSeconds float64 `json:"settleSeconds"`
+}
+
+type memoryResult struct {
+	Samples []memSample `json:"samples"`
+	// CreateSeconds is how long creating the unlabelled pods took, at
+	// Concurrency concurrent creates.
+	CreateSeconds float64 `json:"createSeconds"`
+	Concurrency   int     `json:"concurrency"`
+	Error         string  `json:"error,omitempty"`
+}
+
+// ratio is the with-unlabelled over without sample of field f.
+func (m memoryResult) ratio(f func(memSample) float64) float64 {
+	if len(m.Samples) < 2 {
+		return ratio(0, 0)
+	}
+	return ratio(f(m.Samples[1]), f(m.Samples[0]))
+}
+
+func (e *env) memoryPhase(ctx context.Context, res *results) error {
+	m, err := e.memory(ctx)
+	if err != nil {
+		m.Error = err.Error()
+	}
+	res.Memory = &m
+	return err
+}
+
+func (e *env) memory(ctx context.Context) (memoryResult, error) {
+	m := memoryResult{Concurrency: e.cfg.CreateConcurrency}
+	labelledNS, bulkNS := "bench-mem-labelled", "bench-mem-unlabelled"
+	for _, ns := range []string{labelledNS, bulkNS} {
+		if err := e.createNamespace(ctx, ns); err != nil {
+			return m, err
+		}
+	}
+	labelled := make([]*corev1.Pod, e.cfg.LabelledPods)
+	for i := range labelled {
+		labelled[i] = unscheduled(fluentPod(labelledNS, fmt.Sprintf("labelled-%d", i), fpvcMiss))
+	}
+	if _, _, err := e.createPods(ctx, labelled, 50); err != nil {
+		return m, err
+	}
+	s, err := e.restartAndMeasure(ctx)
+	if err != nil {
+		return m, err
+	}
+	s.LabelledPods = len(labelled)
+	m.Samples = append(m.Samples, s)
+	e.progress("memory with %d labelled pods: VmHWM %s VmRSS %s heap in use %s", s.LabelledPods, mib(s.VmHWM), mib(s.VmRSS), mib(s.HeapInuse))
+
+	bulk := make([]*corev1.Pod, e.cfg.UnlabelledPods)
+	for i := range bulk {
+		bulk[i] = unscheduled(fixtures.MakePod(fmt.Sprintf("unlabelled-%d", i), bulkNS).Obj())
+	}
+	start := time.Now()
+	if _, _, err := e.createPods(ctx, bulk, e.cfg.CreateConcurrency); err != nil {
+		return m, err
+	}
+	m.CreateSeconds = time.Since(start).Seconds()
+	e.progress("created %d unlabelled pods in %.1fs (%d concurrent creates)", len(bulk), m.CreateSeconds, e.cfg.CreateConcurrency)
+	s, err = e.restartAndMeasure(ctx)
+	if err != nil {
+		return m, err
+	}
+	s.LabelledPods, s.UnlabelledPods = len(labelled), len(bulk)
+	m.Samples = append(m.Samples, s)
+	e.progress("memory with %d labelled and %d unlabelled pods: VmHWM %s VmRSS %s heap in use %s", s.LabelledPods, s.UnlabelledPods, mib(s.VmHWM), mib(s.VmRSS), mib(s.HeapInuse))
+	// The namespaces go with the cluster; deleting them starts that early.
+	return m, errors.Join(e.deleteNamespace(ctx, bulkNS, false), e.deleteNamespace(ctx, labelledNS, false))
+}
+
+// memorySettle is how long the operator runs after its workqueues emptied
+// before its memory is read.
+const memorySettle = 3 * time.Second
+
+func (e *env) restartAndMeasure(ctx context.Context) (memSample, error) {
+	var s memSample
+	start := time.Now()
+	if err := e.op.Restart(ctx); err != nil {
+		return s, fmt.Errorf("restarting the operator: %w", err)
+	}
+	if err := e.settle(ctx); err != nil {
+		return s, err
+	}
+	select {
+	case <-time.After(memorySettle):
+	case <-ctx.Done():
+		return s, ctx.Err()
+	}
+	s.SettleSeconds = time.Since(start).Seconds()
+	status, err := procStatus(e.op.PID())
+	if err != nil {
+		return s, err
+	}
+	s.VmHWM, s.VmRSS = status["VmHWM"], status["VmRSS"]
+	sc, err := e.operatorScrape(ctx)
+	if err != nil {
+		return s, err
+	}
+	s.HeapInuse = sc.sum("go_memstats_heap_inuse_bytes", nil)
+	s.HeapAlloc = sc.sum("go_memstats_heap_alloc_bytes", nil)
+	if s.VmHWM == 0 || s.HeapInuse == 0 {
+		return s, fmt.Errorf("no memory figures for the operator (PID %d)", e.op.PID())
+	}
+	return s, nil
+}
+
+// procStatus reads the kB fields of /proc/<pid>/status, in bytes.
+func procStatus(pid int) (map[string]float64, error) {
+	if pid == 0 {
+		return nil, errors.New("the operator is not running")
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(v)
+		if len(fields) == 2 && fields[1] == "kB" {
+			if n, err := strconv.ParseFloat(fields[0], 64); err == nil {
+				out[k] = n * 1024
+			}
+		}
+	}
+	return out, sc.Err()
+}
+
+func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }

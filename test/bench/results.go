@@ -1,0 +1,377 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+)
+
+type machine struct {
+	CPUs      int    `json:"cpus"`
+	CPUModel  string `json:"cpuModel"`
+	MemTotal  string `json:"memTotal"`
+	GoVersion string `json:"goVersion"`
+	Kernel    string `json:"kernel"`
+	OS        string `json:"os"`
+}
+
+func describeMachine() machine {
+	m := machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH}
+	if raw, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(raw))
+	}
+	m.MemTotal = procField("/proc/meminfo", "MemTotal")
+	m.CPUModel = procField("/proc/cpuinfo", "model name")
+	return m
+}
+
+func procField(path, key string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok && strings.TrimSpace(k) == key {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+type phaseTime struct {
+	Name    string  `json:"name"`
+	Seconds float64 `json:"seconds"`
+}
+
+// results is everything a run measured.
+type results struct {
+	Date             string           `json:"date"`
+	Machine          machine          `json:"machine"`
+	Config           config           `json:"config"`
+	ClusterUpSeconds float64          `json:"clusterUpSeconds"`
+	PoolFillSeconds  float64          `json:"poolFillSeconds"`
+	Startup          []startupRun     `json:"startup"`
+	Admission        []admissionLevel `json:"admission"`
+	Burst            *burstResult     `json:"burst,omitempty"`
+	Cost             []costResult     `json:"cost"`
+	Memory           *memoryResult    `json:"memory,omitempty"`
+	Goals            []goal           `json:"goals"`
+	PhaseSeconds     []phaseTime      `json:"phaseSeconds"`
+	WallSeconds      float64          `json:"wallSeconds"`
+	Errors           []string         `json:"errors,omitempty"`
+}
+
+// goal is a target reported as PASS or MISS (or n/a if not measured).
+type goal struct {
+	Name   string  `json:"name"`
+	Target string  `json:"target"`
+	Value  float64 `json:"-"`
+	Shown  string  `json:"shown"`
+	Status string  `json:"status"`
+}
+
+func (r *results) run(mode string, burst bool) *startupRun {
+	for i := range r.Startup {
+		if r.Startup[i].Mode == mode && r.Startup[i].Burst == burst && r.Startup[i].Error == "" {
+			return &r.Startup[i]
+		}
+	}
+	return nil
+}
+
+func (r *results) startupRatio(num, den string, burst bool, pick func(summary) float64) float64 {
+	a, b := r.run(num, burst), r.run(den, burst)
+	if a == nil || b == nil {
+		return math.NaN()
+	}
+	return ratio(pick(a.Stats), pick(b.Stats))
+}
+
+func (r *results) level(kind string, want int) *admissionLevel {
+	// The level at concurrency want, else the highest one below it.
+	var best *admissionLevel
+	for i := range r.Admission {
+		l := &r.Admission[i]
+		if l.Checkout != kind || l.Concurrency > want || l.Error != "" {
+			continue
+		}
+		if best == nil || l.Concurrency > best.Concurrency {
+			best = l
+		}
+	}
+	return best
+}
+
+func p50(s summary) float64 { return s.P50 }
+func p99(s summary) float64 { return s.P99 }
+
+func (r *results) evaluateGoals() {
+	add := func(name, target string, v float64, shown string, pass bool) {
+		g := goal{Name: name, Target: target, Value: v, Shown: shown, Status: "MISS"}
+		switch {
+		case math.IsNaN(v):
+			g.Status, g.Shown = "n/a", "not measured"
+		case pass:
+			g.Status = "PASS"
+		}
+		r.Goals = append(r.Goals, g)
+	}
+	x := func(v float64) string { return fmt.Sprintf("%.2f×", v) }
+	for _, burst := range []bool{false, true} {
+		kind := "sequential"
+		if burst {
+			kind = "burst"
+		}
+		v := r.startupRatio(modeHit, modePlain, burst, p50)
+		add("start-up d/a p50, "+kind, "≤ 1.10", v, x(v), v <= 1.10)
+		v = r.startupRatio(modeHit, modePlain, burst, p99)
+		add("start-up d/a p99, "+kind, "≤ 1.25", v, x(v), v <= 1.25)
+		v = r.startupRatio(modeEphemeral, modeHit, burst, p50)
+		add(fmt.Sprintf("start-up b/d p50, %s (L=%s)", kind, r.Config.Delay), "≥ 4", v, x(v), v >= 4)
+		v = r.startupRatio(modeMiss, modeHit, burst, p50)
+		add(fmt.Sprintf("start-up c/d p50, %s (L=%s)", kind, r.Config.Delay), "≥ 4", v, x(v), v >= 4)
+	}
+	if l := r.level("hit", 10); l != nil {
+		// The 25 ms bucket bound makes this exact: p99 ≤ 25 ms iff at
+		// most 1% of the calls took longer.
+		calls := l.APIServer.N
+		add(fmt.Sprintf("webhook p99 on a hit, c=%d (API server histogram)", l.Concurrency), "≤ 25 ms", float64(l.APIServerOver25ms),
+			fmt.Sprintf("%d of %d calls > 25 ms (%.1f%%); interpolated p99 %s", l.APIServerOver25ms, calls, 100*float64(l.APIServerOver25ms)/float64(max(1, calls)), ms(l.APIServer.P99)),
+			float64(l.APIServerOver25ms) <= 0.01*float64(calls))
+		v := l.Webhook.P99
+		add(fmt.Sprintf("webhook p99 on a hit, c=%d (operator histogram)", l.Concurrency), "≤ 25 ms", v, ms(v), v <= 0.025)
+	} else {
+		add("webhook p99 on a hit, c=10", "≤ 25 ms", math.NaN(), "", false)
+	}
+	if m := r.Memory; m != nil && len(m.Samples) == 2 {
+		v := m.ratio(func(s memSample) float64 { return s.VmHWM })
+		add(fmt.Sprintf("memory: peak RSS with %d unlabelled pods / without", m.Samples[1].UnlabelledPods), "≤ 1.2", v, x(v), v <= 1.2)
+		v = m.ratio(func(s memSample) float64 { return s.HeapInuse })
+		add("memory: Go heap in use, same ratio", "≤ 1.2", v, x(v), v <= 1.2)
+	} else {
+		add("memory ratio", "≤ 1.2", math.NaN(), "", false)
+	}
+	if b := r.Burst; b != nil && b.Error == "" {
+		add(fmt.Sprintf("burst %d vs pool %d: shared PVCs", b.Pods, b.Pool), "0", float64(b.Shared), fmt.Sprintf("%d", b.Shared), b.Shared == 0 && b.NoClaim == 0)
+		limit := (r.Config.Delay + 2*time.Second).Seconds()
+		add("burst: pool warm again after the burst's end", fmt.Sprintf("≤ L+2s = %.0fs", limit), b.RefillSeconds, fmt.Sprintf("%.1fs", b.RefillSeconds), b.RefillSeconds <= limit)
+	} else {
+		add("burst", "", math.NaN(), "", false)
+	}
+}
+
+// markdown renders the results; chart is the chart's file name.
+func (r *results) markdown(chart string) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	title := "fluent-pvc-operator benchmark"
+	if r.Config.Smoke {
+		title += " (smoke)"
+	}
+	w("# %s\n\n", title)
+	w("| | |\n|---|---|\n")
+	w("| date | %s |\n", r.Date)
+	w("| machine | %d CPUs (%s), %s memory, kernel %s, %s |\n", r.Machine.CPUs, r.Machine.CPUModel, r.Machine.MemTotal, r.Machine.Kernel, r.Machine.OS)
+	w("| go | %s |\n", r.Machine.GoVersion)
+	w("| provisioning delay L | %s |\n", r.Config.Delay)
+	w("| pods per start-up mode N | %d |\n", r.Config.N)
+	w("| cluster | kwok (test/cluster), 6 nodes in 3 zones, operator as a local process |\n")
+	w("| wall time | %.0fs (cluster up %.0fs; %s) |\n\n", r.WallSeconds, r.ClusterUpSeconds, phaseList(r.PhaseSeconds))
+
+	w("## Goals\n\n| goal | target | measured | |\n|---|---|---|---|\n")
+	for _, g := range r.Goals {
+		w("| %s | %s | %s | %s |\n", g.Name, g.Target, g.Shown, g.Status)
+	}
+
+	w("\n## Start-up latency\n\nFrom the pod's create call to the first informer event with phase Running.\n\n")
+	w("![start-up latency](%s)\n\n", chart)
+	w("| mode | | run | pods | p50 | p90 | p99 | max | wall |\n|---|---|---|---|---|---|---|---|---|\n")
+	runs := append([]startupRun(nil), r.Startup...)
+	sort.SliceStable(runs, func(i, j int) bool {
+		if runs[i].Mode != runs[j].Mode {
+			return runs[i].Mode < runs[j].Mode
+		}
+		return !runs[i].Burst && runs[j].Burst
+	})
+	for _, s := range runs {
+		if s.Error != "" {
+			w("| %s | %s | %s | | error: %s | | | | |\n", s.Mode, modeNames[s.Mode], s.kind(), s.Error)
+			continue
+		}
+		w("| %s | %s | %s | %d | %s | %s | %s | %s | %.1fs |\n", s.Mode, modeNames[s.Mode], s.kind(), s.Stats.N,
+			dur(s.Stats.P50), dur(s.Stats.P90), dur(s.Stats.P99), dur(s.Stats.Max), s.Wall)
+	}
+	w("\nWhere the time goes (p50 / p99 of each part): the create call (admission included), from its return to the first event with the pod bound to a node (scheduling; for b and c also provisioning), and from there to Running (kwok).\n\n")
+	w("| mode | run | create call | to scheduled | to Running |\n|---|---|---|---|---|\n")
+	for _, s := range runs {
+		if s.Error != "" {
+			continue
+		}
+		w("| %s | %s | %s / %s | %s / %s | %s / %s |\n", s.Mode, s.kind(), dur(s.CreateCall.P50), dur(s.CreateCall.P99),
+			dur(s.ToScheduled.P50), dur(s.ToScheduled.P99), dur(s.ToRunning.P50), dur(s.ToRunning.P99))
+	}
+	w("\n| ratio | sequential p50 | sequential p99 | burst p50 | burst p99 |\n|---|---|---|---|---|\n")
+	for _, pair := range [][2]string{{modeHit, modePlain}, {modeEphemeral, modeHit}, {modeMiss, modeHit}, {modeEphemeral, modePlain}, {modeMiss, modePlain}} {
+		w("| %s/%s | %s | %s | %s | %s |\n", pair[0], pair[1],
+			times(r.startupRatio(pair[0], pair[1], false, p50)), times(r.startupRatio(pair[0], pair[1], false, p99)),
+			times(r.startupRatio(pair[0], pair[1], true, p50)), times(r.startupRatio(pair[0], pair[1], true, p99)))
+	}
+	if r.PoolFillSeconds > 0 {
+		w("\nFilling the two warm pools of mode d (%d PVCs each, from nothing) took %.1fs.\n", r.Config.N, r.PoolFillSeconds)
+	}
+
+	w("\n## Admission latency of the webhook\n\n")
+	w("%d pods per level, created `c` at a time (a worker pool of c); hits from a warm pool of %d refilled between levels, misses with pool size 0. ", r.Config.AdmissionPods, r.Config.AdmissionPods)
+	w("API server: `apiserver_admission_webhook_admission_duration_seconds{name=\"%s\"}`, whose buckets are 5, 25, 100, 500 ms..., so its percentiles are interpolated inside wide buckets; the share of calls ≤ 25 ms is exact. ", webhookName)
+	w("Operator: `fluentpvc_webhook_admission_duration_seconds{result=\"mutated\"}` and `fluentpvc_pool_checkout_duration_seconds{result}` (buckets from 0.5 or 1 ms). Client: the bench's create call, end to end.\n\n")
+	w("The API server calls the webhook a second time for most pods (`reinvocationPolicy: IfNeeded`, after a later admission plugin changed the pod); that call finds the pod injected and returns at once. The API server's histogram counts both calls; the operator's `result=\"mutated\"` only the first.\n\n")
+	w("| checkout | c | pods | API server calls (reinvocations) | API server p50 / p90 / p99 | calls ≤ 25 ms | webhook p50 / p90 / p99 | checkout p50 / p90 / p99 | create call p50 / p99 | hits / misses |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, l := range r.Admission {
+		if l.Error != "" && l.APIServer.N == 0 {
+			w("| %s | %d | %d | error: %s | | | | | | |\n", l.Checkout, l.Concurrency, l.Pods, l.Error)
+			continue
+		}
+		w("| %s | %d | %d | %d (%d) | %s | %.0f%% | %s | %s | %s / %s | %d / %d |\n", l.Checkout, l.Concurrency, l.Pods, l.APIServer.N, l.Reinvocations,
+			msTriple(l.APIServer), 100*l.APIServerWithin25ms, msTriple(l.Webhook), msTriple(l.CheckoutDur), ms(l.Client.P50), ms(l.Client.P99), l.Hits, l.Misses)
+	}
+	w("\nWhat the webhook waits for: the API server's own latency (`apiserver_request_duration_seconds`, buckets 5, 25, 50, 100 ms...) of the two writes a webhook call makes, and CPU per pod of the operator and the API server (`process_cpu_seconds_total`).\n\n")
+	w("| checkout | c | POST fluentpvcbindings p50 / p99 | PVC write (PUT on a hit, POST on a miss) p50 / p99 | operator CPU per pod | API server CPU per pod |\n|---|---|---|---|---|---|\n")
+	for _, l := range r.Admission {
+		if l.APIServer.N == 0 {
+			continue
+		}
+		w("| %s | %d | %s / %s | %s / %s | %.1f ms | %.1f ms |\n", l.Checkout, l.Concurrency, ms(l.BindingCreate.P50), ms(l.BindingCreate.P99),
+			ms(l.PVCWrite.P50), ms(l.PVCWrite.P99), l.OperatorCPU, l.APIServerCPU)
+	}
+
+	if bu := r.Burst; bu != nil {
+		w("\n## Burst against a smaller pool\n\n")
+		w("| pods | pool | hits | misses | distinct claims | shared claims | pods without a claim | creates took | pool warm again after the burst's end | start-up p50 / p99 (from the burst's start) |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		w("| %d | %d | %d | %d | %d | %d | %d | %.2fs | %.1fs | %s / %s |\n", bu.Pods, bu.Pool, bu.Hits, bu.Misses, bu.Claims, bu.Shared, bu.NoClaim,
+			bu.CreateSeconds, bu.RefillSeconds, dur(bu.Startup.P50), dur(bu.Startup.P99))
+		if bu.Error != "" {
+			w("\nError: %s\n", bu.Error)
+		}
+	}
+
+	w("\n## API requests of the operator per pod\n\n")
+	w("Deltas of the operator's `rest_client_requests_total` over %d pods' whole lifecycles (admitted, Running, deleted, drained by a finalizer Job, claim and binding deleted; for a hit also the pool's refill), divided by the pods. Background work in the same window (status updates) is included.\n\n", r.Config.CostPods)
+	w("| checkout | POST | PUT | PATCH | DELETE | writes | GET (uncached reads) | window |\n|---|---|---|---|---|---|---|---|\n")
+	for _, c := range r.Cost {
+		if c.Error != "" && c.PerPod == nil {
+			w("| %s | error: %s | | | | | | |\n", c.Checkout, c.Error)
+			continue
+		}
+		w("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0fs |\n", c.Checkout, c.PerPod["POST"], c.PerPod["PUT"], c.PerPod["PATCH"], c.PerPod["DELETE"], c.Writes, c.PerPod["GET"], c.Seconds)
+	}
+
+	if m := r.Memory; m != nil {
+		w("\n## Memory of the operator\n\n")
+		w("Each figure after a restart of the operator (`op.Restart`), once its workqueues were empty for two scrapes a second apart, plus %s. ", memorySettle)
+		w("Extra pods are created Pending and unscheduled (`schedulerName: %s`), so neither the scheduler nor kwok works on them; ", unscheduledScheduler)
+		w("%d of them were created in %.1fs with %d concurrent creates.\n\n", r.Config.UnlabelledPods, m.CreateSeconds, m.Concurrency)
+		w("| labelled pods | unlabelled pods | peak RSS (VmHWM) | RSS (VmRSS) | heap in use | heap alloc |\n|---|---|---|---|---|---|\n")
+		for _, s := range m.Samples {
+			w("| %d | %d | %s | %s | %s | %s |\n", s.LabelledPods, s.UnlabelledPods, mib(s.VmHWM), mib(s.VmRSS), mib(s.HeapInuse), mib(s.HeapAlloc))
+		}
+		if len(m.Samples) == 2 {
+			w("| ratio | | %s | %s | %s | %s |\n",
+				times(m.ratio(func(s memSample) float64 { return s.VmHWM })), times(m.ratio(func(s memSample) float64 { return s.VmRSS })),
+				times(m.ratio(func(s memSample) float64 { return s.HeapInuse })), times(m.ratio(func(s memSample) float64 { return s.HeapAlloc })))
+		}
+		if m.Error != "" {
+			w("\nError: %s\n", m.Error)
+		}
+	}
+
+	w("\n## Method\n\n")
+	w("- One kwok cluster (`test/cluster`, QPS limits disabled) and the operator as a local process (`cluster.RunOperator`), all on this machine: the control plane, kwok, the provisioner, the operator and the bench share its CPUs.\n")
+	w("- Start-up: each mode and run in its own namespace; between runs the pods are deleted and the operator's claims drained (and mode d's pool refilled) before the next starts. Mode d's pools (N per namespace) are full before its runs start.\n")
+	if r.Config.ParallelSlow {
+		w("- Sequential b and c run side by side to save time (each still one pod at a time, ~L per pod); a and d each run alone.\n")
+	}
+	w("- Percentiles of samples are nearest-rank (p99 of 40 samples is the maximum); of histograms, interpolated as Prometheus' histogram_quantile.\n")
+	w("- Admission and memory pods are never scheduled; the burst's and cost's pods run.\n")
+	if len(r.Errors) > 0 {
+		w("\n## Errors\n\n")
+		for _, e := range r.Errors {
+			w("- %s\n", strings.ReplaceAll(e, "\n", " "))
+		}
+	}
+	return b.String()
+}
+
+func phaseList(ps []phaseTime) string {
+	var parts []string
+	for _, p := range ps {
+		parts = append(parts, fmt.Sprintf("%s %.0fs", p.Name, p.Seconds))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func dur(s float64) string {
+	switch {
+	case math.IsNaN(s):
+		return "n/a"
+	case s < 1:
+		return fmt.Sprintf("%.0f ms", s*1000)
+	default:
+		return fmt.Sprintf("%.2f s", s)
+	}
+}
+
+func times(v float64) string {
+	if math.IsNaN(v) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f×", v)
+}
+
+func msTriple(s summary) string {
+	return fmt.Sprintf("%s / %s / %s", ms(s.P50), ms(s.P90), ms(s.P99))
+}
+
+// write saves <date>.md, <date>.json and startup-<date>.svg in dir, and
+// copies them to latest.md, latest.json and startup-latest.svg.
+func (r *results) write(dir string, at time.Time) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	date := at.Format("2006-01-02")
+	raw, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, stem := range []string{date, "latest"} {
+		chart := "startup-" + stem + ".svg"
+		files := map[string][]byte{
+			stem + ".md":   []byte(r.markdown(chart)),
+			stem + ".json": append(raw, '\n'),
+		}
+		for name, content := range files {
+			p := filepath.Join(dir, name)
+			if err := os.WriteFile(p, content, 0o644); err != nil {
+				return nil, err
+			}
+			paths = append(paths, p)
+		}
+		p := filepath.Join(dir, chart)
+		if err := r.chart(p); err != nil {
+			return nil, fmt.Errorf("drawing %s: %w", p, err)
+		}
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	return paths, nil
+}

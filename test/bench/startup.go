@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Start-up modes.
+const (
+	modePlain     = "a" // no PVC: the floor
+	modeEphemeral = "b" // generic ephemeral volume on StorageClass standard
+	modeMiss      = "c" // the operator, pool size 0: claim created at admission
+	modeHit       = "d" // the operator, warm pool: claim taken at admission
+)
+
+var modeNames = map[string]string{
+	modePlain:     "plain pod, no PVC",
+	modeEphemeral: "generic ephemeral volume",
+	modeMiss:      "operator, pool size 0 (miss)",
+	modeHit:       "operator, warm pool (hit)",
+}
+
+// FluentPVCs of the start-up modes.
+const (
+	fpvcMiss = "bench-miss" // pool size 0, used by c and later phases
+	fpvcHit  = "bench-pool" // warm pool of N in the d namespaces
+)
+
+// startupRun is one mode run sequentially or as a burst.
+type startupRun struct {
+	Mode  string  `json:"mode"`
+	Burst bool    `json:"burst"`
+	Stats summary `json:"stats"`
+	// The parts of Stats: the create call (admission included), from its
+	// return to the first event with the pod bound to a node (scheduling,
+	// and for b and c provisioning), and from there to Running (kwok).
+	CreateCall  summary `json:"createCall"`
+	ToScheduled summary `json:"toScheduled"`
+	ToRunning   summary `json:"toRunning"`
+	// Wall is how long the whole run took.
+	Wall  float64 `json:"wallSeconds"`
+	Error string  `json:"error,omitempty"`
+}
+
+// podTiming is one pod's start-up.
+type podTiming struct{ created, returned, bound, running time.Time }
+
+func (r startupRun) kind() string {
+	if r.Burst {
+		return "burst"
+	}
+	return "sequential"
+}
+
+func startupNamespace(mode string, burst bool) string {
+	if burst {
+		return "bench-" + mode + "-burst"
+	}
+	return "bench-" + mode + "-seq"
+}
+
+func podFor(mode, ns, name string) *corev1.Pod {
+	switch mode {
+	case modeEphemeral:
+		return ephemeralPod(ns, name)
+	case modeMiss:
+		return fluentPod(ns, name, fpvcMiss)
+	case modeHit:
+		return fluentPod(ns, name, fpvcHit)
+	default:
+		return plainPod(ns, name)
+	}
+}
+
+// measureStartup creates n pods of mode in a fresh namespace, one at a time
+// (each waits for the previous to be Running) or all at once, and returns
+// the time from each pod's create call to its first Running event.
+func (e *env) measureStartup(ctx context.Context, mode string, burst bool, n int) (startupRun, error) {
+	run := startupRun{Mode: mode, Burst: burst}
+	ns := startupNamespace(mode, burst)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, podTimeout+time.Duration(n)*30*time.Second)
+	defer cancel()
+	one := func(i int) (podTiming, error) {
+		var t podTiming
+		pod := podFor(mode, ns, fmt.Sprintf("%s-%d", mode, i))
+		t.created = time.Now()
+		if err := e.cl.Create(ctx, pod); err != nil {
+			return t, fmt.Errorf("creating pod %s/%s: %w", ns, pod.Name, err)
+		}
+		t.returned = time.Now()
+		waitCtx, cancel := context.WithTimeout(ctx, podTimeout)
+		defer cancel()
+		var err error
+		t.bound, t.running, err = e.running.await(waitCtx, types.NamespacedName{Namespace: ns, Name: pod.Name})
+		return t, err
+	}
+	timings := make([]podTiming, n)
+	if burst {
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() { timings[i], errs[i] = one(i) })
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return run, err
+		}
+	} else {
+		for i := range n {
+			t, err := one(i)
+			if err != nil {
+				return run, err
+			}
+			timings[i] = t
+		}
+	}
+	var total, call, sched, kwok []time.Duration
+	for _, t := range timings {
+		total = append(total, t.running.Sub(t.created))
+		call = append(call, t.returned.Sub(t.created))
+		// The bound event may arrive before the create call returns.
+		sched = append(sched, max(0, t.bound.Sub(t.returned)))
+		kwok = append(kwok, t.running.Sub(t.bound))
+	}
+	run.Stats, run.CreateCall, run.ToScheduled, run.ToRunning = summarize(total), summarize(call), summarize(sched), summarize(kwok)
+	run.Wall = time.Since(start).Seconds()
+	return run, nil
+}
+
+// startupPhase runs the four modes, each sequentially and as a burst.
+// Sequential b and c (both wait about L per pod on the provisioner) run side
+// by side when cfg.ParallelSlow is set; a and d always run alone.
+func (e *env) startupPhase(ctx context.Context, res *results) error {
+	n := e.cfg.N
+	var errs []error
+	record := func(run startupRun, err error) {
+		if err != nil {
+			run.Error = err.Error()
+			errs = append(errs, fmt.Errorf("mode %s %s: %w", run.Mode, run.kind(), err))
+		}
+		e.progress("mode %s %-10s p50 %s p90 %s p99 %s (wall %.1fs) %s", run.Mode, run.kind(), secs(run.Stats.P50), secs(run.Stats.P90), secs(run.Stats.P99), run.Wall, run.Error)
+		res.Startup = append(res.Startup, run)
+	}
+	for _, mode := range []string{modePlain, modeEphemeral, modeMiss, modeHit} {
+		for _, burst := range []bool{false, true} {
+			if err := e.createNamespace(ctx, startupNamespace(mode, burst)); err != nil {
+				return err
+			}
+		}
+	}
+	if err := e.createFluentPVC(ctx, fpvcMiss, 0); err != nil {
+		return err
+	}
+	// The d pools fill first, so that a and d both run on a quiet cluster.
+	e.progress("filling the warm pools of mode d (%d per namespace)", n)
+	fillStart := time.Now()
+	if err := e.createFluentPVC(ctx, fpvcHit, int32(n), startupNamespace(modeHit, false), startupNamespace(modeHit, true)); err != nil {
+		return err
+	}
+	if err := e.waitPoolWarm(ctx, fpvcHit, int32(n), startupNamespace(modeHit, false), startupNamespace(modeHit, true)); err != nil {
+		return err
+	}
+	res.PoolFillSeconds = time.Since(fillStart).Seconds()
+	e.progress("pools full in %.1fs", res.PoolFillSeconds)
+	if err := e.settle(ctx); err != nil {
+		return err
+	}
+
+	cleanup := func(mode string, burst bool) error {
+		ns := startupNamespace(mode, burst)
+		start := time.Now()
+		defer func() { e.progress("cleaned up %s in %.1fs", ns, time.Since(start).Seconds()) }()
+		if err := e.deletePodsAndDrain(ctx, ns); err != nil {
+			return err
+		}
+		e.progress("drained %s in %.1fs", ns, time.Since(start).Seconds())
+		if mode == modeHit {
+			// The pool refilled what the pods took; wait for it so that
+			// the refill does not overlap the next run.
+			if err := e.waitPoolWarm(ctx, fpvcHit, int32(n), ns); err != nil {
+				return err
+			}
+		} else if err := e.waitNoPVCs(ctx, ns); err != nil {
+			// The ephemeral claims go with their pods. The empty
+			// namespaces stay until the cluster goes.
+			return err
+		}
+		return e.settle(ctx)
+	}
+
+	for _, mode := range []string{modePlain, modeHit} {
+		for _, burst := range []bool{false, true} {
+			record(e.measureStartup(ctx, mode, burst, n))
+			if err := cleanup(mode, burst); err != nil {
+				return errors.Join(append(errs, err)...)
+			}
+		}
+	}
+	// Its warm PVCs are deleted with it.
+	if err := e.deleteFluentPVC(ctx, fpvcHit); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	if err := e.waitNoPVCs(ctx, startupNamespace(modeHit, false), startupNamespace(modeHit, true)); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+
+	// Sequential b and c.
+	if e.cfg.ParallelSlow {
+		var b, c startupRun
+		var bErr, cErr error
+		var wg sync.WaitGroup
+		wg.Go(func() { b, bErr = e.measureStartup(ctx, modeEphemeral, false, n) })
+		wg.Go(func() { c, cErr = e.measureStartup(ctx, modeMiss, false, n) })
+		wg.Wait()
+		record(b, bErr)
+		record(c, cErr)
+		for _, mode := range []string{modeEphemeral, modeMiss} {
+			if err := cleanup(mode, false); err != nil {
+				return errors.Join(append(errs, err)...)
+			}
+		}
+	} else {
+		for _, mode := range []string{modeEphemeral, modeMiss} {
+			record(e.measureStartup(ctx, mode, false, n))
+			if err := cleanup(mode, false); err != nil {
+				return errors.Join(append(errs, err)...)
+			}
+		}
+	}
+	for _, mode := range []string{modeEphemeral, modeMiss} {
+		record(e.measureStartup(ctx, mode, true, n))
+		if err := cleanup(mode, true); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func secs(s float64) string { return fmt.Sprintf("%.3fs", s) }
