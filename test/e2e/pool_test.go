@@ -57,14 +57,22 @@ var _ = Describe("Warm pool on a simulated cluster", func() {
 		g.Expect(k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder})).To(Succeed())
 		return append(names(jobs.Items), names(pods.Items)...)
 	}
+	// setPool changes the FluentPVC and waits until the spec reads see has it.
 	setPool := func(change func(*v1alpha1.FluentPVC)) {
+		var written *v1alpha1.FluentPVC
 		EventuallyWithOffset(1, func() error {
 			f := &v1alpha1.FluentPVC{}
 			if err := k8s.Get(ctx, client.ObjectKeyFromObject(fpvc), f); err != nil {
 				return err
 			}
 			change(f)
+			written = f
 			return k8s.Update(ctx, f)
+		}, timeout, interval).Should(Succeed())
+		EventuallyWithOffset(1, func(g Gomega) {
+			f := &v1alpha1.FluentPVC{}
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(fpvc), f)).To(Succeed())
+			g.Expect(f.Generation).To(BeNumerically(">=", written.Generation))
 		}, timeout, interval).Should(Succeed())
 	}
 
