@@ -176,6 +176,7 @@ type BindingCounts struct {
 
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="metadata.name must be at most 63 characters: pods name their FluentPVC in a label value"
 // +kubebuilder:resource:scope=Cluster,shortName=fpvc,categories=fluent-pvc-operator
 // +kubebuilder:printcolumn:name="POOL",type=integer,JSONPath=`.spec.pool.size`,description="Warm PVCs kept per pool namespace"
 // +kubebuilder:printcolumn:name="WARM",type=integer,JSONPath=`.status.warm`,description="Warm, bound PVCs ready over all pool namespaces"

@@ -108,6 +108,14 @@ var _ = Describe("FluentPVC validation", func() {
 		Expect(got.Spec.Pool.Size).To(BeEquivalentTo(3))
 	})
 
+	It("rejects a name longer than the 63 characters a pod's label value can hold", func() {
+		fpvc := fixtures.MakeFluentPVC(strings.Repeat("n", 64)).Obj()
+		err := k8sClient.Create(ctx, fpvc)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+		Expect(err.Error()).To(ContainSubstring("metadata.name must be at most 63 characters"))
+		expectCreated(fixtures.MakeFluentPVC(strings.Repeat("n", 63)).Obj())
+	})
+
 	DescribeTable("rejects a malformed FluentPVC, naming the field",
 		func(build builder, wantPath string) {
 			expectRejected(build(uniqueName("malformed")), wantPath)
