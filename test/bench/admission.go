@@ -12,7 +12,15 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
-const fpvcAdmission = "bench-admission" // warm pool for the hit levels
+const fpvcAdmission = "bench-admission" // warm pools for the hit levels
+
+func admissionHitNamespaces(levels []int) []string {
+	var out []string
+	for _, c := range levels {
+		out = append(out, fmt.Sprintf("bench-adm-hit-%d", c))
+	}
+	return out
+}
 
 // admissionLevel is the webhook's latency over the pods of one level:
 // pods created c at a time, all hits or all misses.
@@ -135,8 +143,9 @@ func (e *env) admissionLevel(ctx context.Context, kind string, c int, ns, fpvc s
 }
 
 // admissionPhase measures the webhook at each concurrency level, misses
-// first (pool size 0, nothing in the background), then hits from a pool as
-// large as a level, refilled between levels. Pods stay Pending unscheduled.
+// first (pool size 0, nothing in the background), then hits, each level
+// from its own full pool as large as the level. Pods stay Pending
+// unscheduled.
 func (e *env) admissionPhase(ctx context.Context, res *results) error {
 	var errs []error
 	record := func(l admissionLevel, err error) {
@@ -148,11 +157,10 @@ func (e *env) admissionPhase(ctx context.Context, res *results) error {
 			l.Checkout, l.Concurrency, ms(l.APIServer.P50), ms(l.APIServer.P99), ms(l.Webhook.P50), ms(l.Webhook.P99), ms(l.Client.P50), ms(l.Client.P99), l.Error)
 		res.Admission = append(res.Admission, l)
 	}
-	missNS, hitNS := "bench-adm-miss", "bench-adm-hit"
-	for _, ns := range []string{missNS, hitNS} {
-		if err := e.createNamespace(ctx, ns); err != nil {
-			return err
-		}
+	missNS := "bench-adm-miss"
+	hitNSs := admissionHitNamespaces(e.cfg.Levels)
+	if err := e.createNamespace(ctx, missNS); err != nil {
+		return err
 	}
 	for _, c := range e.cfg.Levels {
 		if err := e.settle(ctx); err != nil {
@@ -160,26 +168,41 @@ func (e *env) admissionPhase(ctx context.Context, res *results) error {
 		}
 		record(e.admissionLevel(ctx, pool.ResultMiss, c, missNS, fpvcMiss))
 	}
+	// One pool per level, all filled ahead (prefillPools); a level's pool
+	// leaves the FluentPVC once used, so that it does not refill during the
+	// next level.
 	size := int32(e.cfg.AdmissionPods)
-	if err := e.createFluentPVC(ctx, fpvcAdmission, size, hitNS); err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	for _, c := range e.cfg.Levels {
-		// The pool refills what the previous level took.
-		if err := e.waitPoolWarm(ctx, fpvcAdmission, size, hitNS); err != nil {
+	for _, ns := range hitNSs {
+		if err := e.createNamespace(ctx, ns); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
+	}
+	if err := e.createFluentPVC(ctx, fpvcAdmission, size, hitNSs...); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	if err := e.waitPoolWarm(ctx, fpvcAdmission, size, hitNSs...); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	for i, c := range e.cfg.Levels {
 		if err := e.settle(ctx); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		record(e.admissionLevel(ctx, pool.ResultHit, c, hitNS, fpvcAdmission))
+		record(e.admissionLevel(ctx, pool.ResultHit, c, hitNSs[i], fpvcAdmission))
+		if err := e.dropPoolNamespace(ctx, fpvcAdmission, hitNSs[i]); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
 	}
 	// Deleting the namespaces releases the claims without draining them.
 	start := time.Now()
 	if err := e.cl.Delete(ctx, fluentPVCRef(fpvcAdmission)); err != nil {
 		errs = append(errs, err)
 	}
-	for _, ns := range []string{missNS, hitNS} {
+	for _, ns := range append([]string{missNS}, hitNSs...) {
+		if err := e.deleteNamespace(ctx, ns, false); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+	}
+	for _, ns := range append([]string{missNS}, hitNSs...) {
 		if err := e.deleteNamespace(ctx, ns, true); err != nil {
 			return errors.Join(append(errs, err)...)
 		}

@@ -14,7 +14,13 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
 
-const fpvcBurst = "bench-burst"
+const (
+	fpvcBurst      = "bench-burst"
+	burstNamespace = "bench-burst"
+)
+
+// burstRunTimeout bounds the wait for the burst's pods to run.
+const burstRunTimeout = time.Minute
 
 // burstResult is a burst of pods against a smaller warm pool.
 type burstResult struct {
@@ -33,9 +39,12 @@ type burstResult struct {
 	// RefillSeconds is from the burst's end (last create returned) until
 	// the FluentPVC's status shows the pool full again.
 	RefillSeconds float64 `json:"refillSeconds"`
-	// Startup is create to Running of the burst's pods.
-	Startup summary `json:"startup"`
-	Error   string  `json:"error,omitempty"`
+	// Startup is create to Running of the burst's pods; NotRunning are
+	// those not Running within burstRunTimeout, with a few reasons.
+	Startup       summary  `json:"startup"`
+	NotRunning    int      `json:"notRunning"`
+	NotRunningWhy []string `json:"notRunningWhy,omitempty"`
+	Error         string   `json:"error,omitempty"`
 }
 
 func (e *env) burstPhase(ctx context.Context, res *results) error {
@@ -49,13 +58,18 @@ func (e *env) burstPhase(ctx context.Context, res *results) error {
 	return err
 }
 
-func (e *env) burst(ctx context.Context) (burstResult, error) {
-	r := burstResult{Pods: e.cfg.BurstPods, Pool: e.cfg.BurstPool}
-	ns := "bench-burst"
+func (e *env) burst(ctx context.Context) (r burstResult, err error) {
+	r = burstResult{Pods: e.cfg.BurstPods, Pool: e.cfg.BurstPool}
+	ns := burstNamespace
 	size := int32(r.Pool)
 	if err := e.createNamespace(ctx, ns); err != nil {
 		return r, err
 	}
+	defer func() {
+		// Deleting the namespace releases the claims without draining them.
+		errs := []error{err, e.deleteNamespace(ctx, ns, true), e.deleteFluentPVC(ctx, fpvcBurst)}
+		err = errors.Join(errs...)
+	}()
 	if err := e.createFluentPVC(ctx, fpvcBurst, size, ns); err != nil {
 		return r, err
 	}
@@ -112,14 +126,20 @@ func (e *env) burst(ctx context.Context) (burstResult, error) {
 		return r, fmt.Errorf("the pool did not refill: %w", refillCtx.Err())
 	}
 
-	// Every pod runs; a pod's start-up counts from the burst's start.
+	// A pod's start-up counts from the burst's start. Pods not Running
+	// within burstRunTimeout are counted, with why, not waited for.
 	var durs []time.Duration
-	waitCtx, cancelWait := context.WithTimeout(ctx, podTimeout)
+	waitCtx, cancelWait := context.WithTimeout(ctx, burstRunTimeout)
 	defer cancelWait()
 	for _, p := range pods {
-		_, at, err := e.running.await(waitCtx, types.NamespacedName{Namespace: ns, Name: p.Name})
+		key := types.NamespacedName{Namespace: ns, Name: p.Name}
+		_, at, err := e.running.await(waitCtx, key)
 		if err != nil {
-			return r, err
+			r.NotRunning++
+			if len(r.NotRunningWhy) < 3 {
+				r.NotRunningWhy = append(r.NotRunningWhy, e.whyPending(ctx, key))
+			}
+			continue
 		}
 		durs = append(durs, at.Sub(start))
 	}
@@ -128,14 +148,8 @@ func (e *env) burst(ctx context.Context) (burstResult, error) {
 	if err := e.checkClaims(ctx, ns, &r); err != nil {
 		return r, err
 	}
-
-	// Deleting the namespace releases the claims without draining them.
-	var errs []error
-	if err := e.cl.Delete(ctx, fluentPVCRef(fpvcBurst)); err != nil {
-		errs = append(errs, err)
-	}
-	errs = append(errs, e.deleteNamespace(ctx, ns, true), e.deleteFluentPVC(ctx, fpvcBurst))
-	return r, errors.Join(errs...)
+	// The FluentPVC goes first, so that its pool stops refilling.
+	return r, client.IgnoreNotFound(e.cl.Delete(ctx, fluentPVCRef(fpvcBurst)))
 }
 
 // checkClaims counts hits and misses and shared claims from the pods and
@@ -191,4 +205,29 @@ func (e *env) checkClaims(ctx context.Context, ns string, r *burstResult) error 
 		errs = append(errs, fmt.Errorf("%d pods in %s, want %d", len(pods.Items), ns, r.Pods))
 	}
 	return errors.Join(errs...)
+}
+
+// whyPending describes a pod that is not Running: its phase, node and
+// PodScheduled condition, and its claim's phase.
+func (e *env) whyPending(ctx context.Context, key types.NamespacedName) string {
+	var p corev1.Pod
+	if err := e.cl.Get(ctx, key, &p); err != nil {
+		return fmt.Sprintf("%s: %v", key.Name, err)
+	}
+	why := fmt.Sprintf("%s: phase %s, node %q", p.Name, p.Status.Phase, p.Spec.NodeName)
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
+			why += fmt.Sprintf(", not scheduled: %s", c.Message)
+		}
+	}
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim == nil {
+			continue
+		}
+		var c corev1.PersistentVolumeClaim
+		if err := e.cl.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: v.PersistentVolumeClaim.ClaimName}, &c); err == nil {
+			why += fmt.Sprintf(", claim %s %s (%s)", c.Name, c.Status.Phase, c.Annotations[v1alpha1.CheckoutAnnotationKey])
+		}
+	}
+	return why
 }

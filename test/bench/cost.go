@@ -15,6 +15,8 @@ import (
 
 const fpvcCost = "bench-cost"
 
+func costNamespace(kind string) string { return "bench-cost-" + kind }
+
 // costResult is the operator's API requests per pod over whole lifecycles
 // (admission, Running, deleted, drained, and for hits the pool refilled).
 type costResult struct {
@@ -47,7 +49,7 @@ func (e *env) costPhase(ctx context.Context, res *results) error {
 func (e *env) cost(ctx context.Context, kind string) (costResult, error) {
 	k := e.cfg.CostPods
 	c := costResult{Checkout: kind, Pods: k}
-	ns := "bench-cost-" + kind
+	ns := costNamespace(kind)
 	if err := e.createNamespace(ctx, ns); err != nil {
 		return c, err
 	}
@@ -73,7 +75,9 @@ func (e *env) cost(ctx context.Context, kind string) (costResult, error) {
 	for i := range pods {
 		pods[i] = fluentPod(ns, fmt.Sprintf("cost-%d", i), fpvc)
 	}
-	if _, _, err := e.createPods(ctx, pods, k); err != nil {
+	// One at a time, so that every checkout of the hit phase finds a
+	// warm PVC (concurrent ones can miss; see the start-up bursts).
+	if _, _, err := e.createPods(ctx, pods, 1); err != nil {
 		return c, err
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, podTimeout)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,11 +20,13 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
@@ -307,17 +310,19 @@ func (e *env) deleteNamespace(ctx context.Context, name string, waitGone bool) e
 	return nil
 }
 
-// deletePodsAndDrain deletes the pods of ns and waits until they are gone
-// and every claim and binding of the operator in ns is drained and deleted.
+// deletePodsAndDrain deletes the pods of ns and waits until the measured
+// ones are gone and every claim and binding of the operator in ns is
+// drained and deleted.
 func (e *env) deletePodsAndDrain(ctx context.Context, ns string) error {
 	if err := e.cl.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns)); err != nil {
 		return fmt.Errorf("deleting the pods of %s: %w", ns, err)
 	}
 	var state string
+	lastReport := time.Now()
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, drainTimeout, true, func(ctx context.Context) (bool, error) {
 		var pods corev1.PodList
-		if err := e.cl.List(ctx, &pods, client.InNamespace(ns)); err != nil {
-			return false, nil
+		if err := e.cache.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+			return false, err
 		}
 		var bindings v1alpha1.FluentPVCBindingList
 		if err := e.cache.List(ctx, &bindings, client.InNamespace(ns)); err != nil {
@@ -328,6 +333,14 @@ func (e *env) deletePodsAndDrain(ctx context.Context, ns string) error {
 			return false, err
 		}
 		state = fmt.Sprintf("%d pods, %d bindings, %d claimed PVCs left", len(pods.Items), len(bindings.Items), len(claims.Items))
+		if time.Since(lastReport) > 5*time.Second {
+			lastReport = time.Now()
+			var phases []string
+			for _, b := range bindings.Items {
+				phases = append(phases, b.Name+"="+string(b.Status.Phase))
+			}
+			e.progress("draining %s: %s %v", ns, state, phases)
+		}
 		return len(pods.Items) == 0 && len(bindings.Items) == 0 && len(claims.Items) == 0, nil
 	})
 	if err != nil {
@@ -362,10 +375,49 @@ func (e *env) createFluentPVC(ctx context.Context, name string, size int32, name
 	f := fixtures.MakeFluentPVC(name).StorageClass(cluster.StorageClassStandard).PoolSize(size).Mutate(func(f *v1alpha1.FluentPVC) {
 		f.Spec.Pool.Namespaces = namespaces
 	}).Obj()
-	if err := e.cl.Create(ctx, f); err != nil {
+	if err := e.cl.Create(ctx, f); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating FluentPVC %s: %w", name, err)
 	}
 	return nil
+}
+
+// prefillPools creates, ahead of their phases, the warm pools of the cost,
+// burst and admission phases, so that they fill while sequential b and c
+// wait on the provisioner instead of each phase waiting for its own.
+func (e *env) prefillPools(ctx context.Context) error {
+	pools := []struct {
+		fpvc string
+		size int
+		nss  []string
+	}{
+		{fpvcCost, e.cfg.CostPods, []string{costNamespace(pool.ResultHit)}},
+		{fpvcBurst, e.cfg.BurstPool, []string{burstNamespace}},
+		{fpvcAdmission, e.cfg.AdmissionPods, admissionHitNamespaces(e.cfg.Levels)},
+	}
+	for _, p := range pools {
+		for _, ns := range p.nss {
+			if err := e.createNamespace(ctx, ns); err != nil {
+				return err
+			}
+		}
+		if err := e.createFluentPVC(ctx, p.fpvc, int32(p.size), p.nss...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropPoolNamespace removes ns from FluentPVC name's pool namespaces, so
+// that the pool stops refilling there.
+func (e *env) dropPoolNamespace(ctx context.Context, name, ns string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var f v1alpha1.FluentPVC
+		if err := e.cl.Get(ctx, client.ObjectKey{Name: name}, &f); err != nil {
+			return err
+		}
+		f.Spec.Pool.Namespaces = slices.DeleteFunc(f.Spec.Pool.Namespaces, func(s string) bool { return s == ns })
+		return e.cl.Update(ctx, &f)
+	})
 }
 
 // deleteFluentPVC deletes FluentPVC name and waits until it is gone.

@@ -195,7 +195,7 @@ func (r *results) markdown(chart string) string {
 
 	w("\n## Start-up latency\n\nFrom the pod's create call to the first informer event with phase Running.\n\n")
 	w("![start-up latency](%s)\n\n", chart)
-	w("| mode | | run | pods | p50 | p90 | p99 | max | wall |\n|---|---|---|---|---|---|---|---|---|\n")
+	w("| mode | | run | pods | p50 | p90 | p99 | max | wall | hits / misses |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	runs := append([]startupRun(nil), r.Startup...)
 	sort.SliceStable(runs, func(i, j int) bool {
 		if runs[i].Mode != runs[j].Mode {
@@ -205,11 +205,15 @@ func (r *results) markdown(chart string) string {
 	})
 	for _, s := range runs {
 		if s.Error != "" {
-			w("| %s | %s | %s | | error: %s | | | | |\n", s.Mode, modeNames[s.Mode], s.kind(), s.Error)
+			w("| %s | %s | %s | | error: %s | | | | | |\n", s.Mode, modeNames[s.Mode], s.kind(), s.Error)
 			continue
 		}
-		w("| %s | %s | %s | %d | %s | %s | %s | %s | %.1fs |\n", s.Mode, modeNames[s.Mode], s.kind(), s.Stats.N,
-			dur(s.Stats.P50), dur(s.Stats.P90), dur(s.Stats.P99), dur(s.Stats.Max), s.Wall)
+		checkouts := ""
+		if s.Mode == modeMiss || s.Mode == modeHit {
+			checkouts = fmt.Sprintf("%d / %d", s.Hits, s.Misses)
+		}
+		w("| %s | %s | %s | %d | %s | %s | %s | %s | %.1fs | %s |\n", s.Mode, modeNames[s.Mode], s.kind(), s.Stats.N,
+			dur(s.Stats.P50), dur(s.Stats.P90), dur(s.Stats.P99), dur(s.Stats.Max), s.Wall, checkouts)
 	}
 	w("\nWhere the time goes (p50 / p99 of each part): the create call (admission included), from its return to the first event with the pod bound to a node (scheduling; for b and c also provisioning), and from there to Running (kwok).\n\n")
 	w("| mode | run | create call | to scheduled | to Running |\n|---|---|---|---|---|\n")
@@ -231,7 +235,7 @@ func (r *results) markdown(chart string) string {
 	}
 
 	w("\n## Admission latency of the webhook\n\n")
-	w("%d pods per level, created `c` at a time (a worker pool of c); hits from a warm pool of %d refilled between levels, misses with pool size 0. ", r.Config.AdmissionPods, r.Config.AdmissionPods)
+	w("%d pods per level, created `c` at a time (a worker pool of c); hits each from a full warm pool of %d of its own (filled ahead, not refilled during the level), misses with pool size 0. ", r.Config.AdmissionPods, r.Config.AdmissionPods)
 	w("API server: `apiserver_admission_webhook_admission_duration_seconds{name=\"%s\"}`, whose buckets are 5, 25, 100, 500 ms..., so its percentiles are interpolated inside wide buckets; the share of calls ≤ 25 ms is exact. ", webhookName)
 	w("Operator: `fluentpvc_webhook_admission_duration_seconds{result=\"mutated\"}` and `fluentpvc_pool_checkout_duration_seconds{result}` (buckets from 0.5 or 1 ms). Client: the bench's create call, end to end.\n\n")
 	w("The API server calls the webhook a second time for most pods (`reinvocationPolicy: IfNeeded`, after a later admission plugin changed the pod); that call finds the pod injected and returns at once. The API server's histogram counts both calls; the operator's `result=\"mutated\"` only the first.\n\n")
@@ -259,6 +263,12 @@ func (r *results) markdown(chart string) string {
 		w("| pods | pool | hits | misses | distinct claims | shared claims | pods without a claim | creates took | pool warm again after the burst's end | start-up p50 / p99 (from the burst's start) |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		w("| %d | %d | %d | %d | %d | %d | %d | %.2fs | %.1fs | %s / %s |\n", bu.Pods, bu.Pool, bu.Hits, bu.Misses, bu.Claims, bu.Shared, bu.NoClaim,
 			bu.CreateSeconds, bu.RefillSeconds, dur(bu.Startup.P50), dur(bu.Startup.P99))
+		if bu.NotRunning > 0 {
+			w("\n%d pods were not Running %s after the burst (not counted in the start-up figures), e.g.:\n\n", bu.NotRunning, burstRunTimeout)
+			for _, why := range bu.NotRunningWhy {
+				w("- %s\n", why)
+			}
+		}
 		if bu.Error != "" {
 			w("\nError: %s\n", bu.Error)
 		}
@@ -302,6 +312,7 @@ func (r *results) markdown(chart string) string {
 	}
 	w("- Percentiles of samples are nearest-rank (p99 of 40 samples is the maximum); of histograms, interpolated as Prometheus' histogram_quantile.\n")
 	w("- Admission and memory pods are never scheduled; the burst's and cost's pods run.\n")
+	w("- The pools of the cost, burst and admission phases fill while sequential b and c run.\n")
 	if len(r.Errors) > 0 {
 		w("\n## Errors\n\n")
 		for _, e := range r.Errors {

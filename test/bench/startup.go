@@ -9,6 +9,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
 
 // Start-up modes.
@@ -43,6 +46,10 @@ type startupRun struct {
 	CreateCall  summary `json:"createCall"`
 	ToScheduled summary `json:"toScheduled"`
 	ToRunning   summary `json:"toRunning"`
+	// Hits and Misses count the checkouts of modes c and d, from the
+	// claims' checkout annotation.
+	Hits   int `json:"hits"`
+	Misses int `json:"misses"`
 	// Wall is how long the whole run took.
 	Wall  float64 `json:"wallSeconds"`
 	Error string  `json:"error,omitempty"`
@@ -131,6 +138,20 @@ func (e *env) measureStartup(ctx context.Context, mode string, burst bool, n int
 	}
 	run.Stats, run.CreateCall, run.ToScheduled, run.ToRunning = summarize(total), summarize(call), summarize(sched), summarize(kwok)
 	run.Wall = time.Since(start).Seconds()
+	if mode == modeMiss || mode == modeHit {
+		var pvcs corev1.PersistentVolumeClaimList
+		if err := e.cl.List(ctx, &pvcs, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed}); err != nil {
+			return run, err
+		}
+		for _, c := range pvcs.Items {
+			switch c.Annotations[v1alpha1.CheckoutAnnotationKey] {
+			case v1alpha1.CheckoutHit:
+				run.Hits++
+			case v1alpha1.CheckoutMiss:
+				run.Misses++
+			}
+		}
+	}
 	return run, nil
 }
 
@@ -211,6 +232,11 @@ func (e *env) startupPhase(ctx context.Context, res *results) error {
 		return errors.Join(append(errs, err)...)
 	}
 
+	// The later phases' pools fill while sequential b and c run: a little
+	// background work against runs that wait ~L per pod anyway.
+	if err := e.prefillPools(ctx); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
 	// Sequential b and c.
 	if e.cfg.ParallelSlow {
 		var b, c startupRun

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"os"
+	"testing"
+)
+
+// TestSmoke runs the bench's reduced mode (-smoke) on its own kwok cluster:
+// it fails only if a measurement could not be taken, never on a missed
+// goal. It runs only with BENCH_SMOKE=1.
+func TestSmoke(t *testing.T) {
+	if os.Getenv("BENCH_SMOKE") != "1" {
+		t.Skip("set BENCH_SMOKE=1 to run the bench's smoke mode on a kwok cluster")
+	}
+	cfg, err := parseFlags([]string{"-smoke", "-out", t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(t.Context(), cfg, testWriter{t}, testWriter{t}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+func TestParseFlags(t *testing.T) {
+	cases := map[string]struct {
+		args       []string
+		wantN      int
+		wantLevels []int
+		wantName   string
+	}{
+		"defaults":              {args: nil, wantN: 40, wantLevels: []int{1, 10, 50}, wantName: "bench"},
+		"smoke":                 {args: []string{"-smoke"}, wantN: 3, wantLevels: []int{1, 5}, wantName: "bench-smoke"},
+		"smoke keeps set flags": {args: []string{"-smoke", "-n", "7"}, wantN: 7, wantLevels: []int{1, 5}, wantName: "bench-smoke"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := parseFlags(tc.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.N != tc.wantN || got.Name != tc.wantName || len(got.Levels) != len(tc.wantLevels) {
+				t.Errorf("parseFlags(%v) = n %d, name %q, levels %v; want %d, %q, %v", tc.args, got.N, got.Name, got.Levels, tc.wantN, tc.wantName, tc.wantLevels)
+			}
+		})
+	}
+}
+
+func TestHistogramQuantile(t *testing.T) {
+	// 10 observations ≤ 5 ms, 80 in (5, 25], 10 in (25, 100].
+	h := hist{bounds: []float64{.005, .025, .1}, counts: []float64{10, 90, 100}, count: 100}
+	cases := map[string]struct {
+		q    float64
+		want float64
+	}{
+		"p10 at the first bound": {q: .10, want: .005},
+		"p50 interpolated":       {q: .50, want: .005 + .020*40/80},
+		"p99 in the last bucket": {q: .99, want: .025 + .075*9/10},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := h.quantile(tc.q); got < tc.want-1e-9 || got > tc.want+1e-9 {
+				t.Errorf("quantile(%v) = %v, want %v", tc.q, got, tc.want)
+			}
+		})
+	}
+	if got := h.fractionAtMost(.025); got != .9 {
+		t.Errorf("fractionAtMost(.025) = %v, want .9", got)
+	}
+}
