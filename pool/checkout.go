@@ -4,18 +4,21 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
 
-// DefaultMaxTries bounds the warm PVCs a checkout tries before it gives up
-// and the pod gets a freshly created claim.
+// DefaultMaxTries bounds the warm PVCs a checkout tries on each list (the
+// cached one, then, if every try lost a race, one uncached list) before the
+// pod gets a freshly created claim.
 const DefaultMaxTries = 5
 
 // Candidates are the warm PVCs a pod allowed in zones may take, in random
@@ -69,31 +72,87 @@ func Returned(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	return out
 }
 
+// recentTTL is how long a checkouter remembers a PVC it saw taken, which
+// covers the time its cache takes to catch up.
+const recentTTL = time.Minute
+
+// Checkouter hands warm PVCs to pods. One serves one webhook replica.
+type Checkouter struct {
+	// Cache lists warm PVCs; Live lists them uncached, once, when every try
+	// on the cached list lost a race (the cache lags behind a burst).
+	Cache, Live client.Reader
+	Writer      client.Writer
+	// MaxTries bounds the updates tried on each list.
+	MaxTries int
+
+	// taken remembers PVCs this replica handed out or lost a race for, by
+	// UID, so that its next checkouts skip them while its cache is stale.
+	mu    sync.Mutex
+	taken map[types.UID]time.Time
+}
+
+// NewCheckouter is a Checkouter with DefaultMaxTries.
+func NewCheckouter(cache, live client.Reader, w client.Writer) *Checkouter {
+	return &Checkouter{Cache: cache, Live: live, Writer: w, MaxTries: DefaultMaxTries, taken: map[types.UID]time.Time{}}
+}
+
 // Checkout takes one warm PVC of fpvc in namespace for a pod allowed in
-// zones. Each try is one update conditioned on the resourceVersion read from
-// the cache, so two webhooks, in one replica or several, never hand the same
-// PVC to two pods: the loser gets a conflict and tries another. It returns
-// nil when no warm PVC fits or every try lost a race (a miss).
-func Checkout(ctx context.Context, r client.Reader, w client.Writer, fpvc *v1alpha1.FluentPVC, namespace string, zones Zones, admittedAt time.Time, maxTries int) (*corev1.PersistentVolumeClaim, error) {
-	var warm corev1.PersistentVolumeClaimList
-	if err := r.List(ctx, &warm, client.InNamespace(namespace), client.MatchingLabels{
-		v1alpha1.FluentPVCNameLabelKey: fpvc.Name,
-		v1alpha1.ClaimRoleLabelKey:     v1alpha1.ClaimRoleWarm,
-	}); err != nil {
-		return nil, fmt.Errorf("listing warm PVCs: %w", err)
-	}
-	for i, c := range Candidates(warm.Items, TemplateHash(&fpvc.Spec.PVCSpecTemplate), zones) {
-		if i >= maxTries {
-			break
+// zones. Each try is one update conditioned on the resourceVersion read, so
+// two webhooks, in one replica or several, never hand the same PVC to two
+// pods: the loser gets a conflict and tries another. It returns nil when no
+// warm PVC fits (a miss).
+func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, namespace string, zones Zones, admittedAt time.Time) (*corev1.PersistentVolumeClaim, error) {
+	hash := TemplateHash(&fpvc.Spec.PVCSpecTemplate)
+	lostRace := false
+	for _, r := range []client.Reader{c.Cache, c.Live} {
+		if r == nil || (r == c.Live && !lostRace) {
+			continue
 		}
-		claim := CheckedOut(c, admittedAt)
-		err := w.Update(ctx, claim)
-		if err == nil {
-			return claim, nil
+		var warm corev1.PersistentVolumeClaimList
+		if err := r.List(ctx, &warm, client.InNamespace(namespace), client.MatchingLabels{
+			v1alpha1.FluentPVCNameLabelKey: fpvc.Name,
+			v1alpha1.ClaimRoleLabelKey:     v1alpha1.ClaimRoleWarm,
+		}); err != nil {
+			return nil, fmt.Errorf("listing warm PVCs: %w", err)
 		}
-		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("checking out warm PVC %s/%s: %w", namespace, c.Name, err)
+		tries := 0
+		for _, cand := range Candidates(warm.Items, hash, zones) {
+			if tries >= c.MaxTries {
+				break
+			}
+			if c.wasTaken(cand.UID, admittedAt) {
+				continue
+			}
+			tries++
+			claim := CheckedOut(cand, admittedAt)
+			err := c.Writer.Update(ctx, claim)
+			c.markTaken(cand.UID, admittedAt)
+			if err == nil {
+				return claim, nil
+			}
+			if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("checking out warm PVC %s/%s: %w", namespace, cand.Name, err)
+			}
+			lostRace = true
 		}
 	}
 	return nil, nil
+}
+
+func (c *Checkouter) wasTaken(uid types.UID, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.taken[uid]
+	return ok && now.Sub(at) < recentTTL
+}
+
+func (c *Checkouter) markTaken(uid types.UID, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for u, at := range c.taken {
+		if now.Sub(at) >= recentTTL {
+			delete(c.taken, u)
+		}
+	}
+	c.taken[uid] = now
 }

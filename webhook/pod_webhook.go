@@ -40,15 +40,18 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	m := &PodMutator{
-		Reader:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Writer:    mgr.GetClient(),
-		Decoder:   admission.NewDecoder(mgr.GetScheme()),
-		Clock:     opts.Clock,
-	}
+	m := NewPodMutator(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetClient(), admission.NewDecoder(mgr.GetScheme()), opts.Clock)
 	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: m})
 	return nil
+}
+
+// NewPodMutator is a PodMutator reading through cache (the manager's
+// client) and apiReader (uncached), and writing through w.
+func NewPodMutator(cache, apiReader client.Reader, w client.Writer, d admission.Decoder, clk clock.PassiveClock) *PodMutator {
+	return &PodMutator{
+		Reader: cache, APIReader: apiReader, Writer: w, Decoder: d, Clock: clk,
+		Pool: pool.NewCheckouter(cache, apiReader, w),
+	}
 }
 
 // +kubebuilder:webhook:path=/mutate-v1-pod,mutating=true,failurePolicy=fail,sideEffects=NoneOnDryRun,groups="",resources=pods,verbs=create,versions=v1,name=pod.fluent-pvc-operator.tech.zozo.com,admissionReviewVersions=v1,reinvocationPolicy=IfNeeded,timeoutSeconds=10
@@ -70,6 +73,8 @@ type PodMutator struct {
 	Writer  client.Writer
 	Decoder admission.Decoder
 	Clock   clock.PassiveClock
+	// Pool takes warm PVCs.
+	Pool *pool.Checkouter
 }
 
 // Handle implements admission.Handler.
@@ -165,7 +170,7 @@ func (m *PodMutator) checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 			nodeZone = node.Labels[pool.ZoneLabelKey]
 		}
 	}
-	claim, err := pool.Checkout(ctx, m.Reader, m.Writer, fpvc, pod.Namespace, pool.AllowedZones(pod, nodeZone), now, pool.DefaultMaxTries)
+	claim, err := m.Pool.Checkout(ctx, fpvc, pod.Namespace, pool.AllowedZones(pod, nodeZone), now)
 	if err != nil || claim == nil {
 		return "", err
 	}

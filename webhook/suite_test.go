@@ -69,7 +69,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	Expect(webhook.Setup(mgr, webhook.Options{})).To(Succeed())
 	mgrClient = mgr.GetClient()
-	mutator = &webhook.PodMutator{Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Decoder: admission.NewDecoder(scheme), Clock: clock.RealClock{}}
+	mutator = webhook.NewPodMutator(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetClient(), admission.NewDecoder(scheme), clock.RealClock{})
 
 	var ctx context.Context
 	ctx, cancel = context.WithCancel(context.Background())
