@@ -5,6 +5,7 @@ import (
 	"fmt"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -36,6 +37,9 @@ type FluentPVCReconciler struct {
 	// PoolIdleNamespaceTTL is how long a learned pool namespace keeps its
 	// pool without admissions.
 	PoolIdleNamespaceTTL time.Duration
+
+	// lastStatusWrite is when each FluentPVC's status was last written.
+	lastStatusWrite sync.Map
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -65,12 +69,24 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 	}
 	pr, poolErr := r.reconcilePool(ctx, f, po)
 
-	status := constructFluentPVCStatus(f, bindings.Items, pr.namespaces, r.Clock.Now())
+	now := r.Clock.Now()
+	status := constructFluentPVCStatus(f, bindings.Items, pr.namespaces, now)
+	result := ctrl.Result{RequeueAfter: pr.requeueAfter}
 	if !equality.Semantic.DeepEqual(f.Status, status) {
-		patch := client.MergeFrom(f.DeepCopy())
-		f.Status = status
-		if err := r.Status().Patch(ctx, f, patch); err != nil {
-			return ctrl.Result{}, fmt.Errorf("writing status: %w", err)
+		if wait := r.countsOnlyWait(f, status, now); wait > 0 {
+			// Only counts changed and the status was just written: write
+			// them once the interval is over, so that a burst of pods costs
+			// one status write a second instead of one per binding change.
+			if result.RequeueAfter == 0 || wait < result.RequeueAfter {
+				result.RequeueAfter = wait
+			}
+		} else {
+			patch := client.MergeFrom(f.DeepCopy())
+			f.Status = status
+			if err := r.Status().Patch(ctx, f, patch); err != nil {
+				return ctrl.Result{}, fmt.Errorf("writing status: %w", err)
+			}
+			r.lastStatusWrite.Store(f.Name, now)
 		}
 	}
 	if poolErr != nil {
@@ -81,7 +97,33 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 			return ctrl.Result{}, fmt.Errorf("removing the finalizer: %w", err)
 		}
 	}
-	return ctrl.Result{RequeueAfter: pr.requeueAfter}, nil
+	return result, nil
+}
+
+// statusCountsInterval is the shortest time between two status writes of a
+// FluentPVC that change nothing but counts.
+const statusCountsInterval = time.Second
+
+// countsOnlyWait is how long to hold back a status write that changes only
+// counts (bindings, warm and provisioning PVCs); 0 to write now.
+func (r *FluentPVCReconciler) countsOnlyWait(f *v1alpha1.FluentPVC, next v1alpha1.FluentPVCStatus, now time.Time) time.Duration {
+	last, ok := r.lastStatusWrite.Load(f.Name)
+	if !ok || !equality.Semantic.DeepEqual(withoutCounts(f.Status), withoutCounts(next)) {
+		return 0
+	}
+	return max(last.(time.Time).Add(statusCountsInterval).Sub(now), 0)
+}
+
+func withoutCounts(s v1alpha1.FluentPVCStatus) v1alpha1.FluentPVCStatus {
+	s = *s.DeepCopy()
+	s.Bindings, s.Active, s.Warm = v1alpha1.BindingCounts{}, 0, 0
+	for i := range s.Pool {
+		s.Pool[i].Warm, s.Pool[i].Provisioning = 0, 0
+	}
+	for i := range s.Conditions {
+		s.Conditions[i].Message = "" // carries counts too
+	}
+	return s
 }
 
 // constructFluentPVCStatus counts bindings by phase, reports the pool, and
