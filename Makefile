@@ -85,6 +85,16 @@ test: bins vet ## Run every suite: unit tests, the envtest suites, then the end-
 test-e2e: bins ## Run the end-to-end suite on a simulated cluster (kwok).
 	go test ./test/e2e -count=1 -timeout 30m -v $(GINKGO_FLAGS)
 
+##@ Benchmarks
+
+.PHONY: bench
+bench: bins ## Measure pod start-up, admission latency, bursts, memory and API cost on a simulated cluster; results in test/bench/results/.
+	go run ./test/bench $(BENCH_FLAGS)
+
+.PHONY: bench-smoke
+bench-smoke: bins ## Run the benchmark's reduced mode (a few pods per mode) to check that it still works.
+	go run ./test/bench -smoke
+
 ##@ Demo
 
 .PHONY: demo
