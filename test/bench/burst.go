@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
@@ -19,8 +20,13 @@ const (
 	burstNamespace = "bench-burst"
 )
 
-// burstRunTimeout bounds the wait for the burst's pods to run.
-const burstRunTimeout = time.Minute
+// burstRunTimeout bounds the wait for the burst's pods to run, and
+// burstRefillTimeout the wait for the pool to be warm again; both count
+// from the burst's end and run side by side.
+const (
+	burstRunTimeout    = time.Minute
+	burstRefillTimeout = time.Minute
+)
 
 // burstResult is a burst of pods against a smaller warm pool.
 type burstResult struct {
@@ -37,8 +43,14 @@ type burstResult struct {
 	// CreateSeconds is from the first create call to the last one's return.
 	CreateSeconds float64 `json:"createSeconds"`
 	// RefillSeconds is from the burst's end (last create returned) until
-	// the FluentPVC's status shows the pool full again.
+	// the bench's PVC informer shows Pool warm (claim-role=warm), Bound
+	// PVCs in the namespace again. Refilled is false if that did not
+	// happen within burstRefillTimeout; WarmAtTimeout is then the count
+	// seen last. MinWarm is the fewest warm PVCs seen after the burst's end.
 	RefillSeconds float64 `json:"refillSeconds"`
+	Refilled      bool    `json:"refilled"`
+	WarmAtTimeout int     `json:"warmAtTimeout,omitempty"`
+	MinWarm       int     `json:"minWarm"`
 	// Startup is create to Running of the burst's pods; NotRunning are
 	// those not Running within burstRunTimeout, with a few reasons.
 	Startup       summary  `json:"startup"`
@@ -47,15 +59,38 @@ type burstResult struct {
 	Error         string   `json:"error,omitempty"`
 }
 
+// refillText is the refill figure as the tables show it.
+func (r *burstResult) refillText() string {
+	if r.Refilled {
+		return fmt.Sprintf("%.1fs", r.RefillSeconds)
+	}
+	return fmt.Sprintf("not warm within %s (%d of %d warm)", burstRefillTimeout, r.WarmAtTimeout, r.Pool)
+}
+
 func (e *env) burstPhase(ctx context.Context, res *results) error {
 	r, err := e.burst(ctx)
 	if err != nil {
 		r.Error = err.Error()
 	}
 	res.Burst = &r
-	e.progress("burst %d vs pool %d: %d hits, %d misses, %d claims, %d shared, refill %.1fs after the burst's end %s",
-		r.Pods, r.Pool, r.Hits, r.Misses, r.Claims, r.Shared, r.RefillSeconds, r.Error)
+	e.progress("burst %d vs pool %d: %d hits, %d misses, %d claims, %d shared, %d without a claim, %d not Running; pool warm again after the burst's end: %s %s",
+		r.Pods, r.Pool, r.Hits, r.Misses, r.Claims, r.Shared, r.NoClaim, r.NotRunning, r.refillText(), r.Error)
 	return err
+}
+
+// warmBound counts the warm, Bound PVCs of ns in the bench's cache.
+func (e *env) warmBound(ctx context.Context, ns string) (int, error) {
+	var pvcs corev1.PersistentVolumeClaimList
+	if err := e.cache.List(ctx, &pvcs, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm}); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, c := range pvcs.Items {
+		if c.Status.Phase == corev1.ClaimBound && c.DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n, nil
 }
 
 func (e *env) burst(ctx context.Context) (r burstResult, err error) {
@@ -66,8 +101,14 @@ func (e *env) burst(ctx context.Context) (r burstResult, err error) {
 		return r, err
 	}
 	defer func() {
-		// Deleting the namespace releases the claims without draining them.
-		errs := []error{err, e.deleteNamespace(ctx, ns, true), e.deleteFluentPVC(ctx, fpvcBurst)}
+		// The FluentPVC's deletion goes first, so that its pool stops
+		// refilling; it is gone once its bindings are, which deleting the
+		// namespace releases without draining.
+		var delErr error
+		if err := e.cl.Delete(ctx, fluentPVCRef(fpvcBurst)); client.IgnoreNotFound(err) != nil {
+			delErr = fmt.Errorf("deleting FluentPVC %s: %w", fpvcBurst, err)
+		}
+		errs := []error{err, delErr, e.deleteNamespace(ctx, ns, true), e.deleteFluentPVC(ctx, fpvcBurst)}
 		err = errors.Join(errs...)
 	}()
 	if err := e.createFluentPVC(ctx, fpvcBurst, size, ns); err != nil {
@@ -80,30 +121,6 @@ func (e *env) burst(ctx context.Context) (r burstResult, err error) {
 		return r, err
 	}
 
-	// Watch the pool drop below full, then come back.
-	var mu sync.Mutex
-	var warmAgain time.Time
-	refilled := make(chan struct{})
-	dropped := false
-	e.fpvcs.watch(func(f *v1alpha1.FluentPVC, at time.Time) bool {
-		if f.Name != fpvcBurst {
-			return false
-		}
-		w, _ := poolWarm(f, ns)
-		if !dropped {
-			dropped = w < size
-			return false
-		}
-		if w < size {
-			return false
-		}
-		mu.Lock()
-		warmAgain = at
-		mu.Unlock()
-		close(refilled)
-		return true
-	})
-
 	pods := make([]*corev1.Pod, r.Pods)
 	for i := range pods {
 		pods[i] = fluentPod(ns, fmt.Sprintf("burst-%d", i), fpvcBurst)
@@ -115,48 +132,79 @@ func (e *env) burst(ctx context.Context) (r burstResult, err error) {
 	}
 	r.CreateSeconds = end.Sub(start).Seconds()
 
-	refillCtx, cancel := context.WithTimeout(ctx, drainTimeout)
-	defer cancel()
-	select {
-	case <-refilled:
-		mu.Lock()
-		r.RefillSeconds = warmAgain.Sub(end).Seconds()
-		mu.Unlock()
-	case <-refillCtx.Done():
-		return r, fmt.Errorf("the pool did not refill: %w", refillCtx.Err())
-	}
-
+	// From the burst's end, side by side and each bounded: the pool warm
+	// again (from the PVC informer's cache) and the pods Running.
+	var wg sync.WaitGroup
+	var refillErr error
+	wg.Go(func() {
+		r.MinWarm = r.Pool
+		last := 0
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, burstRefillTimeout, true, func(ctx context.Context) (bool, error) {
+			n, err := e.warmBound(ctx, ns)
+			if err != nil {
+				return false, err
+			}
+			now := time.Now()
+			last = n
+			r.MinWarm = min(r.MinWarm, n)
+			if n < r.Pool {
+				return false, nil
+			}
+			switch {
+			case r.MinWarm < r.Pool:
+				r.Refilled = true
+				r.RefillSeconds = now.Sub(end).Seconds()
+				return true, nil
+			case now.Sub(end) > time.Second:
+				// Never seen short: the checkouts reach the cache within
+				// milliseconds, so the burst took nothing from the pool.
+				r.Refilled = true
+				return true, nil
+			}
+			return false, nil
+		})
+		if !r.Refilled {
+			r.WarmAtTimeout = last
+			if err != nil && !wait.Interrupted(err) {
+				refillErr = fmt.Errorf("watching the pool refill: %w", err)
+			}
+		}
+	})
 	// A pod's start-up counts from the burst's start. Pods not Running
 	// within burstRunTimeout are counted, with why, not waited for.
 	var durs []time.Duration
-	waitCtx, cancelWait := context.WithTimeout(ctx, burstRunTimeout)
-	defer cancelWait()
-	for _, p := range pods {
-		key := types.NamespacedName{Namespace: ns, Name: p.Name}
-		_, at, err := e.running.await(waitCtx, key)
-		if err != nil {
-			r.NotRunning++
-			if len(r.NotRunningWhy) < 3 {
-				r.NotRunningWhy = append(r.NotRunningWhy, e.whyPending(ctx, key))
+	wg.Go(func() {
+		waitCtx, cancelWait := context.WithTimeout(ctx, burstRunTimeout)
+		defer cancelWait()
+		var late []types.NamespacedName
+		for _, p := range pods {
+			key := types.NamespacedName{Namespace: ns, Name: p.Name}
+			_, at, err := e.running.await(waitCtx, key)
+			if err != nil {
+				late = append(late, key)
+				continue
 			}
-			continue
+			durs = append(durs, at.Sub(start))
 		}
-		durs = append(durs, at.Sub(start))
-	}
+		r.NotRunning = len(late)
+		for _, key := range late[:min(3, len(late))] {
+			r.NotRunningWhy = append(r.NotRunningWhy, e.whyPending(ctx, key))
+		}
+	})
+	wg.Wait()
 	r.Startup = summarize(durs)
-
-	if err := e.checkClaims(ctx, ns, &r); err != nil {
-		return r, err
+	if refillErr != nil {
+		return r, refillErr
 	}
-	// The FluentPVC goes first, so that its pool stops refilling.
-	return r, client.IgnoreNotFound(e.cl.Delete(ctx, fluentPVCRef(fpvcBurst)))
+	return r, e.checkClaims(ctx, ns, &r)
 }
 
 // checkClaims counts hits and misses and shared claims from the pods and
 // claims of ns.
 func (e *env) checkClaims(ctx context.Context, ns string, r *burstResult) error {
+	// Only the measured pods: the pool's binder pods run here too.
 	var pods corev1.PodList
-	if err := e.cl.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+	if err := e.cl.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{measureLabelKey: "true"}); err != nil {
 		return err
 	}
 	var pvcs corev1.PersistentVolumeClaimList

@@ -332,7 +332,19 @@ func (e *env) deletePodsAndDrain(ctx context.Context, ns string) error {
 		if err := e.cache.List(ctx, &claims, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed}); err != nil {
 			return false, err
 		}
-		state = fmt.Sprintf("%d pods, %d bindings, %d claimed PVCs left", len(pods.Items), len(bindings.Items), len(claims.Items))
+		// A claim the operator deleted counts as drained: what is left
+		// is the PVC protection finalizer, which kube-controller-manager
+		// removes on its own schedule (with backoff, up to tens of
+		// seconds), without the operator.
+		live, terminating := 0, 0
+		for _, c := range claims.Items {
+			if c.DeletionTimestamp == nil {
+				live++
+			} else {
+				terminating++
+			}
+		}
+		state = fmt.Sprintf("%d pods, %d bindings, %d claimed PVCs left (%d more being deleted)", len(pods.Items), len(bindings.Items), live, terminating)
 		if time.Since(lastReport) > 5*time.Second {
 			lastReport = time.Now()
 			var phases []string
@@ -341,7 +353,7 @@ func (e *env) deletePodsAndDrain(ctx context.Context, ns string) error {
 			}
 			e.progress("draining %s: %s %v", ns, state, phases)
 		}
-		return len(pods.Items) == 0 && len(bindings.Items) == 0 && len(claims.Items) == 0, nil
+		return len(pods.Items) == 0 && len(bindings.Items) == 0 && live == 0, nil
 	})
 	if err != nil {
 		return fmt.Errorf("draining %s: %w (%s)", ns, err, state)
@@ -349,7 +361,10 @@ func (e *env) deletePodsAndDrain(ctx context.Context, ns string) error {
 	return nil
 }
 
-// waitNoPVCs waits until namespaces nss hold no PVC.
+// waitNoPVCs waits until namespaces nss hold no PVC that is not being
+// deleted. A deleted PVC may stay a while longer, held by the PVC protection
+// finalizer that kube-controller-manager removes on its own schedule (with
+// backoff, up to tens of seconds); that is no work of the operator's.
 func (e *env) waitNoPVCs(ctx context.Context, nss ...string) error {
 	left := 0
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, drainTimeout, true, func(ctx context.Context) (bool, error) {
@@ -359,7 +374,11 @@ func (e *env) waitNoPVCs(ctx context.Context, nss ...string) error {
 			if err := e.cache.List(ctx, &pvcs, client.InNamespace(ns)); err != nil {
 				return false, err
 			}
-			left += len(pvcs.Items)
+			for _, c := range pvcs.Items {
+				if c.DeletionTimestamp == nil {
+					left++
+				}
+			}
 		}
 		return left == 0, nil
 	})
@@ -374,6 +393,17 @@ func (e *env) waitNoPVCs(ctx context.Context, nss ...string) error {
 func (e *env) createFluentPVC(ctx context.Context, name string, size int32, namespaces ...string) error {
 	f := fixtures.MakeFluentPVC(name).StorageClass(cluster.StorageClassStandard).PoolSize(size).Mutate(func(f *v1alpha1.FluentPVC) {
 		f.Spec.Pool.Namespaces = namespaces
+		// The sample's sidecar and finalizer Job ask for a whole CPU each:
+		// 192 of them fill the cluster's 6 nodes of 32 CPUs, and the burst's
+		// 200 pods would leave neither room for the last 8 nor for the
+		// binder pods that refill the pool.
+		small := corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi"),
+		}}
+		f.Spec.SidecarContainerTemplate.Resources = small
+		for i := range f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers {
+			f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers[i].Resources = small
+		}
 	}).Obj()
 	if err := e.cl.Create(ctx, f); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating FluentPVC %s: %w", name, err)

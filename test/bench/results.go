@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
 
 type machine struct {
@@ -68,7 +70,10 @@ type results struct {
 	Goals            []goal           `json:"goals"`
 	PhaseSeconds     []phaseTime      `json:"phaseSeconds"`
 	WallSeconds      float64          `json:"wallSeconds"`
-	Errors           []string         `json:"errors,omitempty"`
+	// Notes are facts worth a look that do not void a measurement, e.g.
+	// misses where hits were expected.
+	Notes  []string `json:"notes,omitempty"`
+	Errors []string `json:"errors,omitempty"`
 }
 
 // goal is a target reported as PASS or MISS (or n/a if not measured).
@@ -161,12 +166,21 @@ func (r *results) evaluateGoals() {
 	} else {
 		add("memory ratio", "≤ 1.2", math.NaN(), "", false)
 	}
-	if b := r.Burst; b != nil && b.Error == "" {
-		add(fmt.Sprintf("burst %d vs pool %d: shared PVCs", b.Pods, b.Pool), "0", float64(b.Shared), fmt.Sprintf("%d", b.Shared), b.Shared == 0 && b.NoClaim == 0)
-		limit := (r.Config.Delay + 2*time.Second).Seconds()
-		add("burst: pool warm again after the burst's end", fmt.Sprintf("≤ L+2s = %.0fs", limit), b.RefillSeconds, fmt.Sprintf("%.1fs", b.RefillSeconds), b.RefillSeconds <= limit)
+	if b := r.Burst; b != nil && b.Claims > 0 {
+		add(fmt.Sprintf("burst %d vs pool %d: shared PVCs", b.Pods, b.Pool), "0", float64(b.Shared),
+			fmt.Sprintf("%d shared, %d pods without a claim (%d hits, %d misses)", b.Shared, b.NoClaim, b.Hits, b.Misses), b.Shared == 0 && b.NoClaim == 0)
 	} else {
-		add("burst", "", math.NaN(), "", false)
+		add("burst: shared PVCs", "0", math.NaN(), "", false)
+	}
+	if b := r.Burst; b != nil && (b.Refilled || b.MinWarm < b.Pool) {
+		limit := (r.Config.Delay + 2*time.Second).Seconds()
+		v := b.RefillSeconds
+		if !b.Refilled {
+			v = math.Inf(1)
+		}
+		add("burst: pool warm again after the burst's end", fmt.Sprintf("≤ L+2s = %.0fs", limit), v, b.refillText(), v <= limit)
+	} else {
+		add("burst: pool warm again after the burst's end", "", math.NaN(), "", false)
 	}
 }
 
@@ -260,9 +274,11 @@ func (r *results) markdown(chart string) string {
 
 	if bu := r.Burst; bu != nil {
 		w("\n## Burst against a smaller pool\n\n")
+		w("All pods created at once (one create call each, concurrently). Hits and misses from the claims' checkout annotation. The pool is warm again when the bench's PVC informer shows %d PVCs labelled `%s=%s` and Bound in the namespace, counted from the last create's return, waited for at most %s; the pods are waited for at most %s, side by side. Fewest warm PVCs seen after the burst's end: %d.\n\n",
+			bu.Pool, v1alpha1.ClaimRoleLabelKey, v1alpha1.ClaimRoleWarm, burstRefillTimeout, burstRunTimeout, bu.MinWarm)
 		w("| pods | pool | hits | misses | distinct claims | shared claims | pods without a claim | creates took | pool warm again after the burst's end | start-up p50 / p99 (from the burst's start) |\n|---|---|---|---|---|---|---|---|---|---|\n")
-		w("| %d | %d | %d | %d | %d | %d | %d | %.2fs | %.1fs | %s / %s |\n", bu.Pods, bu.Pool, bu.Hits, bu.Misses, bu.Claims, bu.Shared, bu.NoClaim,
-			bu.CreateSeconds, bu.RefillSeconds, dur(bu.Startup.P50), dur(bu.Startup.P99))
+		w("| %d | %d | %d | %d | %d | %d | %d | %.2fs | %s | %s / %s |\n", bu.Pods, bu.Pool, bu.Hits, bu.Misses, bu.Claims, bu.Shared, bu.NoClaim,
+			bu.CreateSeconds, bu.refillText(), dur(bu.Startup.P50), dur(bu.Startup.P99))
 		if bu.NotRunning > 0 {
 			w("\n%d pods were not Running %s after the burst (not counted in the start-up figures), e.g.:\n\n", bu.NotRunning, burstRunTimeout)
 			for _, why := range bu.NotRunningWhy {
@@ -306,13 +322,19 @@ func (r *results) markdown(chart string) string {
 
 	w("\n## Method\n\n")
 	w("- One kwok cluster (`test/cluster`, QPS limits disabled) and the operator as a local process (`cluster.RunOperator`), all on this machine: the control plane, kwok, the provisioner, the operator and the bench share its CPUs.\n")
-	w("- Start-up: each mode and run in its own namespace; between runs the pods are deleted and the operator's claims drained (and mode d's pool refilled) before the next starts. Mode d's pools (N per namespace) are full before its runs start.\n")
+	w("- Start-up: each mode and run in its own namespace; between runs the pods are deleted and the operator's claims drained (bindings gone, claims deleted by the operator; kube-controller-manager may still hold a deleted claim by its PVC protection finalizer) and mode d's pool refilled before the next starts. Mode d's pools (N per namespace) are full before its runs start.\n")
 	if r.Config.ParallelSlow {
 		w("- Sequential b and c run side by side to save time (each still one pod at a time, ~L per pod); a and d each run alone.\n")
 	}
 	w("- Percentiles of samples are nearest-rank (p99 of 40 samples is the maximum); of histograms, interpolated as Prometheus' histogram_quantile.\n")
-	w("- Admission and memory pods are never scheduled; the burst's and cost's pods run.\n")
-	w("- The pools of the cost, burst and admission phases fill while sequential b and c run.\n")
+	w("- Admission and memory pods are never scheduled; the burst's and cost's pods run. The bench's FluentPVCs are config/samples' with the sidecar's and finalizer Job's resources cut to requests of 10m CPU and 16Mi, so that the burst's pods and the pool's binder pods fit the cluster.\n")
+	w("- The pools of the cost, burst and admission phases fill, and mode d's FluentPVC and warm PVCs are deleted, while sequential b and c run.\n")
+	if len(r.Notes) > 0 {
+		w("\n## Notes\n\n")
+		for _, n := range r.Notes {
+			w("- %s\n", strings.ReplaceAll(n, "\n", " "))
+		}
+	}
 	if len(r.Errors) > 0 {
 		w("\n## Errors\n\n")
 		for _, e := range r.Errors {

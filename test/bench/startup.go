@@ -224,12 +224,17 @@ func (e *env) startupPhase(ctx context.Context, res *results) error {
 			}
 		}
 	}
-	// Its warm PVCs are deleted with it.
-	if err := e.deleteFluentPVC(ctx, fpvcHit); err != nil {
-		return errors.Join(append(errs, err)...)
+	// Its warm PVCs are deleted with it, in the background of sequential
+	// b and c, which wait ~L per pod anyway; they are gone before the
+	// bursts of b and c.
+	if err := e.cl.Delete(ctx, fluentPVCRef(fpvcHit)); client.IgnoreNotFound(err) != nil {
+		return errors.Join(append(errs, fmt.Errorf("deleting FluentPVC %s: %w", fpvcHit, err))...)
 	}
-	if err := e.waitNoPVCs(ctx, startupNamespace(modeHit, false), startupNamespace(modeHit, true)); err != nil {
-		return errors.Join(append(errs, err)...)
+	hitGone := func() error {
+		if err := e.deleteFluentPVC(ctx, fpvcHit); err != nil {
+			return err
+		}
+		return e.waitNoPVCs(ctx, startupNamespace(modeHit, false), startupNamespace(modeHit, true))
 	}
 
 	// The later phases' pools fill while sequential b and c run: a little
@@ -259,6 +264,9 @@ func (e *env) startupPhase(ctx context.Context, res *results) error {
 				return errors.Join(append(errs, err)...)
 			}
 		}
+	}
+	if err := hitGone(); err != nil {
+		return errors.Join(append(errs, err)...)
 	}
 	for _, mode := range []string{modeEphemeral, modeMiss} {
 		record(e.measureStartup(ctx, mode, true, n))
