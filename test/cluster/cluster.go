@@ -346,10 +346,13 @@ func (c *Cluster) createNodes(ctx context.Context, zones []string, perZone int) 
 	for _, zone := range zones {
 		for i := range perZone {
 			name := NodeName(zone, i)
+			// Fake nodes cost nothing, so they are large enough that
+			// capacity never limits a benchmark: 200 pods of the README
+			// sample (1 CPU and 1Gi per container) fill 32-CPU nodes.
 			resources := corev1.ResourceList{
-				corev1.ResourceCPU:    resource.MustParse("32"),
-				corev1.ResourceMemory: resource.MustParse("256Gi"),
-				corev1.ResourcePods:   resource.MustParse("500"),
+				corev1.ResourceCPU:    resource.MustParse("1000"),
+				corev1.ResourceMemory: resource.MustParse("4Ti"),
+				corev1.ResourcePods:   resource.MustParse("1000"),
 			}
 			node := &corev1.Node{
 				ObjectMeta: metav1.ObjectMeta{

@@ -8,7 +8,8 @@
 // What Up creates:
 //   - nodes kwok-<zone>-<i> (2 per zone in zone-a, zone-b, zone-c), labelled
 //     topology.kubernetes.io/zone, kubernetes.io/hostname and type=kwok, not
-//     tainted, with 32 CPUs, 256Gi of memory and 500 pods;
+//     tainted, with 1000 CPUs, 4Ti of memory and 1000 pods (fake nodes cost
+//     nothing; capacity should never limit a benchmark);
 //   - StorageClass "standard" (default, WaitForFirstConsumer, Delete) and
 //     "standard-immediate" (Immediate, Delete), both of ProvisionerName;
 //   - the provisioner process (bin/test-provisioner, built when missing or
