@@ -77,9 +77,10 @@ $(BIN)/%:
 	@test/tools/build-bin.sh $*
 
 .PHONY: test
-test: bins vet ## Run every suite: unit tests, the envtest suites, then the end-to-end suite.
+test: bins vet ## Run every suite: unit tests, the envtest suites, the end-to-end suite, and a reduced benchmark.
 	go test $$(go list ./... | grep -v /test/e2e) -count=1 -timeout 30m $(GINKGO_FLAGS)
 	$(MAKE) test-e2e
+	$(MAKE) bench-smoke
 
 .PHONY: test-e2e
 test-e2e: bins ## Run the end-to-end suite on a simulated cluster (kwok).
