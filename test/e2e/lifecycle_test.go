@@ -42,13 +42,12 @@ var _ = Describe("Claims on a simulated cluster", func() {
 			g.Expect(b.Status.Phase).To(Equal(v1alpha1.BindingPhaseInUse))
 		}, timeout, interval).Should(Succeed())
 
+		jobs := countJobs(ns)
 		kubectl("delete", "pod", "-n", ns, "sample-pod", "--wait=false")
-		// The finalizer Job runs and completes (kwok completes Job pods).
-		Eventually(func(g Gomega) {
-			j := &batchv1.Job{}
-			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim + "-drain-1"}, j)).To(Succeed())
-			g.Expect(j.Status.Succeeded).To(BeEquivalentTo(1))
-		}, timeout, interval).Should(Succeed())
+		// The finalizer Job runs and completes (kwok completes Job pods);
+		// the informer sees it even if it is gone a moment later with its
+		// binding.
+		Eventually(jobs.succeededNames, timeout, interval).Should(ConsistOf(claim + "-drain-1"))
 		drained(ns, claim)
 	})
 
@@ -231,8 +230,16 @@ func rejectAfterWebhook(ns string) {
 // jobCounter records the name of every Job created in a namespace, seen by
 // an informer, so that a spec can tell how many were ever made.
 type jobCounter struct {
-	mu   sync.Mutex
-	seen sets.Set[string]
+	mu        sync.Mutex
+	seen      sets.Set[string]
+	succeeded sets.Set[string]
+}
+
+// succeededNames are the Jobs seen with a succeeded pod.
+func (c *jobCounter) succeededNames() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return sets.List(c.succeeded)
 }
 
 func (c *jobCounter) names() []string {
@@ -242,16 +249,20 @@ func (c *jobCounter) names() []string {
 }
 
 func countJobs(ns string) *jobCounter {
-	c := &jobCounter{seen: sets.New[string]()}
+	c := &jobCounter{seen: sets.New[string](), succeeded: sets.New[string]()}
 	inf, err := informer.GetInformer(ctx, &batchv1.Job{})
 	Expect(err).NotTo(HaveOccurred())
-	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
+	see := func(obj any) {
 		if j, ok := obj.(*batchv1.Job); ok && j.Namespace == ns {
 			c.mu.Lock()
 			c.seen.Insert(j.Name)
+			if j.Status.Succeeded > 0 {
+				c.succeeded.Insert(j.Name)
+			}
 			c.mu.Unlock()
 		}
-	}})
+	}
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: see, UpdateFunc: func(_, obj any) { see(obj) }})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() { Expect(inf.RemoveEventHandler(reg)).To(Succeed()) })
 	return c
