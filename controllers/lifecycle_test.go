@@ -154,7 +154,7 @@ var _ = Describe("Claim lifecycle", func() {
 		updatePodStatus(ctx, pod, func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded })
 
 		job := drainJob(claim, 1)
-		Expect(phaseOf(claim)()).To(Equal(v1alpha1.BindingPhaseDraining))
+		Eventually(phaseOf(claim), fixtures.Timeout, fixtures.Interval).Should(Equal(v1alpha1.BindingPhaseDraining))
 		completeJob(ctx, job)
 		Eventually(claimReleased(claim), fixtures.Timeout, fixtures.Interval).Should(Succeed())
 		Eventually(gone(&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}}), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
