@@ -144,14 +144,7 @@ var _ = Describe("Claims on a simulated cluster", func() {
 			g.Expect(pvc.DeletionTimestamp).To(BeNil())
 		}, timeout, interval).Should(Succeed())
 
-		Eventually(func() error {
-			f := &v1alpha1.FluentPVC{}
-			if err := k8s.Get(ctx, client.ObjectKeyFromObject(fpvc), f); err != nil {
-				return err
-			}
-			f.Spec.PVCFinalizerJobSpecTemplate.Template.Labels = nil
-			return k8s.Update(ctx, f)
-		}, timeout, interval).Should(Succeed())
+		updateFluentPVC(fpvc, func(f *v1alpha1.FluentPVC) { f.Spec.PVCFinalizerJobSpecTemplate.Template.Labels = nil })
 		drained(ns, claim)
 	})
 
@@ -159,17 +152,7 @@ var _ = Describe("Claims on a simulated cluster", func() {
 		ns := newNamespace("orphan")
 		fpvc := createFluentPVC(e2eFluentPVC("orphan-" + ns).Obj())
 		rejectAfterWebhook(ns)
-
-		err := k8s.Create(ctx, fixtures.MakePod("rejected", ns).FluentPVC(fpvc.Name).Label("reject", "yes").Obj())
-		Expect(err).To(MatchError(ContainSubstring("rejected by the e2e policy")))
-		var claim string
-		Eventually(func(g Gomega) {
-			var l v1alpha1.FluentPVCBindingList
-			g.Expect(k8s.List(ctx, &l, client.InNamespace(ns))).To(Succeed())
-			g.Expect(l.Items).To(HaveLen(1))
-			claim = l.Items[0].Name
-		}, timeout, interval).Should(Succeed())
-		drained(ns, claim)
+		drained(ns, admitRejected(ns, fpvc.Name))
 	})
 
 	It("finishes a drain with exactly one successful Job across an operator restart", func() {
@@ -225,6 +208,42 @@ func rejectAfterWebhook(ns string) {
 	Eventually(func() error {
 		return k8s.Create(ctx, fixtures.MakePod("probe", ns).Label("reject", "yes").Obj(), client.DryRunAll)
 	}, timeout, interval).Should(MatchError(ContainSubstring("rejected by the e2e policy")))
+}
+
+// admitRejected creates a labelled pod that rejectAfterWebhook's policy
+// rejects after the webhook handed it a claim, and returns that claim's
+// binding, the orphan record.
+func admitRejected(ns, fluentPVC string) string {
+	err := k8s.Create(ctx, fixtures.MakePod("rejected", ns).FluentPVC(fluentPVC).Label("reject", "yes").Obj())
+	ExpectWithOffset(1, err).To(MatchError(ContainSubstring("rejected by the e2e policy")))
+	var orphan string
+	EventuallyWithOffset(1, func(g Gomega) {
+		var l v1alpha1.FluentPVCBindingList
+		g.Expect(k8s.List(ctx, &l, client.InNamespace(ns))).To(Succeed())
+		g.Expect(l.Items).To(HaveLen(1))
+		orphan = l.Items[0].Name
+	}, timeout, interval).Should(Succeed())
+	return orphan
+}
+
+// updateFluentPVC applies change to the latest FluentPVC and waits until the
+// specs' informer has the new generation.
+func updateFluentPVC(fpvc *v1alpha1.FluentPVC, change func(*v1alpha1.FluentPVC)) {
+	var written *v1alpha1.FluentPVC
+	EventuallyWithOffset(1, func() error {
+		f := &v1alpha1.FluentPVC{}
+		if err := k8s.Get(ctx, client.ObjectKeyFromObject(fpvc), f); err != nil {
+			return err
+		}
+		change(f)
+		written = f
+		return k8s.Update(ctx, f)
+	}, timeout, interval).Should(Succeed())
+	EventuallyWithOffset(1, func(g Gomega) {
+		f := &v1alpha1.FluentPVC{}
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(fpvc), f)).To(Succeed())
+		g.Expect(f.Generation).To(BeNumerically(">=", written.Generation))
+	}, timeout, interval).Should(Succeed())
 }
 
 // jobCounter records the name of every Job created in a namespace, seen by

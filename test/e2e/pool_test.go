@@ -57,24 +57,7 @@ var _ = Describe("Warm pool on a simulated cluster", func() {
 		g.Expect(k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder})).To(Succeed())
 		return append(names(jobs.Items), names(pods.Items)...)
 	}
-	// setPool changes the FluentPVC and waits until the spec reads see has it.
-	setPool := func(change func(*v1alpha1.FluentPVC)) {
-		var written *v1alpha1.FluentPVC
-		EventuallyWithOffset(1, func() error {
-			f := &v1alpha1.FluentPVC{}
-			if err := k8s.Get(ctx, client.ObjectKeyFromObject(fpvc), f); err != nil {
-				return err
-			}
-			change(f)
-			written = f
-			return k8s.Update(ctx, f)
-		}, timeout, interval).Should(Succeed())
-		EventuallyWithOffset(1, func(g Gomega) {
-			f := &v1alpha1.FluentPVC{}
-			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(fpvc), f)).To(Succeed())
-			g.Expect(f.Generation).To(BeNumerically(">=", written.Generation))
-		}, timeout, interval).Should(Succeed())
-	}
+	setPool := func(change func(*v1alpha1.FluentPVC)) { updateFluentPVC(fpvc, change) }
 
 	BeforeEach(func() {
 		ns = newNamespace("pool")
@@ -145,16 +128,7 @@ var _ = Describe("Warm pool on a simulated cluster", func() {
 	It("returns an orphan claim to the pool, and deletes the warm PVCs with the FluentPVC", func() {
 		cs := full(6)
 		rejectAfterWebhook(ns)
-		err := k8s.Create(ctx, fixtures.MakePod("rejected", ns).FluentPVC(fpvc.Name).Label("reject", "yes").Obj())
-		Expect(err).To(MatchError(ContainSubstring("rejected by the e2e policy")))
-
-		var orphan string
-		Eventually(func(g Gomega) {
-			var l v1alpha1.FluentPVCBindingList
-			g.Expect(k8s.List(ctx, &l, client.InNamespace(ns))).To(Succeed())
-			g.Expect(l.Items).To(HaveLen(1))
-			orphan = l.Items[0].Name
-		}, timeout, interval).Should(Succeed())
+		orphan := admitRejected(ns, fpvc.Name)
 		Expect(names(cs)).To(ContainElement(orphan), "the rejected pod's claim came from the pool")
 		// After the grace period the claim is warm again, not deleted.
 		Eventually(func(g Gomega) {
