@@ -47,6 +47,7 @@ const (
 
 type options struct {
 	metricsAddr          string
+	pprofAddr            string
 	probeAddr            string
 	leaderElect          bool
 	leaderElectNamespace string
@@ -92,6 +93,7 @@ func run(ctx context.Context, args []string) error {
 		Cache:                         controllers.CacheOptions(),
 		Metrics:                       metricsserver.Options{BindAddress: opts.metricsAddr},
 		HealthProbeBindAddress:        opts.probeAddr,
+		PprofBindAddress:              opts.pprofAddr,
 		LeaderElection:                opts.leaderElect,
 		LeaderElectionID:              "fluent-pvc-operator.tech.zozo.com",
 		LeaderElectionNamespace:       opts.leaderElectNamespace,
@@ -177,6 +179,7 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	var o options
 	fs := flag.NewFlagSet("fluent-pvc-operator", flag.ContinueOnError)
 	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; \"0\" disables it.")
+	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "", "Address of the Go profiler's /debug/pprof endpoints; empty disables them. Serve it on localhost only: it is not authenticated.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", inCluster(), "Elect a leader so that only one replica runs the controllers. On by default in a cluster.")
 	fs.StringVar(&o.leaderElectNamespace, "leader-election-namespace", "", "Namespace of the leader-election lease; defaults to the operator's own namespace in a cluster.")
@@ -198,6 +201,9 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	}
 	if o.certManagement != certSelf && o.certManagement != certExternal {
 		return o, zapOpts, fmt.Errorf("--cert-management must be %q or %q, not %q", certSelf, certExternal, o.certManagement)
+	}
+	if err := o.controllers.Validate(); err != nil {
+		return o, zapOpts, err
 	}
 	return o, zapOpts, nil
 }

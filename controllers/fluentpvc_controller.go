@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
 // +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcs,verbs=get;list;watch;update;patch
@@ -34,18 +36,33 @@ type FluentPVCReconciler struct {
 	Clock     clock.PassiveClock
 	// BinderImage is the image of the binder Jobs' pods.
 	BinderImage string
+	// PoolBindMode is PoolBindSelectNode (the default when empty) or
+	// PoolBindBinderJob.
+	PoolBindMode string
 	// PoolIdleNamespaceTTL is how long a learned pool namespace keeps its
 	// pool without admissions.
 	PoolIdleNamespaceTTL time.Duration
 
 	// lastStatusWrite is when each FluentPVC's status was last written.
 	lastStatusWrite sync.Map
+	// expect are the warm PVCs created and not yet seen in the cache.
+	expectOnce sync.Once
+	expect     *pool.Expectations
+}
+
+func (r *FluentPVCReconciler) expectations() *pool.Expectations {
+	r.expectOnce.Do(func() { r.expect = pool.NewExpectations() })
+	return r.expect
 }
 
 // Reconcile implements reconcile.Reconciler.
 func (r *FluentPVCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	f := &v1alpha1.FluentPVC{}
 	if err := r.Get(ctx, req.NamespacedName, f); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.expectations().Forget(req.Name)
+			r.lastStatusWrite.Delete(req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if f.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(f, v1alpha1.FluentPVCProtectionFinalizer) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -21,6 +22,7 @@ import (
 
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumes,verbs=get
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get;list;watch
 
 // poolParallelism bounds the concurrent API calls of one pool reconcile.
@@ -32,6 +34,16 @@ type poolObserved struct {
 	binders []batchv1.Job
 	// waitForFirstConsumer is the binding mode of the template's class.
 	waitForFirstConsumer bool
+	// selectNodes is true when warm PVCs get a node named instead of a
+	// binder: --pool-bind-mode=select-node and at least one eligible node.
+	selectNodes bool
+	// eligible are the nodes new warm PVCs may name, nodeZones the zone
+	// of every node (for the zones of pending PVCs).
+	eligible  []pool.Node
+	nodeZones map[string]string
+	// unseen are the warm PVCs created by earlier reconciles that the
+	// cache did not show yet, by namespace.
+	unseen map[string][]pool.Expected
 	// lastAdmission is the newest admission per namespace, from the status
 	// and the current bindings.
 	lastAdmission map[string]time.Time
@@ -59,7 +71,14 @@ type poolResult struct {
 }
 
 func (r *FluentPVCReconciler) observePool(ctx context.Context, f *v1alpha1.FluentPVC, bindings []v1alpha1.FluentPVCBinding) (poolObserved, error) {
-	o := poolObserved{lastAdmission: map[string]time.Time{}}
+	o := poolObserved{lastAdmission: map[string]time.Time{}, unseen: map[string][]pool.Expected{}}
+	// Read before the list, so that a PVC reaching the cache in between is
+	// in both (and counted once) rather than in neither (and created twice).
+	for _, x := range r.expectations().Unseen(f.Name, func(key client.ObjectKey) bool {
+		return r.Get(ctx, key, &corev1.PersistentVolumeClaim{}) == nil
+	}, r.Clock.Now()) {
+		o.unseen[x.Key.Namespace] = append(o.unseen[x.Key.Namespace], x)
+	}
 	var pvcs corev1.PersistentVolumeClaimList
 	if err := r.List(ctx, &pvcs, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name, v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm}); err != nil {
 		return o, fmt.Errorf("listing warm PVCs: %w", err)
@@ -82,40 +101,55 @@ func (r *FluentPVCReconciler) observePool(ctx context.Context, f *v1alpha1.Fluen
 		}
 	}
 
-	if f.Spec.Pool.Size > 0 {
-		wffc, err := r.waitForFirstConsumer(ctx, f.Spec.PVCSpecTemplate.StorageClassName)
-		if err != nil {
-			return o, err
-		}
-		o.waitForFirstConsumer = wffc
+	if f.Spec.Pool.Size == 0 {
+		return o, nil
 	}
+	sc, err := r.storageClass(ctx, f.Spec.PVCSpecTemplate.StorageClassName)
+	if err != nil {
+		return o, err
+	}
+	o.waitForFirstConsumer = sc != nil && sc.VolumeBindingMode != nil && *sc.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer
+	if !o.waitForFirstConsumer || r.PoolBindMode == PoolBindBinderJob {
+		return o, nil
+	}
+	var nodes corev1.NodeList
+	if err := r.List(ctx, &nodes); err != nil {
+		return o, fmt.Errorf("listing nodes: %w", err)
+	}
+	o.nodeZones = make(map[string]string, len(nodes.Items))
+	for _, n := range nodes.Items {
+		o.nodeZones[n.Name] = n.Labels[pool.ZoneLabelKey]
+	}
+	o.eligible = pool.EligibleNodes(nodes.Items, sc)
+	// With no node to name, binders let the scheduler find one (or wait).
+	o.selectNodes = len(o.eligible) > 0
 	return o, nil
 }
 
-// waitForFirstConsumer reports the binding mode of class name, or of the
-// default class when name is nil.
-func (r *FluentPVCReconciler) waitForFirstConsumer(ctx context.Context, name *string) (bool, error) {
-	var sc *storagev1.StorageClass
+// storageClass is class name, or the default class when name is nil; nil
+// when there is none (or name is "", static binding).
+func (r *FluentPVCReconciler) storageClass(ctx context.Context, name *string) (*storagev1.StorageClass, error) {
 	if name != nil {
 		if *name == "" {
-			return false, nil // static binding, no class
+			return nil, nil
 		}
-		sc = &storagev1.StorageClass{}
+		sc := &storagev1.StorageClass{}
 		if err := r.Get(ctx, client.ObjectKey{Name: *name}, sc); err != nil {
-			return false, client.IgnoreNotFound(err)
+			return nil, client.IgnoreNotFound(err)
 		}
-	} else {
-		var l storagev1.StorageClassList
-		if err := r.List(ctx, &l); err != nil {
-			return false, fmt.Errorf("listing StorageClasses: %w", err)
-		}
-		for i := range l.Items {
-			if l.Items[i].Annotations["storageclass.kubernetes.io/is-default-class"] == "true" {
-				sc = &l.Items[i]
-			}
+		return sc, nil
+	}
+	var l storagev1.StorageClassList
+	if err := r.List(ctx, &l); err != nil {
+		return nil, fmt.Errorf("listing StorageClasses: %w", err)
+	}
+	var sc *storagev1.StorageClass
+	for i := range l.Items {
+		if l.Items[i].Annotations["storageclass.kubernetes.io/is-default-class"] == "true" {
+			sc = &l.Items[i]
 		}
 	}
-	return sc != nil && sc.VolumeBindingMode != nil && *sc.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer, nil
+	return sc, nil
 }
 
 // reconcilePool brings every pool namespace of f to spec.pool.size warm
@@ -150,7 +184,7 @@ func (r *FluentPVCReconciler) reconcilePool(ctx context.Context, f *v1alpha1.Flu
 
 	var ops []func() error
 	for _, ns := range namespaces {
-		in := pool.Input{Hash: hash, WaitForFirstConsumer: o.waitForFirstConsumer, Binders: bindersByNS[ns]}
+		in := pool.Input{Hash: hash, WaitForFirstConsumer: o.waitForFirstConsumer, SelectNodes: o.selectNodes, Binders: bindersByNS[ns]}
 		kept := slices.Contains(keep, ns)
 		if kept {
 			in.Size = size
@@ -159,14 +193,28 @@ func (r *FluentPVCReconciler) reconcilePool(ctx context.Context, f *v1alpha1.Flu
 		for i := range byNS[ns] {
 			c := &byNS[ns][i]
 			claims[c.Name] = c
-			_, zones := c.Annotations[v1alpha1.ZonesAnnotationKey]
+			zones, recorded := c.Annotations[v1alpha1.ZonesAnnotationKey]
+			node := c.Annotations[pool.SelectedNodeAnnotationKey]
+			if !recorded {
+				zones = o.nodeZones[node]
+			}
+			if _, exists := o.nodeZones[node]; o.selectNodes && node != "" && !exists && c.Status.Phase != corev1.ClaimBound {
+				node = "" // named for a node that is gone: name another
+			}
 			in.Claims = append(in.Claims, pool.Claim{
 				Name: c.Name, Bound: c.Status.Phase == corev1.ClaimBound, Deleting: !c.DeletionTimestamp.IsZero(),
-				Hash: c.Labels[v1alpha1.TemplateHashLabelKey], ZonesRecorded: zones, Created: c.CreationTimestamp.Time,
+				Hash: c.Labels[v1alpha1.TemplateHashLabelKey], ZonesRecorded: recorded, NodeSelected: node != "",
+				Zone: zones, Created: c.CreationTimestamp.Time,
 			})
 		}
+		for _, x := range o.unseen[ns] {
+			if claims[x.Key.Name] != nil {
+				continue // reached the cache since
+			}
+			in.Claims = append(in.Claims, pool.Claim{Name: x.Key.Name, Hash: hash, NodeSelected: true, Zone: x.Zone, Created: x.At})
+		}
 		p := pool.PlanNamespace(in)
-		ops = append(ops, r.poolOps(ctx, f, ns, hash, p, claims)...)
+		ops = append(ops, r.poolOps(ctx, f, ns, hash, p, claims, o)...)
 		pool.Warm.WithLabelValues(f.Name, ns).Set(float64(p.Warm))
 		if kept {
 			st := v1alpha1.PoolNamespaceStatus{Namespace: ns, Warm: p.Warm, Provisioning: p.Provisioning + int32(p.Create)}
@@ -182,19 +230,53 @@ func (r *FluentPVCReconciler) reconcilePool(ctx context.Context, f *v1alpha1.Flu
 }
 
 // poolOps turns one namespace's plan into API calls that can run in parallel.
-func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, ns, hash string, p pool.Plan, claims map[string]*corev1.PersistentVolumeClaim) []func() error {
+func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, ns, hash string, p pool.Plan, claims map[string]*corev1.PersistentVolumeClaim, o poolObserved) []func() error {
 	var ops []func() error
-	for range p.Create {
+	var nodes []string
+	if o.selectNodes {
+		nodes = pool.SpreadNodes(o.eligible, p.PerZone, p.Create+len(p.SelectNode), rand.IntN)
+	}
+	for i := range p.Create {
 		ops = append(ops, func() error {
 			c := pool.WarmClaim(f, ns, hash)
+			zone := ""
+			if i < len(nodes) {
+				c.Annotations = map[string]string{pool.SelectedNodeAnnotationKey: nodes[i]}
+				zone = o.nodeZones[nodes[i]]
+			}
 			if err := r.Create(ctx, c); err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("creating warm PVC in %s: %w", ns, err)
+			}
+			r.expectations().Created(f.Name, client.ObjectKeyFromObject(c), zone, r.Clock.Now())
+			return nil
+		})
+	}
+	for i, name := range p.SelectNode {
+		c := claims[name]
+		if c == nil || p.Create+i >= len(nodes) {
+			continue
+		}
+		node := nodes[p.Create+i]
+		ops = append(ops, func() error {
+			// Conditioned on what was read, so that a node the scheduler
+			// (for a binder) or the provisioner wrote meanwhile wins.
+			patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
+			c := c.DeepCopy()
+			if c.Annotations == nil {
+				c.Annotations = map[string]string{}
+			}
+			c.Annotations[pool.SelectedNodeAnnotationKey] = node
+			if err := r.Patch(ctx, c, patch); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+				return fmt.Errorf("naming node %s on warm PVC %s/%s: %w", node, ns, name, err)
 			}
 			return nil
 		})
 	}
 	for _, name := range p.Delete {
 		c := claims[name]
+		if c == nil {
+			continue // created but not in the cache yet: deleted once it is
+		}
 		ops = append(ops, func() error {
 			// Conditioned on what was read: a PVC the webhook has just
 			// checked out has moved on and is not deleted.
@@ -207,6 +289,9 @@ func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC
 	}
 	for _, name := range p.CreateBinders {
 		c := claims[name]
+		if c == nil {
+			continue
+		}
 		ops = append(ops, func() error {
 			if err := r.Create(ctx, pool.BinderJob(f, c, r.BinderImage)); err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("creating the binder of %s/%s: %w", ns, name, err)
@@ -225,6 +310,9 @@ func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC
 	}
 	for _, name := range p.RecordZones {
 		c := claims[name]
+		if c == nil {
+			continue
+		}
 		ops = append(ops, func() error { return r.recordZones(ctx, f, c) })
 	}
 	return ops

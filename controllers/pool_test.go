@@ -6,10 +6,13 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
@@ -197,6 +200,78 @@ var _ = Describe("Warm pool", func() {
 			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(learning), f)).To(Succeed())
 			g.Expect(f.Status.Pool).To(ConsistOf(HaveField("Namespace", ns)))
 			g.Expect(f.Status.Pool[0].LastAdmissionTime).NotTo(BeNil())
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+	})
+
+	It("names a Ready, untainted node on each warm PVC of a WaitForFirstConsumer class, spread over zones, and names another when one is given back", func() {
+		sc := &storagev1.StorageClass{
+			ObjectMeta:        metav1.ObjectMeta{Name: "wffc-" + ns},
+			Provisioner:       "example.com/none",
+			VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
+		}
+		Expect(k8sClient.Create(ctx, sc)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(context.Background(), sc))).To(Succeed()) })
+		node := func(name, zone string, ready bool, taints ...corev1.Taint) {
+			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name, Labels: map[string]string{pool.ZoneLabelKey: zone}},
+				Spec: corev1.NodeSpec{Taints: taints}}
+			Expect(k8sClient.Create(ctx, n)).To(Succeed())
+			DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(context.Background(), n))).To(Succeed()) })
+			status := corev1.ConditionFalse
+			if ready {
+				status = corev1.ConditionTrue
+			}
+			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+			Expect(k8sClient.Status().Update(ctx, n)).To(Succeed())
+			// The API server taints a new node not-ready; with no node
+			// lifecycle controller here, the spec lifts it by hand.
+			n.Spec.Taints = taints
+			Expect(k8sClient.Update(ctx, n)).To(Succeed())
+		}
+		node("a", "zone-a", true)
+		node("b", "zone-b", true)
+		node("c", "zone-c", true)
+		node("c-tainted", "zone-c", true, corev1.Taint{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule})
+		node("d-not-ready", "zone-d", false)
+		eligible := map[string]string{ns + "-a": "zone-a", ns + "-b": "zone-b", ns + "-c": "zone-c"}
+
+		updateFluentPVC(ctx, fpvc, func(f *v1alpha1.FluentPVC) {
+			f.Spec.PVCSpecTemplate.StorageClassName = &sc.Name
+			f.Spec.Pool.Size = 6
+		})
+		hash := pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate)
+		named := func(g Gomega) []corev1.PersistentVolumeClaim {
+			var out []corev1.PersistentVolumeClaim
+			for _, c := range warmClaims(g) {
+				if c.Labels[v1alpha1.TemplateHashLabelKey] == hash {
+					out = append(out, c)
+				}
+			}
+			return out
+		}
+		Eventually(func(g Gomega) {
+			cs := named(g)
+			g.Expect(cs).To(HaveLen(6))
+			perZone := map[string]int{}
+			for _, c := range cs {
+				n := c.Annotations[pool.SelectedNodeAnnotationKey]
+				g.Expect(eligible).To(HaveKey(n), "PVC %s names node %q", c.Name, n)
+				perZone[eligible[n]]++
+			}
+			g.Expect(perZone).To(Equal(map[string]int{"zone-a": 2, "zone-b": 2, "zone-c": 2}))
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		var jobs batchv1.JobList
+		Expect(k8sClient.List(ctx, &jobs, client.InNamespace(ns))).To(Succeed())
+		Expect(jobs.Items).To(BeEmpty(), "no binder Job")
+
+		// A provisioner that cannot use the node removes it; the pool names
+		// another, and again when the named node is deleted.
+		given := named(Default)[0]
+		delete(given.Annotations, pool.SelectedNodeAnnotationKey)
+		Expect(k8sClient.Update(ctx, &given)).To(Succeed())
+		Eventually(func(g Gomega) {
+			c := &corev1.PersistentVolumeClaim{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(&given), c)).To(Succeed())
+			g.Expect(eligible).To(HaveKey(c.Annotations[pool.SelectedNodeAnnotationKey]))
 		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
 	})
 

@@ -12,6 +12,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/utils/clock"
@@ -33,6 +34,9 @@ type Options struct {
 	DrainBackoffMax  time.Duration
 	// BinderImage is the image of the pool's binder Jobs.
 	BinderImage string
+	// PoolBindMode is how warm PVCs of WaitForFirstConsumer classes get
+	// their volumes: PoolBindSelectNode or PoolBindBinderJob.
+	PoolBindMode string
 	// PoolIdleNamespaceTTL is how long a learned pool namespace keeps its
 	// warm PVCs without admissions.
 	PoolIdleNamespaceTTL time.Duration
@@ -44,13 +48,29 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.DrainBackoffBase, "drain-backoff-base", 10*time.Second, "Wait before retrying a failed finalizer Job; doubles with each failure.")
 	fs.DurationVar(&o.DrainBackoffMax, "drain-backoff-max", 10*time.Minute, "Longest wait between finalizer Job attempts.")
 	fs.StringVar(&o.BinderImage, "binder-image", "registry.k8s.io/pause:3.10", "Image of the short-lived pods that bind warm PVCs of WaitForFirstConsumer StorageClasses.")
+	fs.StringVar(&o.PoolBindMode, "pool-bind-mode", PoolBindSelectNode, "How warm PVCs of WaitForFirstConsumer StorageClasses get their volumes: \""+PoolBindSelectNode+"\" names a Ready, untainted node (spread over zones) on the PVC so that the provisioner starts at once; \""+PoolBindBinderJob+"\" runs a binder Job per PVC and lets the scheduler choose, slower but aware of everything the scheduler checks (e.g. CSI storage capacity).")
 	fs.DurationVar(&o.PoolIdleNamespaceTTL, "pool-idle-namespace-ttl", time.Hour, "How long a namespace learned from admissions keeps its warm pool without a new admission.")
+}
+
+// Values of Options.PoolBindMode.
+const (
+	PoolBindSelectNode = "select-node"
+	PoolBindBinderJob  = "binder-job"
+)
+
+// Validate reports options that cannot work.
+func (o *Options) Validate() error {
+	if o.PoolBindMode != PoolBindSelectNode && o.PoolBindMode != PoolBindBinderJob {
+		return fmt.Errorf("--pool-bind-mode: %q is neither %q nor %q", o.PoolBindMode, PoolBindSelectNode, PoolBindBinderJob)
+	}
+	return nil
 }
 
 // CacheOptions restricts the manager's caches to the operator's own objects:
 // pods with the opt-in label, and PVCs and Jobs with the operator's labels.
 // The cache's memory therefore grows with the operator's pods, not with the
-// cluster. managedFields are dropped from every cached object.
+// cluster's. managedFields are dropped from every cached object. Nodes, which
+// the pool reads to pick where warm volumes go, are cut to what that needs.
 func CacheOptions() cache.Options {
 	return cache.Options{
 		DefaultTransform: cache.TransformStripManagedFields(),
@@ -58,8 +78,33 @@ func CacheOptions() cache.Options {
 			&corev1.Pod{}:                   {Label: exists(v1alpha1.FluentPVCNameLabelKey)},
 			&corev1.PersistentVolumeClaim{}: {Label: exists(v1alpha1.FluentPVCNameLabelKey)},
 			&batchv1.Job{}:                  {Label: exists(v1alpha1.ComponentLabelKey)},
+			&corev1.Node{}:                  {Transform: slimNode},
 		},
 	}
+}
+
+// slimNode keeps of a node its name, labels, schedulability, taints and
+// Ready condition: a few hundred bytes instead of kilobytes of images and
+// addresses.
+func slimNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	slim := &corev1.Node{
+		TypeMeta: n.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Labels: n.Labels,
+			DeletionTimestamp: n.DeletionTimestamp,
+		},
+		Spec: corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints},
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			slim.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
+		}
+	}
+	return slim, nil
 }
 
 func exists(key string) labels.Selector {
@@ -108,7 +153,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("setting up the sidecar controller: %w", err)
 	}
 	if err := (&FluentPVCReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clk,
-		BinderImage: opts.BinderImage, PoolIdleNamespaceTTL: opts.PoolIdleNamespaceTTL}).SetupWithManager(mgr); err != nil {
+		BinderImage: opts.BinderImage, PoolBindMode: opts.PoolBindMode, PoolIdleNamespaceTTL: opts.PoolIdleNamespaceTTL}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the FluentPVC controller: %w", err)
 	}
 	return nil

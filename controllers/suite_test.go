@@ -35,6 +35,7 @@ var testOptions = controllers.Options{
 	DrainBackoffBase:     time.Second,
 	DrainBackoffMax:      4 * time.Second,
 	BinderImage:          "registry.k8s.io/pause:3.10",
+	PoolBindMode:         controllers.PoolBindSelectNode,
 	PoolIdleNamespaceTTL: time.Hour,
 }
 

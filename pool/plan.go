@@ -15,7 +15,13 @@ type Claim struct {
 	Hash string
 	// ZonesRecorded is true once the claim carries its volume's zones.
 	ZonesRecorded bool
-	Created       time.Time
+	// NodeSelected is true once the claim names the node to provision for
+	// (SelectedNodeAnnotationKey).
+	NodeSelected bool
+	// Zone is where the claim's volume is or will be: its recorded zones, or
+	// its selected node's zone; "" when not known yet.
+	Zone    string
+	Created time.Time
 }
 
 // Input is one namespace's pool as observed.
@@ -27,7 +33,11 @@ type Input struct {
 	// WaitForFirstConsumer is true when the template's StorageClass binds a
 	// volume only once a pod uses it, so that a binder is needed.
 	WaitForFirstConsumer bool
-	Claims               []Claim
+	// SelectNodes is true when the pool hands WaitForFirstConsumer claims
+	// straight to the provisioner by naming a node (new claims at creation,
+	// others by SelectNode) instead of running a binder Job for each.
+	SelectNodes bool
+	Claims      []Claim
 	// Binders are the names of the warm PVCs that have a binder Job.
 	Binders []string
 }
@@ -38,6 +48,11 @@ type Plan struct {
 	Create int
 	// Delete are warm PVCs to delete: stale ones and the surplus.
 	Delete []string
+	// SelectNode are unbound warm PVCs that need a node named: their
+	// provisioner gave the last one back, or they predate SelectNodes.
+	SelectNode []string
+	// PerZone counts the kept claims by Zone, for spreading new ones.
+	PerZone map[string]int
 	// CreateBinders are unbound warm PVCs that need a binder Job.
 	CreateBinders []string
 	// DeleteBinders are the PVCs whose binder Job is done or pointless.
@@ -52,9 +67,10 @@ type Plan struct {
 // the missing PVCs all at once, replace stale ones (made from another
 // template), delete the surplus (unbound and newest first, so that the PVCs
 // that took longest to provision are kept), and give every unbound PVC of a
-// WaitForFirstConsumer class a binder until it is Bound.
+// WaitForFirstConsumer class a selected node (SelectNodes) or else a binder,
+// until it is Bound.
 func PlanNamespace(in Input) Plan {
-	var p Plan
+	p := Plan{PerZone: map[string]int{}}
 	var valid []Claim
 	for _, c := range in.Claims {
 		switch {
@@ -84,9 +100,12 @@ func PlanNamespace(in Input) Plan {
 	}
 	p.Create = size - len(valid)
 
-	kept := map[string]bool{}
+	kept, replaced := map[string]bool{}, map[string]bool{}
 	for _, c := range valid {
 		kept[c.Name] = true
+		if c.Zone != "" {
+			p.PerZone[c.Zone]++
+		}
 		if c.Bound {
 			p.Warm++
 			if !c.ZonesRecorded {
@@ -95,12 +114,18 @@ func PlanNamespace(in Input) Plan {
 			continue
 		}
 		p.Provisioning++
-		if in.WaitForFirstConsumer && !slices.Contains(in.Binders, c.Name) {
+		switch {
+		case !in.WaitForFirstConsumer, c.NodeSelected:
+		case in.SelectNodes:
+			// A binder whose pod has not been placed yet is replaced too.
+			p.SelectNode = append(p.SelectNode, c.Name)
+			replaced[c.Name] = true
+		case !slices.Contains(in.Binders, c.Name):
 			p.CreateBinders = append(p.CreateBinders, c.Name)
 		}
 	}
 	for _, name := range in.Binders {
-		if !kept[name] || boundClaim(in.Claims, name) {
+		if !kept[name] || replaced[name] || boundClaim(in.Claims, name) {
 			p.DeleteBinders = append(p.DeleteBinders, name)
 		}
 	}

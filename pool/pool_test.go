@@ -69,6 +69,26 @@ func TestPlanNamespace(t *testing.T) {
 			in:   Input{Size: 1, Hash: "h", Claims: []Claim{{Name: "a", Bound: true, Hash: "h"}}},
 			want: Plan{RecordZones: []string{"a"}, Warm: 1},
 		},
+		"SelectNodes: unbound claims without a node get one, and binders not yet placed go": {
+			in: Input{Size: 4, Hash: "h", WaitForFirstConsumer: true, SelectNodes: true, Claims: []Claim{
+				unbound("given-back", 1), {Name: "selected", Hash: "h", NodeSelected: true, Zone: "z1"}, {Name: "binding", Hash: "h"},
+				{Name: "placed", Hash: "h", Bound: true, ZonesRecorded: true},
+			}, Binders: []string{"binding", "placed"}},
+			want: Plan{SelectNode: []string{"given-back", "binding"}, DeleteBinders: []string{"binding", "placed"}, Warm: 1, Provisioning: 3, PerZone: map[string]int{"z1": 1}},
+		},
+		"SelectNodes on an Immediate class: nothing to select": {
+			in:   Input{Size: 1, Hash: "h", SelectNodes: true, Claims: []Claim{unbound("a", 1)}},
+			want: Plan{Provisioning: 1},
+		},
+		"PerZone counts the kept claims only": {
+			in: Input{Size: 2, Hash: "h", Claims: []Claim{
+				{Name: "a", Bound: true, Hash: "h", ZonesRecorded: true, Zone: "z1", Created: t0.Add(-time.Hour)},
+				{Name: "b", Bound: true, Hash: "h", ZonesRecorded: true, Zone: "z2", Created: t0.Add(-time.Minute)},
+				{Name: "surplus", Hash: "h", NodeSelected: true, Zone: "z2", Created: t0},
+				{Name: "stale", Bound: true, Hash: "old", Zone: "z3"},
+			}},
+			want: Plan{Delete: []string{"surplus", "stale"}, Warm: 2, PerZone: map[string]int{"z1": 1, "z2": 1}},
+		},
 		"claims being deleted are neither counted nor deleted again": {
 			in:   Input{Size: 1, Hash: "h", Claims: []Claim{{Name: "a", Bound: true, Hash: "h", Deleting: true}}},
 			want: Plan{Create: 1},

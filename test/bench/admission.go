@@ -149,6 +149,9 @@ func (e *env) admissionLevel(ctx context.Context, kind string, c int, ns, fpvc s
 // from its own full pool as large as the level. Pods stay Pending
 // unscheduled.
 func (e *env) admissionPhase(ctx context.Context, res *results) error {
+	if err := e.createFluentPVC(ctx, fpvcMiss, 0); err != nil { // made by start-up, unless -phases skips it
+		return err
+	}
 	var errs []error
 	record := func(l admissionLevel, err error) {
 		if err != nil {

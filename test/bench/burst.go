@@ -51,6 +51,9 @@ type burstResult struct {
 	Refilled      bool    `json:"refilled"`
 	WarmAtTimeout int     `json:"warmAtTimeout,omitempty"`
 	MinWarm       int     `json:"minWarm"`
+	// Refill is where the refill's time went, over the warm PVCs created
+	// from the burst's start.
+	Refill refillBreakdown `json:"refill"`
 	// Startup is create to Running of the burst's pods; NotRunning are
 	// those not Running within burstRunTimeout, with a few reasons.
 	Startup       summary  `json:"startup"`
@@ -193,6 +196,7 @@ func (e *env) burst(ctx context.Context) (r burstResult, err error) {
 	})
 	wg.Wait()
 	r.Startup = summarize(durs)
+	r.Refill = breakdown(e.pvcs.warmSince(ns, start), start)
 	if refillErr != nil {
 		return r, refillErr
 	}

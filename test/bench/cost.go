@@ -34,6 +34,9 @@ type costResult struct {
 var writeVerbs = []string{"POST", "PUT", "PATCH", "DELETE"}
 
 func (e *env) costPhase(ctx context.Context, res *results) error {
+	if err := e.createFluentPVC(ctx, fpvcMiss, 0); err != nil { // made by start-up, unless -phases skips it
+		return err
+	}
 	var errs []error
 	for _, kind := range []string{pool.ResultMiss, pool.ResultHit} {
 		c, err := e.cost(ctx, kind)

@@ -59,6 +59,7 @@ type env struct {
 	cache   cache.Cache
 	running *runningTracker
 	fpvcs   *fluentPVCWatch
+	pvcs    *pvcTimeline
 }
 
 func (e *env) progress(format string, args ...any) {
@@ -111,10 +112,16 @@ func (e *env) startInformers(ctx context.Context) error {
 	if _, err := fpvcInf.AddEventHandler(e.fpvcs.handler()); err != nil {
 		return err
 	}
-	for _, obj := range []client.Object{&v1alpha1.FluentPVCBinding{}, &corev1.PersistentVolumeClaim{}} {
-		if _, err := c.GetInformer(ctx, obj); err != nil {
-			return err
-		}
+	if _, err := c.GetInformer(ctx, &v1alpha1.FluentPVCBinding{}); err != nil {
+		return err
+	}
+	e.pvcs = newPVCTimeline()
+	pvcInf, err := c.GetInformer(ctx, &corev1.PersistentVolumeClaim{})
+	if err != nil {
+		return err
+	}
+	if _, err := pvcInf.AddEventHandler(e.pvcs.handler()); err != nil {
+		return err
 	}
 	go func() { _ = c.Start(ctx) }()
 	if !c.WaitForCacheSync(ctx) {

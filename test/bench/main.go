@@ -31,6 +31,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -58,9 +59,14 @@ type config struct {
 	CostPods          int           `json:"costPods"`
 	CreateConcurrency int           `json:"createConcurrency"`
 	ParallelSlow      bool          `json:"parallelSlow"`
+	Phases            []string      `json:"phases"`
+	OperatorArgs      []string      `json:"operatorArgs,omitempty"`
 	Timeout           time.Duration `json:"-"`
 	Keep              bool          `json:"-"`
 }
+
+// allPhases are the bench's phases, in the order they run.
+var allPhases = []string{"start-up", "cost", "burst", "admission", "memory"}
 
 // smokeDefaults replace the defaults of the flags not set under -smoke.
 var smokeDefaults = map[string]string{
@@ -79,7 +85,7 @@ var smokeDefaults = map[string]string{
 
 func parseFlags(args []string) (config, error) {
 	var c config
-	var levels string
+	var levels, phases, opArgs string
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&c.Name, "name", "bench", "name of the simulated cluster (state in .kwok/<name>)")
 	fs.IntVar(&c.N, "n", 40, "pods per start-up mode and run")
@@ -95,6 +101,8 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.CostPods, "cost-pods", 10, "pods per cost measurement (hit and miss)")
 	fs.IntVar(&c.CreateConcurrency, "create-concurrency", 200, "concurrent creates of the unlabelled pods")
 	fs.BoolVar(&c.ParallelSlow, "parallel-slow", true, "run sequential b and c side by side (each still one pod at a time)")
+	fs.StringVar(&phases, "phases", strings.Join(allPhases, ","), "phases to run, a subset of "+strings.Join(allPhases, ","))
+	fs.StringVar(&opArgs, "operator-args", "", "extra flags of the operator, space-separated (e.g. --pprof-bind-address=127.0.0.1:6060)")
 	fs.DurationVar(&c.Timeout, "timeout", 20*time.Minute, "bound on the whole run")
 	fs.BoolVar(&c.Keep, "keep", false, "leave the cluster up at the end")
 	if err := fs.Parse(args); err != nil {
@@ -118,6 +126,14 @@ func parseFlags(args []string) (config, error) {
 		}
 		c.Levels = append(c.Levels, n)
 	}
+	for _, p := range strings.Split(phases, ",") {
+		p = strings.TrimSpace(p)
+		if !slices.Contains(allPhases, p) {
+			return c, fmt.Errorf("-phases: unknown phase %q, want some of %s", p, strings.Join(allPhases, ","))
+		}
+		c.Phases = append(c.Phases, p)
+	}
+	c.OperatorArgs = strings.Fields(opArgs)
 	if c.N < 1 || c.AdmissionPods < 1 || c.BurstPods < 1 || c.BurstPool < 1 || c.CostPods < 1 || c.LabelledPods < 1 {
 		return c, errors.New("counts must be positive")
 	}
@@ -151,7 +167,8 @@ func run(ctx context.Context, cfg config, stdout, progress io.Writer) (err error
 	defer cancel()
 	started := time.Now()
 	if cfg.Out == "" {
-		if cfg.Smoke {
+		if cfg.Smoke || len(cfg.Phases) < len(allPhases) {
+			// Only full runs replace the results the README shows.
 			if cfg.Out, err = os.MkdirTemp("", "fluent-pvc-bench-"); err != nil {
 				return err
 			}
@@ -175,7 +192,7 @@ func run(ctx context.Context, cfg config, stdout, progress io.Writer) (err error
 		err = errors.Join(err, kc.Down())
 	}()
 	res.ClusterUpSeconds = time.Since(started).Seconds()
-	op, err := cluster.RunOperator(ctx, kc, cluster.OperatorOptions{})
+	op, err := cluster.RunOperator(ctx, kc, cluster.OperatorOptions{Args: cfg.OperatorArgs})
 	if err != nil {
 		return fmt.Errorf("starting the operator: %w", err)
 	}
@@ -198,6 +215,9 @@ func run(ctx context.Context, cfg config, stdout, progress io.Writer) (err error
 	}
 	var errs []error
 	for _, p := range phases {
+		if !slices.Contains(cfg.Phases, p.name) {
+			continue
+		}
 		if ctx.Err() != nil {
 			errs = append(errs, fmt.Errorf("phase %s skipped: %w", p.name, ctx.Err()))
 			continue

@@ -46,6 +46,9 @@ func (m memoryResult) ratio(f func(memSample) float64) float64 {
 }
 
 func (e *env) memoryPhase(ctx context.Context, res *results) error {
+	if err := e.createFluentPVC(ctx, fpvcMiss, 0); err != nil { // made by start-up, unless -phases skips it
+		return err
+	}
 	m, err := e.memory(ctx)
 	if err != nil {
 		m.Error = err.Error()

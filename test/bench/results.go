@@ -279,6 +279,10 @@ func (r *results) markdown(chart string) string {
 		w("| pods | pool | hits | misses | distinct claims | shared claims | pods without a claim | creates took | pool warm again after the burst's end | start-up p50 / p99 (from the burst's start) |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		w("| %d | %d | %d | %d | %d | %d | %d | %.2fs | %s | %s / %s |\n", bu.Pods, bu.Pool, bu.Hits, bu.Misses, bu.Claims, bu.Shared, bu.NoClaim,
 			bu.CreateSeconds, bu.refillText(), dur(bu.Startup.P50), dur(bu.Startup.P99))
+		if rb := bu.Refill; rb.PVCs > 0 {
+			w("\nWhere the refill's time went, over the %d warm PVCs created from the burst's start (p50 / max, from the PVC informer's first sight of each step): created after the burst's start %s / %s; creation to a selected node %s / %s; creation to Bound %s / %s; Bound to zones recorded (a candidate from then) %s / %s.\n",
+				rb.PVCs, dur(rb.Created.P50), dur(rb.Created.Max), dur(rb.ToSelected.P50), dur(rb.ToSelected.Max), dur(rb.ToBound.P50), dur(rb.ToBound.Max), dur(rb.ToZones.P50), dur(rb.ToZones.Max))
+		}
 		if bu.NotRunning > 0 {
 			w("\n%d pods were not Running %s after the burst (not counted in the start-up figures), e.g.:\n\n", bu.NotRunning, burstRunTimeout)
 			for _, why := range bu.NotRunningWhy {

@@ -1,0 +1,107 @@
+package pool
+
+import (
+	"cmp"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+)
+
+// SelectedNodeAnnotationKey is the hand-off of a WaitForFirstConsumer claim
+// to its provisioner: the node whose topology the volume must fit. The
+// scheduler sets it when it places a claim's first pod; the pool sets it on
+// a warm PVC at creation, so that the volume is provisioned at once with no
+// pod at all. A provisioner that cannot use the node removes it again.
+const SelectedNodeAnnotationKey = "volume.kubernetes.io/selected-node"
+
+// Node is a node a warm PVC may be provisioned for.
+type Node struct {
+	Name string
+	// Zone is the node's topology.kubernetes.io/zone label ("" if none).
+	Zone string
+}
+
+// EligibleNodes are the nodes that an ordinary pod could be scheduled to
+// and that class's allowedTopologies permit (class nil: any): Ready, not
+// cordoned, and without NoSchedule or NoExecute taints. Sorted by name.
+func EligibleNodes(nodes []corev1.Node, class *storagev1.StorageClass) []Node {
+	var out []Node
+	for i := range nodes {
+		n := &nodes[i]
+		if n.Spec.Unschedulable || !n.DeletionTimestamp.IsZero() || !nodeReady(n) || hardTainted(n) || !allowedByClass(n, class) {
+			continue
+		}
+		out = append(out, Node{Name: n.Name, Zone: n.Labels[ZoneLabelKey]})
+	}
+	slices.SortFunc(out, func(a, b Node) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func hardTainted(n *corev1.Node) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+	})
+}
+
+// allowedByClass is true when the node matches one of the class's
+// allowedTopologies terms (all of a term's label requirements), or the class
+// restricts nothing.
+func allowedByClass(n *corev1.Node, class *storagev1.StorageClass) bool {
+	if class == nil || len(class.AllowedTopologies) == 0 {
+		return true
+	}
+	return slices.ContainsFunc(class.AllowedTopologies, func(term corev1.TopologySelectorTerm) bool {
+		for _, req := range term.MatchLabelExpressions {
+			v, ok := n.Labels[req.Key]
+			if !ok || !slices.Contains(req.Values, v) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// SpreadNodes picks a node for each of n new warm PVCs so that the pool's
+// zones stay balanced: each goes to the zone with the fewest warm PVCs so far
+// (perZone, updated as it goes; ties by name), on a random node of that zone.
+// Nodes without a zone form a zone of their own (""). intN picks the node
+// (rand.IntN in production). It returns nil when there is no node.
+func SpreadNodes(nodes []Node, perZone map[string]int, n int, intN func(int) int) []string {
+	if len(nodes) == 0 || n <= 0 {
+		return nil
+	}
+	byZone := map[string][]string{}
+	for _, node := range nodes {
+		byZone[node.Zone] = append(byZone[node.Zone], node.Name)
+	}
+	zones := make([]string, 0, len(byZone))
+	counts := map[string]int{}
+	for z := range byZone {
+		zones = append(zones, z)
+		counts[z] = perZone[z]
+	}
+	slices.Sort(zones)
+	out := make([]string, 0, n)
+	for range n {
+		best := zones[0]
+		for _, z := range zones[1:] {
+			if counts[z] < counts[best] {
+				best = z
+			}
+		}
+		counts[best]++
+		names := byZone[best]
+		out = append(out, names[intN(len(names))])
+	}
+	return out
+}

@@ -1,0 +1,175 @@
+package pool
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+func TestEligibleNodes(t *testing.T) {
+	node := func(name, zone string, mutate ...func(*corev1.Node)) corev1.Node {
+		n := corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{ZoneLabelKey: zone, "disk": "ssd"}},
+			Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
+		}
+		for _, m := range mutate {
+			m(&n)
+		}
+		return n
+	}
+	taint := func(effect corev1.TaintEffect) func(*corev1.Node) {
+		return func(n *corev1.Node) { n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "k", Effect: effect}) }
+	}
+	zoneAB := &storagev1.StorageClass{AllowedTopologies: []corev1.TopologySelectorTerm{
+		{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{{Key: ZoneLabelKey, Values: []string{"a"}}}},
+		{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{{Key: ZoneLabelKey, Values: []string{"b"}}, {Key: "disk", Values: []string{"ssd"}}}},
+	}}
+	cases := map[string]struct {
+		nodes []corev1.Node
+		class *storagev1.StorageClass
+		want  []Node
+	}{
+		"ready nodes, sorted by name": {
+			nodes: []corev1.Node{node("n2", "b"), node("n1", "a")},
+			want:  []Node{{"n1", "a"}, {"n2", "b"}},
+		},
+		"not ready, unknown readiness, cordoned or deleting nodes are skipped": {
+			nodes: []corev1.Node{
+				node("ok", "a"),
+				node("not-ready", "a", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse }),
+				node("no-condition", "a", func(n *corev1.Node) { n.Status.Conditions = nil }),
+				node("cordoned", "a", func(n *corev1.Node) { n.Spec.Unschedulable = true }),
+				node("deleting", "a", func(n *corev1.Node) { n.DeletionTimestamp = &metav1.Time{Time: fixtures.Epoch} }),
+			},
+			want: []Node{{"ok", "a"}},
+		},
+		"NoSchedule and NoExecute taints exclude a node, PreferNoSchedule does not": {
+			nodes: []corev1.Node{node("soft", "a", taint(corev1.TaintEffectPreferNoSchedule)), node("ns", "a", taint(corev1.TaintEffectNoSchedule)), node("ne", "a", taint(corev1.TaintEffectNoExecute))},
+			want:  []Node{{"soft", "a"}},
+		},
+		"the class's allowedTopologies: any term, every requirement of it": {
+			nodes: []corev1.Node{
+				node("a1", "a"), node("b1", "b"), node("c1", "c"),
+				node("b-hdd", "b", func(n *corev1.Node) { n.Labels["disk"] = "hdd" }),
+			},
+			class: zoneAB,
+			want:  []Node{{"a1", "a"}, {"b1", "b"}},
+		},
+		"no nodes": {},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, EligibleNodes(tc.nodes, tc.class)); diff != "" {
+				t.Errorf("EligibleNodes (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSpreadNodes(t *testing.T) {
+	nodes := []Node{{"a1", "a"}, {"a2", "a"}, {"b1", "b"}, {"c1", "c"}}
+	cases := map[string]struct {
+		nodes    []Node
+		perZone  map[string]int
+		n        int
+		wantZone map[string]int // new claims per zone
+	}{
+		"an empty pool of 6 over 3 zones: 2 each": {
+			nodes: nodes, n: 6, wantZone: map[string]int{"a": 2, "b": 2, "c": 2},
+		},
+		"refill goes to the emptiest zones first": {
+			nodes: nodes, perZone: map[string]int{"a": 2, "b": 0, "c": 1}, n: 3, wantZone: map[string]int{"b": 2, "c": 1},
+		},
+		"zones without an eligible node get nothing": {
+			nodes: []Node{{"a1", "a"}}, perZone: map[string]int{"b": 0}, n: 2, wantZone: map[string]int{"a": 2},
+		},
+		"nodes without a zone are one more zone": {
+			nodes: []Node{{"x", ""}, {"a1", "a"}}, n: 2, wantZone: map[string]int{"": 1, "a": 1},
+		},
+		"no nodes: nil": {n: 2},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			zoneOf := map[string]string{}
+			for _, n := range tc.nodes {
+				zoneOf[n.Name] = n.Zone
+			}
+			got := SpreadNodes(tc.nodes, tc.perZone, tc.n, rand.New(rand.NewPCG(1, 2)).IntN)
+			var perZone map[string]int
+			if tc.wantZone != nil {
+				perZone = map[string]int{}
+				if len(got) != tc.n {
+					t.Fatalf("SpreadNodes gave %d nodes, want %d", len(got), tc.n)
+				}
+			}
+			for _, name := range got {
+				perZone[zoneOf[name]]++
+			}
+			if diff := cmp.Diff(tc.wantZone, perZone); diff != "" {
+				t.Errorf("new claims per zone (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestExpectations(t *testing.T) {
+	t0 := fixtures.Epoch
+	key := func(name string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: name} }
+	cases := map[string]struct {
+		created []string // created at t0
+		seen    []string
+		at      time.Duration // after t0
+		want    []string
+		// then: what a second call at the same time returns
+		wantAgain []string
+	}{
+		"created and not seen: expected": {
+			created: []string{"a", "b"}, at: time.Second, want: []string{"a", "b"}, wantAgain: []string{"a", "b"},
+		},
+		"seen once: forgotten for good": {
+			created: []string{"a", "b"}, seen: []string{"a"}, at: time.Second, want: []string{"b"}, wantAgain: []string{"b"},
+		},
+		"older than the TTL: forgotten": {
+			created: []string{"a"}, at: ExpectationTTL, want: nil, wantAgain: nil,
+		},
+		"nothing created": {at: time.Second},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := NewExpectations()
+			for _, n := range tc.created {
+				e.Created("f", key(n), "z", t0)
+			}
+			e.Created("other", key("x"), "", t0)
+			seen := sets.New(tc.seen...)
+			names := func(xs []Expected) []string {
+				var out []string
+				for _, x := range xs {
+					out = append(out, x.Key.Name)
+				}
+				return out
+			}
+			sorted := cmpopts.SortSlices(strings.Compare)
+			if diff := cmp.Diff(tc.want, names(e.Unseen("f", func(k types.NamespacedName) bool { return seen.Has(k.Name) }, t0.Add(tc.at))), sorted, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("Unseen (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantAgain, names(e.Unseen("f", func(types.NamespacedName) bool { return false }, t0.Add(tc.at))), sorted, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("Unseen again (-want +got):\n%s", diff)
+			}
+			if got := e.Unseen("other", func(types.NamespacedName) bool { return false }, t0.Add(time.Second)); len(got) != 1 {
+				t.Errorf("another FluentPVC's expectations were touched: %v", got)
+			}
+		})
+	}
+}
