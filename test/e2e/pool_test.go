@@ -67,9 +67,12 @@ var _ = Describe("Warm pool on a simulated cluster", func() {
 		}).Obj())
 	})
 
-	It("binds warm PVCs through binders, spread over the zones, and hands them to pods", func() {
+	It("binds warm PVCs by naming nodes spread over the zones, with no binder, and hands them to pods", func() {
 		cs := full(6)
-		Eventually(binders, timeout, interval).Should(BeEmpty(), "no binder Job or pod is left")
+		Expect(binders(Default)).To(BeEmpty(), "no binder Job or pod")
+		for _, c := range cs {
+			Expect(c.Annotations).To(HaveKeyWithValue(pool.SelectedNodeAnnotationKey, HavePrefix("kwok-")))
+		}
 		perZone := map[string]int{}
 		for _, c := range cs {
 			perZone[c.Annotations[v1alpha1.ZonesAnnotationKey]]++
