@@ -24,14 +24,15 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/pool/inject"
 )
 
-// +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcbindings,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcbindings,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcbindings/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 
-// BindingReconciler carries a FluentPVCBinding through its life: it records
+// BindingReconciler carries a FluentPVCBinding through its life: it creates
+// it from the claim the webhook handed out, records
 // the pod, drains the claim with finalizer Jobs once the pod is gone,
 // retries failed Jobs with backoff, reclaims orphan claims, and deletes the
 // claim and the binding only after a successful drain.
@@ -48,7 +49,10 @@ type BindingReconciler struct {
 func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	b := &v1alpha1.FluentPVCBinding{}
 	if err := r.Get(ctx, req.NamespacedName, b); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, r.createBinding(ctx, req.NamespacedName)
+		}
+		return ctrl.Result{}, err
 	}
 	o, err := r.observe(ctx, b)
 	if err != nil {
@@ -56,6 +60,30 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 	p := decide(o, r.Clock.Now(), r.Options)
 	return r.apply(ctx, o, p)
+}
+
+// createBinding makes the binding of the claim named key.Name, if it is a
+// pod's claim (the webhook admitted a pod with it) and has none: this is how
+// every binding is born, and how one lost by hand is remade, so that no
+// claim is ever left without the record that drains it.
+func (r *BindingReconciler) createBinding(ctx context.Context, key client.ObjectKey) error {
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := r.Get(ctx, key, pvc); err != nil || !inject.Claimed(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != key.Name {
+		return client.IgnoreNotFound(err)
+	}
+	// The cache may lag behind the end of a claim's life (drained, deleted,
+	// then the binding removed): only a live read may bring a binding back.
+	if err := r.APIReader.Get(ctx, key, pvc); err != nil || !inject.Claimed(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != key.Name {
+		return client.IgnoreNotFound(err)
+	}
+	fpvc := &v1alpha1.FluentPVC{}
+	if err := r.Get(ctx, client.ObjectKey{Name: pvc.Labels[v1alpha1.FluentPVCNameLabelKey]}, fpvc); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("reading FluentPVC %s: %w", pvc.Labels[v1alpha1.FluentPVCNameLabelKey], err)
+	}
+	if err := r.Create(ctx, inject.BindingFor(pvc, fpvc.UID)); client.IgnoreAlreadyExists(err) != nil {
+		return fmt.Errorf("creating the binding of claim %s: %w", key, err)
+	}
+	return nil
 }
 
 // observe reads the binding's pod, claim, Jobs and FluentPVC, mostly from

@@ -21,7 +21,7 @@ func TestDecide(t *testing.T) {
 	fpvc := fixtures.MakeFluentPVC("f").Obj()
 	claim := "f-abc"
 	mkBinding := func(mut func(*v1alpha1.FluentPVCBinding)) *v1alpha1.FluentPVCBinding {
-		b := inject.Binding(fpvc, fixtures.MakePod("p", "ns").Obj(), claim, v1alpha1.CheckoutMiss, admitted)
+		b := inject.BindingFor(inject.Claim(fpvc, "ns", claim, "h", v1alpha1.CheckoutMiss, admitted), fpvc.UID)
 		b.Spec.PVC.UID = "pvc-uid"
 		if mut != nil {
 			mut(b)

@@ -3,10 +3,12 @@ package controllers
 import (
 	"context"
 	"fmt"
-	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
+	"slices"
 	"sync"
 	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/pool"
+	"github.com/st-tech/fluent-pvc-operator/pool/inject"
 )
 
 // +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcs,verbs=get;list;watch;update;patch
@@ -110,6 +113,14 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 		return ctrl.Result{}, poolErr
 	}
 	if !f.DeletionTimestamp.IsZero() && len(bindings.Items) == 0 && po.emptied() {
+		// A claim whose binding is not made yet still has to be drained.
+		var claimed corev1.PersistentVolumeClaimList
+		if err := r.List(ctx, &claimed, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name, v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed}); err != nil {
+			return ctrl.Result{}, fmt.Errorf("listing claims: %w", err)
+		}
+		if slices.ContainsFunc(claimed.Items, func(c corev1.PersistentVolumeClaim) bool { return inject.Claimed(&c) }) {
+			return result, nil
+		}
 		if err := removeFinalizer(ctx, r.Client, f, v1alpha1.FluentPVCProtectionFinalizer); err != nil {
 			return ctrl.Result{}, fmt.Errorf("removing the finalizer: %w", err)
 		}

@@ -105,7 +105,7 @@ func bindClaim(ctx context.Context, g Gomega, c *corev1.PersistentVolumeClaim, z
 // injectBinding is the binding the webhook records for claim name when no
 // pod follows.
 func injectBinding(fpvc *v1alpha1.FluentPVC, ns, name string) *v1alpha1.FluentPVCBinding {
-	return inject.Binding(fpvc, fixtures.MakePod("never", ns).Obj(), name, v1alpha1.CheckoutHit, time.Now())
+	return inject.BindingFor(inject.Claim(fpvc, ns, name, "h", v1alpha1.CheckoutHit, time.Now()), fpvc.UID)
 }
 
 // updateFluentPVC applies change to the latest f and writes it.

@@ -149,6 +149,29 @@ var _ = Describe("Claim lifecycle", func() {
 		Eventually(gone(&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}}), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
 	})
 
+	It("makes the binding of an admitted pod's claim, and makes it again if it is lost by hand", func() {
+		pod, claim := admit("app")
+		b := binding(claim)(Default)
+		Expect(b.Spec.Pod).To(Equal(v1alpha1.ObjectIdentity{Name: "app", UID: pod.UID}))
+		Expect(b.Spec.FluentPVC).To(Equal(v1alpha1.ObjectIdentity{Name: fpvc.Name, UID: fpvc.UID}))
+		Expect(b.Spec.PVC.Name).To(Equal(claim))
+		Expect(b.Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutMiss))
+
+		// Someone strips the finalizer and deletes the binding: the claim,
+		// still holding data, gets a new one and the pod is recorded again.
+		lost := b.UID
+		b.Finalizers = nil
+		Expect(k8sClient.Update(ctx, b)).To(Succeed())
+		Expect(k8sClient.Delete(ctx, b)).To(Succeed())
+		Eventually(func(g Gomega) {
+			again := binding(claim)(g)
+			g.Expect(again.UID).NotTo(Equal(lost))
+			g.Expect(again.Spec.Pod.UID).To(Equal(pod.UID))
+			g.Expect(again.Status.Phase).To(Equal(v1alpha1.BindingPhaseInUse))
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		claimHeld(claim)
+	})
+
 	It("drains the claim of a pod that Succeeded while its object is still there", func() {
 		pod, claim := admit("done")
 		updatePodStatus(ctx, pod, func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded })
@@ -215,10 +238,10 @@ var _ = Describe("Claim lifecycle", func() {
 	)
 
 	It("reclaims an orphan claim without a Job once its grace period has passed", func() {
-		// What the webhook leaves when a later admission step rejects the pod.
+		// What the webhook leaves when a later admission step rejects the
+		// pod: a claim, whose binding the operator makes.
 		name := inject.ClaimName(fpvc.Name)
-		b := inject.Binding(fpvc, fixtures.MakePod("never", ns).Obj(), name, v1alpha1.CheckoutMiss, time.Now())
-		Expect(k8sClient.Create(ctx, b)).To(Succeed())
+		b := &v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 		Expect(k8sClient.Create(ctx, inject.Claim(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutMiss, time.Now()))).To(Succeed())
 
 		Eventually(phaseOf(name), fixtures.Timeout, fixtures.Interval).Should(Equal(v1alpha1.BindingPhasePending))

@@ -57,19 +57,20 @@ func NewPodMutator(cache, apiReader client.Reader, w client.Writer, d admission.
 // +kubebuilder:webhook:path=/mutate-v1-pod,mutating=true,failurePolicy=fail,sideEffects=NoneOnDryRun,groups="",resources=pods,verbs=create,versions=v1,name=pod.fluent-pvc-operator.tech.zozo.com,admissionReviewVersions=v1,reinvocationPolicy=IfNeeded,timeoutSeconds=10
 
 // +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcs,verbs=get;list;watch
-// +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcbindings,verbs=create
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=create;update
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get
 
-// PodMutator admits pods that carry the opt-in label: it creates the pod's
-// binding and claim, and patches the pod to use them. It makes at most two
-// API writes per pod, none on a dry run or for a pod it already mutated.
+// PodMutator admits pods that carry the opt-in label: it hands the pod a
+// claim, checked out of the warm pool or created, and patches the pod to use
+// it. That is its only API write per pod, none on a dry run or for a pod it
+// already mutated: the claim carries the orphan record (binding name,
+// admission time), from which the operator makes the pod's binding.
 type PodMutator struct {
 	// Reader reads FluentPVCs, from the manager's cache.
 	Reader client.Reader
 	// APIReader reads nodes, for pods that name one; it bypasses the cache.
 	APIReader client.Reader
-	// Writer creates bindings and claims.
+	// Writer creates and checks out claims.
 	Writer  client.Writer
 	Decoder admission.Decoder
 	Clock   clock.PassiveClock
@@ -137,8 +138,8 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 }
 
 // provision hands the pod a claim, from the warm pool when one fits (a hit)
-// or created now (a miss), records it in a new binding, and returns the
-// claim's name. Either way it makes two API writes.
+// or created now (a miss), and returns the claim's name. Either way it makes
+// one API write.
 func (m *PodMutator) provision(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod) (string, error) {
 	start := m.Clock.Now()
 	if fpvc.Spec.Pool.Size > 0 {
@@ -160,8 +161,8 @@ func (m *PodMutator) provision(ctx context.Context, fpvc *v1alpha1.FluentPVC, po
 	return name, err
 }
 
-// checkout takes a warm PVC that fits the pod's zones and records it in a
-// binding of the same name. It returns "" on a miss.
+// checkout takes a warm PVC that fits the pod's zones. It returns "" on a
+// miss.
 func (m *PodMutator) checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod, now time.Time) (string, error) {
 	nodeZone := ""
 	if pod.Spec.NodeName != "" {
@@ -174,31 +175,19 @@ func (m *PodMutator) checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 	if err != nil || claim == nil {
 		return "", err
 	}
-	if err := m.Writer.Create(ctx, inject.Binding(fpvc, pod, claim.Name, v1alpha1.CheckoutHit, now)); err != nil {
-		// Give the PVC back rather than leave a claim without a record.
-		if rerr := m.Writer.Update(ctx, pool.Returned(claim)); rerr != nil {
-			return "", fmt.Errorf("creating FluentPVCBinding %s/%s: %w (and returning the PVC to the pool: %v)", pod.Namespace, claim.Name, err, rerr)
-		}
-		return "", fmt.Errorf("creating FluentPVCBinding %s/%s: %w", pod.Namespace, claim.Name, err)
-	}
 	return claim.Name, nil
 }
 
-// create creates the binding, then the claim, under a fresh name, and
-// returns that name. The binding comes first so that a claim never exists
-// without the record that lets the operator reclaim it.
+// create creates the claim under a fresh name and returns that name.
 func (m *PodMutator) create(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod, now time.Time) (string, error) {
+	hash := pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate)
 	for try := 1; ; try++ {
 		name := inject.ClaimName(fpvc.Name)
-		binding := inject.Binding(fpvc, pod, name, v1alpha1.CheckoutMiss, now)
-		err := m.Writer.Create(ctx, binding)
+		err := m.Writer.Create(ctx, inject.Claim(fpvc, pod.Namespace, name, hash, v1alpha1.CheckoutMiss, now))
 		if apierrors.IsAlreadyExists(err) && try < maxNameTries {
 			continue
 		}
 		if err != nil {
-			return "", fmt.Errorf("creating FluentPVCBinding %s/%s: %w", pod.Namespace, name, err)
-		}
-		if err := m.Writer.Create(ctx, inject.Claim(fpvc, pod.Namespace, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutMiss, now)); err != nil {
 			return "", fmt.Errorf("creating PersistentVolumeClaim %s/%s: %w", pod.Namespace, name, err)
 		}
 		return name, nil

@@ -59,7 +59,7 @@ var _ = Describe("Pod admission", func() {
 		fpvc = createFluentPVC(fixtures.MakeFluentPVC("sample-" + ns).Obj())
 	})
 
-	It("injects the claim, the sidecar, the mounts and envs, and links pod, claim and binding", func() {
+	It("injects the claim, the sidecar, the mounts and envs, and leaves on the claim what its binding is made from", func() {
 		pod := fixtures.MakePod("app", ns).FluentPVC(fpvc.Name).
 			Container(corev1.Container{Name: "second", Image: "busybox"}).Obj()
 		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
@@ -90,11 +90,10 @@ var _ = Describe("Pod admission", func() {
 		Expect(pvc.Spec.Resources.Requests).To(HaveKey(corev1.ResourceStorage))
 		Expect(pvc.Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutMiss))
 
-		var b v1alpha1.FluentPVCBinding
-		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claimName}, &b)).To(Succeed())
-		Expect(b.Spec.PVC.Name).To(Equal(pvc.Name))
-		Expect(b.Spec.Pod.Name).To(Equal("app"))
-		Expect(b.Spec.FluentPVC).To(Equal(v1alpha1.ObjectIdentity{Name: fpvc.Name, UID: fpvc.UID}))
+		Expect(pvc.Annotations).To(HaveKey(v1alpha1.AdmittedAtAnnotationKey))
+		Expect(pvc.Labels).To(HaveKeyWithValue(v1alpha1.ClaimRoleLabelKey, v1alpha1.ClaimRoleClaimed))
+		// One write per pod: the operator makes the binding from the claim.
+		Expect(bindings()).To(BeEmpty())
 	})
 
 	It("leaves an unlabelled pod exactly as sent", func() {
@@ -137,7 +136,6 @@ var _ = Describe("Pod admission", func() {
 		}
 		Expect(distinct).To(HaveLen(20))
 		Expect(claims()).To(HaveLen(20))
-		Expect(bindings()).To(HaveLen(20))
 	})
 
 	DescribeTable("denies bad input with a message naming the fix, and creates nothing",
@@ -229,7 +227,6 @@ var _ = Describe("Pod admission", func() {
 			Expect(resp.Patch).To(BeEmpty())
 		}
 		Expect(claims()).To(HaveLen(1))
-		Expect(bindings()).To(HaveLen(1))
 	})
 
 	It("works for a FluentPVC with a 60-character name", func() {
@@ -240,7 +237,6 @@ var _ = Describe("Pod admission", func() {
 		claimName := pod.Labels[v1alpha1.BindingNameLabelKey]
 		Expect(len(claimName)).To(BeNumerically("<=", 63))
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claimName}, &corev1.PersistentVolumeClaim{})).To(Succeed())
-		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claimName}, &v1alpha1.FluentPVCBinding{})).To(Succeed())
 	})
 
 	It("leaves an orphan record on the claim of a pod rejected after the webhook", func() {
@@ -269,11 +265,8 @@ var _ = Describe("Pod admission", func() {
 		Expect(pvcs).To(HaveLen(1))
 		Expect(pvcs[0].Annotations).To(HaveKey(v1alpha1.AdmittedAtAnnotationKey))
 		Expect(pvcs[0].Labels).To(HaveKeyWithValue(v1alpha1.ClaimRoleLabelKey, v1alpha1.ClaimRoleClaimed))
-		bs := bindings()
-		Expect(bs).To(HaveLen(1))
-		Expect(bs[0].Annotations).To(HaveKey(v1alpha1.AdmittedAtAnnotationKey))
-		Expect(bs[0].Spec.Pod.UID).To(BeEmpty(), "no pod was ever recorded for the claim")
-		Expect(bs[0].Spec.PVC.Name).To(Equal(pvcs[0].Name))
+		Expect(pvcs[0].Labels).To(HaveKeyWithValue(v1alpha1.BindingNameLabelKey, pvcs[0].Name))
+		Expect(pvcs[0].Finalizers).To(ContainElement(v1alpha1.PVCProtectionFinalizer), "kept until the operator reclaims it")
 	})
 })
 

@@ -3,9 +3,11 @@ package inject
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
@@ -171,7 +173,7 @@ func TestPod(t *testing.T) {
 
 func TestDrainJob(t *testing.T) {
 	fpvc := fixtures.MakeFluentPVC("f").Obj()
-	b := Binding(fpvc, fixtures.MakePod("p", "ns").Obj(), "f-abc", v1alpha1.CheckoutMiss, fixtures.Epoch)
+	b := BindingFor(Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch), fpvc.UID)
 	cases := map[string]struct {
 		restartPolicy corev1.RestartPolicy
 		attempt       int32
@@ -208,6 +210,57 @@ func TestDrainJob(t *testing.T) {
 			}
 			if f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Volumes != nil || f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers[0].Env != nil {
 				t.Errorf("the FluentPVC's template was modified")
+			}
+		})
+	}
+}
+
+func TestBindingFor(t *testing.T) {
+	fpvc := fixtures.MakeFluentPVC("f").Obj()
+	fpvc.UID = "fpvc-uid"
+	claim := Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutHit, fixtures.Epoch)
+	claim.UID = "claim-uid"
+	want := &v1alpha1.FluentPVCBinding{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "f-abc", Namespace: "ns",
+			Labels: map[string]string{v1alpha1.FluentPVCNameLabelKey: "f"},
+			Annotations: map[string]string{
+				v1alpha1.AdmittedAtAnnotationKey: fixtures.Epoch.UTC().Format(time.RFC3339),
+				v1alpha1.CheckoutAnnotationKey:   v1alpha1.CheckoutHit,
+			},
+			Finalizers: []string{v1alpha1.BindingProtectionFinalizer},
+		},
+		Spec: v1alpha1.FluentPVCBindingSpec{
+			FluentPVC: v1alpha1.ObjectIdentity{Name: "f", UID: "fpvc-uid"},
+			PVC:       v1alpha1.ObjectIdentity{Name: "f-abc", UID: "claim-uid"},
+		},
+	}
+	if diff := cmp.Diff(want, BindingFor(claim, fpvc.UID)); diff != "" {
+		t.Errorf("BindingFor (-want +got):\n%s", diff)
+	}
+}
+
+func TestClaimed(t *testing.T) {
+	fpvc := fixtures.MakeFluentPVC("f").Obj()
+	claimed := func(mutate func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
+		c := Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
+		mutate(c)
+		return c
+	}
+	cases := map[string]struct {
+		claim *corev1.PersistentVolumeClaim
+		want  bool
+	}{
+		"a claim made at admission":         {claimed(func(*corev1.PersistentVolumeClaim) {}), true},
+		"a warm PVC":                        {claimed(func(c *corev1.PersistentVolumeClaim) { c.Labels[v1alpha1.ClaimRoleLabelKey] = v1alpha1.ClaimRoleWarm }), false},
+		"no binding label":                  {claimed(func(c *corev1.PersistentVolumeClaim) { delete(c.Labels, v1alpha1.BindingNameLabelKey) }), false},
+		"no FluentPVC label":                {claimed(func(c *corev1.PersistentVolumeClaim) { delete(c.Labels, v1alpha1.FluentPVCNameLabelKey) }), false},
+		"being deleted (its drain is done)": {claimed(func(c *corev1.PersistentVolumeClaim) { c.DeletionTimestamp = &metav1.Time{Time: fixtures.Epoch} }), false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := Claimed(tc.claim); got != tc.want {
+				t.Errorf("Claimed = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
@@ -36,27 +37,37 @@ func Claim(fpvc *v1alpha1.FluentPVC, namespace, name, templateHash, checkout str
 	}
 }
 
-// Binding is the FluentPVCBinding that records that claim name was handed to
-// pod at time now. The pod's UID is not known at admission; the operator
-// records it when it first sees the pod.
-func Binding(fpvc *v1alpha1.FluentPVC, pod *corev1.Pod, name, checkout string, now time.Time) *v1alpha1.FluentPVCBinding {
+// BindingFor is the FluentPVCBinding of claim: the record through which the
+// operator drains and reclaims it. The operator makes it from the claim the
+// webhook created or checked out, so that admission costs one API write;
+// fpvcUID is the claim's FluentPVC's UID ("" if it is gone). The pod is not
+// known yet: the operator records it when it first sees it.
+func BindingFor(claim *corev1.PersistentVolumeClaim, fpvcUID types.UID) *v1alpha1.FluentPVCBinding {
+	fpvc := claim.Labels[v1alpha1.FluentPVCNameLabelKey]
 	return &v1alpha1.FluentPVCBinding{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      name,
-			Namespace: pod.Namespace,
-			Labels:    map[string]string{v1alpha1.FluentPVCNameLabelKey: fpvc.Name},
+			Name:      claim.Labels[v1alpha1.BindingNameLabelKey],
+			Namespace: claim.Namespace,
+			Labels:    map[string]string{v1alpha1.FluentPVCNameLabelKey: fpvc},
 			Annotations: map[string]string{
-				v1alpha1.AdmittedAtAnnotationKey: now.UTC().Format(time.RFC3339),
-				v1alpha1.CheckoutAnnotationKey:   checkout,
+				v1alpha1.AdmittedAtAnnotationKey: claim.Annotations[v1alpha1.AdmittedAtAnnotationKey],
+				v1alpha1.CheckoutAnnotationKey:   claim.Annotations[v1alpha1.CheckoutAnnotationKey],
 			},
 			Finalizers: []string{v1alpha1.BindingProtectionFinalizer},
 		},
 		Spec: v1alpha1.FluentPVCBindingSpec{
-			FluentPVC: v1alpha1.ObjectIdentity{Name: fpvc.Name, UID: fpvc.UID},
-			Pod:       v1alpha1.ObjectIdentity{Name: pod.Name},
-			PVC:       v1alpha1.ObjectIdentity{Name: name},
+			FluentPVC: v1alpha1.ObjectIdentity{Name: fpvc, UID: fpvcUID},
+			PVC:       v1alpha1.ObjectIdentity{Name: claim.Name, UID: claim.UID},
 		},
 	}
+}
+
+// Claimed is true when claim is a pod's claim that needs a binding: claimed
+// by the webhook, named in its binding label, and not being deleted.
+func Claimed(claim *corev1.PersistentVolumeClaim) bool {
+	return claim.Labels[v1alpha1.ClaimRoleLabelKey] == v1alpha1.ClaimRoleClaimed &&
+		claim.Labels[v1alpha1.BindingNameLabelKey] != "" && claim.Labels[v1alpha1.FluentPVCNameLabelKey] != "" &&
+		claim.DeletionTimestamp.IsZero()
 }
 
 // DrainJob is the attempt-th finalizer Job of binding b: fpvc's
