@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -80,8 +81,38 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 	if err := r.Get(ctx, client.ObjectKey{Name: pvc.Labels[v1alpha1.FluentPVCNameLabelKey]}, fpvc); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("reading FluentPVC %s: %w", pvc.Labels[v1alpha1.FluentPVCNameLabelKey], err)
 	}
-	if err := r.Create(ctx, inject.BindingFor(pvc, fpvc.UID)); client.IgnoreAlreadyExists(err) != nil {
+	err := r.Create(ctx, inject.BindingFor(pvc, fpvc.UID))
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		return r.abandonUnrecorded(ctx, pvc, fpvc)
+	}
+	if client.IgnoreAlreadyExists(err) != nil {
 		return fmt.Errorf("creating the binding of claim %s: %w", key, err)
+	}
+	return nil
+}
+
+// abandonUnrecorded lets go of a claim whose namespace began terminating
+// before its binding was made, as a binding would (see decide): no Job can
+// run there, and the namespace would wait forever on the claim's and its
+// pods' finalizers.
+func (r *BindingReconciler) abandonUnrecorded(ctx context.Context, pvc *corev1.PersistentVolumeClaim, fpvc *v1alpha1.FluentPVC) error {
+	name := pvc.Labels[v1alpha1.BindingNameLabelKey]
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(pvc.Namespace), client.MatchingFields{podBindingIndex: name}); err != nil {
+		return fmt.Errorf("listing pods: %w", err)
+	}
+	for i := range pods.Items {
+		if err := removeFinalizer(ctx, r.Client, &pods.Items[i], v1alpha1.PodProtectionFinalizer); err != nil {
+			return fmt.Errorf("releasing pod %s: %w", pods.Items[i].Name, err)
+		}
+	}
+	if err := removeFinalizer(ctx, r.Client, pvc, v1alpha1.PVCProtectionFinalizer); err != nil {
+		return fmt.Errorf("releasing PVC %s: %w", pvc.Name, err)
+	}
+	claimsAbandoned.WithLabelValues(pvc.Labels[v1alpha1.FluentPVCNameLabelKey]).Inc()
+	if fpvc.UID != "" {
+		r.Recorder.Eventf(fpvc, nil, corev1.EventTypeWarning, v1alpha1.EventReasonAbandoned, v1alpha1.EventReasonAbandoned,
+			"%s/%s: namespace %s is being deleted: claim %s was released without draining its data", pvc.Namespace, name, pvc.Namespace, pvc.Name)
 	}
 	return nil
 }
@@ -261,6 +292,9 @@ func removeFinalizer(ctx context.Context, c client.Client, obj client.Object, fi
 	return client.IgnoreNotFound(c.Patch(ctx, obj, patch))
 }
 
+// bindingWorkers is how many bindings are reconciled at once.
+const bindingWorkers = 8
+
 // SetupWithManager registers the reconciler and its watches.
 func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	byBindingLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
@@ -279,6 +313,9 @@ func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("fluentpvcbinding").
+		// Bindings are independent of each other, and a burst of pods brings
+		// a burst of them: several at once keep their records current.
+		WithOptions(controller.Options{MaxConcurrentReconciles: bindingWorkers}).
 		For(&v1alpha1.FluentPVCBinding{}).
 		Owns(&batchv1.Job{}).
 		Watches(&corev1.Pod{}, byBindingLabel).

@@ -315,6 +315,34 @@ var _ = Describe("Claim lifecycle", func() {
 		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
 	})
 
+	It("releases a claim whose namespace began terminating before its binding was made", func() {
+		// The webhook admitted a pod and the namespace was deleted before the
+		// operator (stopped here) made the binding: it can no longer be made.
+		stop()
+		name := inject.ClaimName(fpvc.Name)
+		Expect(k8sClient.Create(ctx, inject.Claim(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutHit, time.Now()))).To(Succeed())
+		Expect(k8sClient.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+		mgr, stop = startOperator()
+
+		Eventually(func(g Gomega) {
+			pvc := &corev1.PersistentVolumeClaim{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pvc)).To(Succeed())
+			g.Expect(pvc.Finalizers).NotTo(ContainElement(v1alpha1.PVCProtectionFinalizer))
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		Eventually(func(g Gomega) {
+			var l eventsv1.EventList
+			g.Expect(k8sClient.List(ctx, &l)).To(Succeed())
+			var warnings []string
+			for _, e := range l.Items {
+				if e.Regarding.Name == fpvc.Name && e.Reason == v1alpha1.EventReasonAbandoned {
+					warnings = append(warnings, e.Note)
+				}
+			}
+			g.Expect(warnings).To(ContainElement(ContainSubstring(name + " was released without draining")))
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		Expect(apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &v1alpha1.FluentPVCBinding{}))).To(BeTrue())
+	})
+
 	It("caches only the pods that opt in", func() {
 		for i := range 300 {
 			Expect(k8sClient.Create(ctx, fixtures.MakePod(fmt.Sprintf("plain-%d", i), ns).Obj())).To(Succeed())

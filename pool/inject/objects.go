@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
@@ -63,11 +64,12 @@ func BindingFor(claim *corev1.PersistentVolumeClaim, fpvcUID types.UID) *v1alpha
 }
 
 // Claimed is true when claim is a pod's claim that needs a binding: claimed
-// by the webhook, named in its binding label, and not being deleted.
+// by the webhook, named in its binding label, still held by the operator's
+// finalizer (a claim let go of is done with), and not being deleted.
 func Claimed(claim *corev1.PersistentVolumeClaim) bool {
 	return claim.Labels[v1alpha1.ClaimRoleLabelKey] == v1alpha1.ClaimRoleClaimed &&
 		claim.Labels[v1alpha1.BindingNameLabelKey] != "" && claim.Labels[v1alpha1.FluentPVCNameLabelKey] != "" &&
-		claim.DeletionTimestamp.IsZero()
+		controllerutil.ContainsFinalizer(claim, v1alpha1.PVCProtectionFinalizer) && claim.DeletionTimestamp.IsZero()
 }
 
 // DrainJob is the attempt-th finalizer Job of binding b: fpvc's
