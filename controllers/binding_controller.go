@@ -326,7 +326,7 @@ func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 func (r *BindingReconciler) bindingsOf(ctx context.Context, obj client.Object) []reconcile.Request {
 	var l v1alpha1.FluentPVCBindingList
-	if err := r.List(ctx, &l, client.MatchingFields{bindingFluentPVCIndex: obj.GetName()}); err != nil {
+	if err := r.List(ctx, &l, client.MatchingFields{bindingFluentPVCIndex: obj.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
 	reqs := make([]reconcile.Request, 0, len(l.Items))

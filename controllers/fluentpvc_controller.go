@@ -80,7 +80,10 @@ func (r *FluentPVCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 
 func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentPVC) (ctrl.Result, error) {
 	var bindings v1alpha1.FluentPVCBindingList
-	if err := r.List(ctx, &bindings, client.MatchingFields{bindingFluentPVCIndex: f.Name}); err != nil {
+	// Read-only lists share the cache's objects instead of copying them:
+	// copies of every binding and warm PVC on every pool event were a
+	// quarter of the operator's CPU in a burst (pprof, make bench).
+	if err := r.List(ctx, &bindings, client.MatchingFields{bindingFluentPVCIndex: f.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing bindings: %w", err)
 	}
 	po, err := r.observePool(ctx, f, bindings.Items)
@@ -115,7 +118,7 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 	if !f.DeletionTimestamp.IsZero() && len(bindings.Items) == 0 && po.emptied() {
 		// A claim whose binding is not made yet still has to be drained.
 		var claimed corev1.PersistentVolumeClaimList
-		if err := r.List(ctx, &claimed, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name, v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed}); err != nil {
+		if err := r.List(ctx, &claimed, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name, v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed}, client.UnsafeDisableDeepCopy); err != nil {
 			return ctrl.Result{}, fmt.Errorf("listing claims: %w", err)
 		}
 		if slices.ContainsFunc(claimed.Items, func(c corev1.PersistentVolumeClaim) bool { return inject.Claimed(&c) }) {

@@ -28,7 +28,8 @@ import (
 // poolParallelism bounds the concurrent API calls of one pool reconcile.
 const poolParallelism = 16
 
-// poolObserved is a FluentPVC's pool as read from the cache.
+// poolObserved is a FluentPVC's pool as read from the cache. Its objects are
+// the cache's own (listed without copies): never modify them, copy first.
 type poolObserved struct {
 	warm    []corev1.PersistentVolumeClaim
 	binders []batchv1.Job
@@ -80,12 +81,12 @@ func (r *FluentPVCReconciler) observePool(ctx context.Context, f *v1alpha1.Fluen
 		o.unseen[x.Key.Namespace] = append(o.unseen[x.Key.Namespace], x)
 	}
 	var pvcs corev1.PersistentVolumeClaimList
-	if err := r.List(ctx, &pvcs, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name, v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm}); err != nil {
+	if err := r.List(ctx, &pvcs, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name, v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm}, client.UnsafeDisableDeepCopy); err != nil {
 		return o, fmt.Errorf("listing warm PVCs: %w", err)
 	}
 	o.warm = pvcs.Items
 	var jobs batchv1.JobList
-	if err := r.List(ctx, &jobs, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name, v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder}); err != nil {
+	if err := r.List(ctx, &jobs, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name, v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder}, client.UnsafeDisableDeepCopy); err != nil {
 		return o, fmt.Errorf("listing binder Jobs: %w", err)
 	}
 	o.binders = jobs.Items
@@ -113,7 +114,7 @@ func (r *FluentPVCReconciler) observePool(ctx context.Context, f *v1alpha1.Fluen
 		return o, nil
 	}
 	var nodes corev1.NodeList
-	if err := r.List(ctx, &nodes); err != nil {
+	if err := r.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return o, fmt.Errorf("listing nodes: %w", err)
 	}
 	o.nodeZones = make(map[string]string, len(nodes.Items))
@@ -280,7 +281,7 @@ func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC
 		ops = append(ops, func() error {
 			// Conditioned on what was read: a PVC the webhook has just
 			// checked out has moved on and is not deleted.
-			err := r.Delete(ctx, c, client.Preconditions{UID: &c.UID, ResourceVersion: &c.ResourceVersion})
+			err := r.Delete(ctx, c.DeepCopy(), client.Preconditions{UID: &c.UID, ResourceVersion: &c.ResourceVersion})
 			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				return fmt.Errorf("deleting warm PVC %s/%s: %w", ns, name, err)
 			}

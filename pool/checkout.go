@@ -109,10 +109,12 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, nam
 			continue
 		}
 		var warm corev1.PersistentVolumeClaimList
+		// Candidates only reads, and CheckedOut copies the one taken, so the
+		// cache's objects are listed without copying each of them.
 		if err := r.List(ctx, &warm, client.InNamespace(namespace), client.MatchingLabels{
 			v1alpha1.FluentPVCNameLabelKey: fpvc.Name,
 			v1alpha1.ClaimRoleLabelKey:     v1alpha1.ClaimRoleWarm,
-		}); err != nil {
+		}, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, fmt.Errorf("listing warm PVCs: %w", err)
 		}
 		tries := 0
