@@ -72,6 +72,22 @@ func Returned(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	return out
 }
 
+// WarmIndex is a cache index of warm PVCs by their FluentPVC's name, so
+// that a checkout reads only its pool's warm PVCs in the pod's namespace,
+// not every claim there; the Checkouter's cache must have it (IndexWarm).
+const WarmIndex = "fluent-pvc-operator.tech.zozo.com/warm"
+
+// IndexWarm adds WarmIndex to a cache.
+func IndexWarm(ctx context.Context, indexer client.FieldIndexer) error {
+	return indexer.IndexField(ctx, &corev1.PersistentVolumeClaim{}, WarmIndex, func(obj client.Object) []string {
+		l := obj.GetLabels()
+		if l[v1alpha1.ClaimRoleLabelKey] != v1alpha1.ClaimRoleWarm || l[v1alpha1.FluentPVCNameLabelKey] == "" {
+			return nil
+		}
+		return []string{l[v1alpha1.FluentPVCNameLabelKey]}
+	})
+}
+
 // recentTTL is how long a checkouter remembers a PVC it saw taken, which
 // covers the time its cache takes to catch up.
 const recentTTL = time.Minute
@@ -91,7 +107,8 @@ type Checkouter struct {
 	taken map[types.UID]time.Time
 }
 
-// NewCheckouter is a Checkouter with DefaultMaxTries.
+// NewCheckouter is a Checkouter with DefaultMaxTries; cache must have
+// WarmIndex.
 func NewCheckouter(cache, live client.Reader, w client.Writer) *Checkouter {
 	return &Checkouter{Cache: cache, Live: live, Writer: w, MaxTries: DefaultMaxTries, taken: map[types.UID]time.Time{}}
 }
@@ -109,12 +126,16 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, nam
 			continue
 		}
 		var warm corev1.PersistentVolumeClaimList
-		// Candidates only reads, and CheckedOut copies the one taken, so the
-		// cache's objects are listed without copying each of them.
-		if err := r.List(ctx, &warm, client.InNamespace(namespace), client.MatchingLabels{
+		opts := []client.ListOption{client.InNamespace(namespace), client.MatchingLabels{
 			v1alpha1.FluentPVCNameLabelKey: fpvc.Name,
 			v1alpha1.ClaimRoleLabelKey:     v1alpha1.ClaimRoleWarm,
-		}, client.UnsafeDisableDeepCopy); err != nil {
+		}}
+		if r == c.Cache {
+			// Candidates only reads, and CheckedOut copies the one taken, so
+			// the cache's objects are listed as they are, through the index.
+			opts = []client.ListOption{client.InNamespace(namespace), client.MatchingFields{WarmIndex: fpvc.Name}, client.UnsafeDisableDeepCopy}
+		}
+		if err := r.List(ctx, &warm, opts...); err != nil {
 			return nil, fmt.Errorf("listing warm PVCs: %w", err)
 		}
 		tries := 0

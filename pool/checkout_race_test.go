@@ -28,6 +28,7 @@ type replica struct {
 func newReplica(ctx context.Context) replica {
 	c, err := cache.New(cfg, cache.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
+	Expect(pool.IndexWarm(ctx, c)).To(Succeed())
 	// Start the PVC informer before the cache.
 	_, err = c.GetInformer(ctx, &corev1.PersistentVolumeClaim{})
 	Expect(err).NotTo(HaveOccurred())

@@ -40,6 +40,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	if err := pool.IndexWarm(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return fmt.Errorf("indexing warm PVCs: %w", err)
+	}
 	m := NewPodMutator(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetClient(), admission.NewDecoder(mgr.GetScheme()), opts.Clock)
 	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: m})
 	return nil
