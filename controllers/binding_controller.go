@@ -81,7 +81,16 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 	if err := r.Get(ctx, client.ObjectKey{Name: pvc.Labels[v1alpha1.FluentPVCNameLabelKey]}, fpvc); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("reading FluentPVC %s: %w", pvc.Labels[v1alpha1.FluentPVCNameLabelKey], err)
 	}
-	err := r.Create(ctx, inject.BindingFor(pvc, fpvc.UID))
+	b := inject.BindingFor(pvc, fpvc.UID)
+	// A pod already in the cache is recorded at once, saving an update.
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(pvc.Namespace), client.MatchingFields{podBindingIndex: b.Name}); err != nil {
+		return fmt.Errorf("listing pods: %w", err)
+	}
+	if len(pods.Items) == 1 {
+		b.Spec.Pod = v1alpha1.ObjectIdentity{Name: pods.Items[0].Name, UID: pods.Items[0].UID}
+	}
+	err := r.Create(ctx, b)
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 		return r.abandonUnrecorded(ctx, pvc, fpvc)
 	}
