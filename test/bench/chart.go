@@ -15,7 +15,7 @@ import (
 func (r *results) chart(path string) error {
 	var labels []string
 	series := [3]plotter.Values{}
-	for _, mode := range []string{modePlain, modeEphemeral, modeMiss, modeHit} {
+	for _, mode := range []string{modePlain, modeNoop, modeEphemeral, modeMiss, modeHit} {
 		for _, burst := range []bool{false, true} {
 			kind := "seq"
 			if burst {

@@ -20,6 +20,7 @@ const (
 	modeEphemeral = "b" // generic ephemeral volume on StorageClass standard
 	modeMiss      = "c" // the operator, pool size 0: claim created at admission
 	modeHit       = "d" // the operator, warm pool: claim taken at admission
+	modeNoop      = "w" // control: a plain pod through a no-op webhook
 )
 
 var modeNames = map[string]string{
@@ -27,6 +28,7 @@ var modeNames = map[string]string{
 	modeEphemeral: "generic ephemeral volume",
 	modeMiss:      "operator, pool size 0 (miss)",
 	modeHit:       "operator, warm pool (hit)",
+	modeNoop:      "control: plain pod, no-op webhook",
 }
 
 // FluentPVCs of the start-up modes.
@@ -80,6 +82,8 @@ func podFor(mode, ns, name string) *corev1.Pod {
 		return fluentPod(ns, name, fpvcMiss)
 	case modeHit:
 		return fluentPod(ns, name, fpvcHit)
+	case modeNoop:
+		return noopPod(plainPod(ns, name))
 	default:
 		return plainPod(ns, name)
 	}
@@ -169,7 +173,7 @@ func (e *env) startupPhase(ctx context.Context, res *results) error {
 		e.progress("mode %s %-10s p50 %s p90 %s p99 %s (wall %.1fs) %s", run.Mode, run.kind(), secs(run.Stats.P50), secs(run.Stats.P90), secs(run.Stats.P99), run.Wall, run.Error)
 		res.Startup = append(res.Startup, run)
 	}
-	for _, mode := range []string{modePlain, modeEphemeral, modeMiss, modeHit} {
+	for _, mode := range []string{modePlain, modeEphemeral, modeMiss, modeHit, modeNoop} {
 		for _, burst := range []bool{false, true} {
 			if err := e.createNamespace(ctx, startupNamespace(mode, burst)); err != nil {
 				return err
@@ -216,11 +220,23 @@ func (e *env) startupPhase(ctx context.Context, res *results) error {
 		return e.settle(ctx)
 	}
 
-	for _, mode := range []string{modePlain, modeHit} {
+	for _, mode := range []string{modePlain, modeNoop, modeHit} {
+		var stopNoop func() error
+		if mode == modeNoop {
+			var err error
+			if stopNoop, err = e.startNoopWebhook(ctx); err != nil {
+				return errors.Join(append(errs, err)...)
+			}
+		}
 		for _, burst := range []bool{false, true} {
 			record(e.measureStartup(ctx, mode, burst, n))
 			if err := cleanup(mode, burst); err != nil {
 				return errors.Join(append(errs, err)...)
+			}
+		}
+		if stopNoop != nil {
+			if err := stopNoop(); err != nil {
+				return errors.Join(append(errs, fmt.Errorf("stopping the no-op webhook: %w", err))...)
 			}
 		}
 	}

@@ -15,10 +15,10 @@ import (
 	"time"
 )
 
-// writeServingCert creates a self-signed CA and a serving certificate for
+// WriteServingCert creates a self-signed CA and a serving certificate for
 // 127.0.0.1 and localhost signed by it, writes tls.crt and tls.key into dir,
 // and returns the CA's PEM for a webhook's caBundle.
-func writeServingCert(dir string) ([]byte, error) {
+func WriteServingCert(dir string) ([]byte, error) {
 	now := time.Now()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

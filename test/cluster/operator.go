@@ -95,7 +95,7 @@ func RunOperator(ctx context.Context, c *Cluster, opts OperatorOptions) (*Operat
 		LogPath: filepath.Join(c.Dir, "operator.log"),
 		cluster: c, opts: opts,
 	}
-	caPEM, err := writeServingCert(o.CertDir)
+	caPEM, err := WriteServingCert(o.CertDir)
 	if err != nil {
 		return nil, err
 	}
