@@ -128,6 +128,28 @@ var _ = Describe("Claim lifecycle", func() {
 		return reasons
 	}
 
+	// abandoned waits until claim is released undrained, with a Warning
+	// event on the FluentPVC that names it.
+	abandoned := func(claim string) {
+		GinkgoHelper()
+		Eventually(func(g Gomega) {
+			pvc := &corev1.PersistentVolumeClaim{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, pvc)).To(Succeed())
+			g.Expect(pvc.Finalizers).NotTo(ContainElement(v1alpha1.PVCProtectionFinalizer))
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		Eventually(func(g Gomega) {
+			var l eventsv1.EventList
+			g.Expect(k8sClient.List(ctx, &l)).To(Succeed())
+			var warnings []string
+			for _, e := range l.Items {
+				if e.Regarding.Name == fpvc.Name && e.Reason == v1alpha1.EventReasonAbandoned {
+					warnings = append(warnings, e.Note)
+				}
+			}
+			g.Expect(warnings).To(ContainElement(ContainSubstring("claim " + claim + " was released without draining")))
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+	}
+
 	It("drains the claim with one Job after the pod is deleted, then deletes the claim and the binding", func() {
 		pod, claim := admit("app")
 
@@ -296,23 +318,9 @@ var _ = Describe("Claim lifecycle", func() {
 		Expect(k8sClient.Delete(ctx, &v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}})).To(Succeed())
 
 		Eventually(gone(&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}}), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
-		Eventually(func(g Gomega) {
-			pvc := &corev1.PersistentVolumeClaim{}
-			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, pvc)).To(Succeed())
-			g.Expect(pvc.Finalizers).NotTo(ContainElement(v1alpha1.PVCProtectionFinalizer))
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		abandoned(claim)
 		Expect(jobs()).To(BeEmpty())
-		Eventually(func(g Gomega) {
-			var l eventsv1.EventList
-			g.Expect(k8sClient.List(ctx, &l)).To(Succeed())
-			var warnings []string
-			for _, e := range l.Items {
-				if e.Regarding.Name == fpvc.Name && e.Reason == v1alpha1.EventReasonAbandoned {
-					warnings = append(warnings, e.Note)
-				}
-			}
-			g.Expect(warnings).To(ContainElement(ContainSubstring("released without draining")))
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+
 	})
 
 	It("releases a claim whose namespace began terminating before its binding was made", func() {
@@ -324,22 +332,8 @@ var _ = Describe("Claim lifecycle", func() {
 		Expect(k8sClient.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
 		mgr, stop = startOperator()
 
-		Eventually(func(g Gomega) {
-			pvc := &corev1.PersistentVolumeClaim{}
-			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pvc)).To(Succeed())
-			g.Expect(pvc.Finalizers).NotTo(ContainElement(v1alpha1.PVCProtectionFinalizer))
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
-		Eventually(func(g Gomega) {
-			var l eventsv1.EventList
-			g.Expect(k8sClient.List(ctx, &l)).To(Succeed())
-			var warnings []string
-			for _, e := range l.Items {
-				if e.Regarding.Name == fpvc.Name && e.Reason == v1alpha1.EventReasonAbandoned {
-					warnings = append(warnings, e.Note)
-				}
-			}
-			g.Expect(warnings).To(ContainElement(ContainSubstring(name + " was released without draining")))
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		abandoned(name)
+
 		Expect(apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &v1alpha1.FluentPVCBinding{}))).To(BeTrue())
 	})
 

@@ -39,11 +39,11 @@ type admissionLevel struct {
 	// the API server calls it again (reinvocationPolicy IfNeeded) when a
 	// later admission plugin changed the pod. APIServer counts them too.
 	Reinvocations int `json:"reinvocations"`
-	// BindingCreate and PVCWrite are the API server's latency
-	// (apiserver_request_duration_seconds) of the webhook's two writes:
-	// POST fluentpvcbindings, and PUT (hit) or POST (miss)
-	// persistentvolumeclaims; others' writes of the same kind in the window
-	// count too.
+	// PVCWrite is the API server's latency (apiserver_request_duration_seconds)
+	// of the webhook's one write, PUT (hit) or POST (miss)
+	// persistentvolumeclaims, and BindingCreate of the operator's POST
+	// fluentpvcbindings that follows it; others' writes of the same kind in
+	// the window count too.
 	BindingCreate summary `json:"bindingCreate"`
 	PVCWrite      summary `json:"pvcWrite"`
 	// OperatorCPU and APIServerCPU are CPU milliseconds per pod

@@ -249,7 +249,7 @@ func (r *results) markdown(chart string) string {
 	}
 
 	w("\n## Admission latency of the webhook\n\n")
-	w("%d pods per level, created `c` at a time (a worker pool of c); hits each from a full warm pool of %d of its own (filled ahead, not refilled during the level), misses with pool size 0. ", r.Config.AdmissionPods, r.Config.AdmissionPods)
+	w("%d pods per level, created `c` at a time (a worker pool of c); hits each from a full warm pool of %d of its own (filled ahead; it refills during its level, as in use, and leaves the FluentPVC after it), misses with pool size 0. ", r.Config.AdmissionPods, r.Config.AdmissionPods)
 	w("API server: `apiserver_admission_webhook_admission_duration_seconds{name=\"%s\"}`, whose buckets are 5, 25, 100, 500 ms..., so its percentiles are interpolated inside wide buckets; the share of calls ≤ 25 ms is exact. ", webhookName)
 	w("Operator: `fluentpvc_webhook_admission_duration_seconds{result=\"mutated\"}` and `fluentpvc_pool_checkout_duration_seconds{result}` (buckets from 0.5 or 1 ms). Client: the bench's create call, end to end.\n\n")
 	w("The API server calls the webhook a second time for most pods (`reinvocationPolicy: IfNeeded`, after a later admission plugin changed the pod); that call finds the pod injected and returns at once. The API server's histogram counts both calls; the operator's `result=\"mutated\"` only the first.\n\n")
@@ -262,8 +262,8 @@ func (r *results) markdown(chart string) string {
 		w("| %s | %d | %d | %d (%d) | %s | %.0f%% | %s | %s | %s / %s | %d / %d |\n", l.Checkout, l.Concurrency, l.Pods, l.APIServer.N, l.Reinvocations,
 			msTriple(l.APIServer), 100*l.APIServerWithin25ms, msTriple(l.Webhook), msTriple(l.CheckoutDur), ms(l.Client.P50), ms(l.Client.P99), l.Hits, l.Misses)
 	}
-	w("\nWhat the webhook waits for: the API server's own latency (`apiserver_request_duration_seconds`, buckets 5, 25, 50, 100 ms...) of the two writes a webhook call makes, and CPU per pod of the operator and the API server (`process_cpu_seconds_total`).\n\n")
-	w("| checkout | c | POST fluentpvcbindings p50 / p99 | PVC write (PUT on a hit, POST on a miss) p50 / p99 | operator CPU per pod | API server CPU per pod |\n|---|---|---|---|---|---|\n")
+	w("\nWhat the webhook waits for: the API server's own latency (`apiserver_request_duration_seconds`, buckets 5, 25, 50, 100 ms...) of the one write a webhook call makes (the claim: PUT on a hit, POST on a miss) and of the binding the operator creates right after it, off the admission path; and CPU per pod of the operator and the API server (`process_cpu_seconds_total`).\n\n")
+	w("| checkout | c | POST fluentpvcbindings (operator) p50 / p99 | PVC write (webhook: PUT on a hit, POST on a miss) p50 / p99 | operator CPU per pod | API server CPU per pod |\n|---|---|---|---|---|---|\n")
 	for _, l := range r.Admission {
 		if l.APIServer.N == 0 {
 			continue
@@ -331,7 +331,7 @@ func (r *results) markdown(chart string) string {
 		w("- Sequential b and c run side by side to save time (each still one pod at a time, ~L per pod); a and d each run alone.\n")
 	}
 	w("- Percentiles of samples are nearest-rank (p99 of 40 samples is the maximum); of histograms, interpolated as Prometheus' histogram_quantile.\n")
-	w("- Admission and memory pods are never scheduled; the burst's and cost's pods run. The bench's FluentPVCs are config/samples' with the sidecar's and finalizer Job's resources cut to requests of 10m CPU and 16Mi, so that the burst's pods and the pool's binder pods fit the cluster.\n")
+	w("- Admission and memory pods are never scheduled; the burst's and cost's pods run. The bench's FluentPVCs are config/samples' with the sidecar's and finalizer Job's resources cut to requests of 10m CPU and 16Mi, so that the burst's pods fit the cluster; warm PVCs name their node (`--pool-bind-mode=select-node`, the default), so no binder pod runs.\n")
 	w("- The pools of the cost, burst and admission phases fill, and mode d's FluentPVC and warm PVCs are deleted, while sequential b and c run.\n")
 	if len(r.Notes) > 0 {
 		w("\n## Notes\n\n")
