@@ -24,6 +24,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=persistentvolumes,verbs=get
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=csinodes,verbs=get;list;watch
 
 // poolParallelism bounds the concurrent API calls of one pool reconcile.
 const poolParallelism = 16
@@ -121,7 +122,11 @@ func (r *FluentPVCReconciler) observePool(ctx context.Context, f *v1alpha1.Fluen
 	for _, n := range nodes.Items {
 		o.nodeZones[n.Name] = n.Labels[pool.ZoneLabelKey]
 	}
-	o.eligible = pool.EligibleNodes(nodes.Items, sc)
+	var csiNodes storagev1.CSINodeList
+	if err := r.List(ctx, &csiNodes, client.UnsafeDisableDeepCopy); err != nil {
+		return o, fmt.Errorf("listing CSINodes: %w", err)
+	}
+	o.eligible = pool.EligibleNodes(nodes.Items, sc, csiNodes.Items)
 	// With no node to name, binders let the scheduler find one (or wait).
 	o.selectNodes = len(o.eligible) > 0
 	return o, nil

@@ -24,17 +24,42 @@ type Node struct {
 
 // EligibleNodes are the nodes that an ordinary pod could be scheduled to
 // and that class's allowedTopologies permit (class nil: any): Ready, not
-// cordoned, and without NoSchedule or NoExecute taints. Sorted by name.
-func EligibleNodes(nodes []corev1.Node, class *storagev1.StorageClass) []Node {
+// cordoned, and without NoSchedule or NoExecute taints. When the class's
+// provisioner is a CSI driver that some node registered (csiNodes), only
+// nodes that registered it qualify: its provisioner needs the node's
+// topology from there. Sorted by name.
+func EligibleNodes(nodes []corev1.Node, class *storagev1.StorageClass, csiNodes []storagev1.CSINode) []Node {
+	withDriver := csiDriverNodes(class, csiNodes)
 	var out []Node
 	for i := range nodes {
 		n := &nodes[i]
 		if n.Spec.Unschedulable || !n.DeletionTimestamp.IsZero() || !nodeReady(n) || hardTainted(n) || !allowedByClass(n, class) {
 			continue
 		}
+		if withDriver != nil && !withDriver[n.Name] {
+			continue
+		}
 		out = append(out, Node{Name: n.Name, Zone: n.Labels[ZoneLabelKey]})
 	}
 	slices.SortFunc(out, func(a, b Node) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// csiDriverNodes are the nodes whose CSINode lists class's provisioner, or
+// nil when none does (not a CSI driver, or CSINodes not known).
+func csiDriverNodes(class *storagev1.StorageClass, csiNodes []storagev1.CSINode) map[string]bool {
+	if class == nil {
+		return nil
+	}
+	var out map[string]bool
+	for _, cn := range csiNodes {
+		if slices.ContainsFunc(cn.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == class.Provisioner }) {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[cn.Name] = true
+		}
+	}
 	return out
 }
 

@@ -35,10 +35,19 @@ func TestEligibleNodes(t *testing.T) {
 		{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{{Key: ZoneLabelKey, Values: []string{"a"}}}},
 		{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{{Key: ZoneLabelKey, Values: []string{"b"}}, {Key: "disk", Values: []string{"ssd"}}}},
 	}}
+	csi := &storagev1.StorageClass{Provisioner: "csi.example.com"}
+	csiNode := func(name string, drivers ...string) storagev1.CSINode {
+		cn := storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		for _, d := range drivers {
+			cn.Spec.Drivers = append(cn.Spec.Drivers, storagev1.CSINodeDriver{Name: d, NodeID: name})
+		}
+		return cn
+	}
 	cases := map[string]struct {
-		nodes []corev1.Node
-		class *storagev1.StorageClass
-		want  []Node
+		nodes    []corev1.Node
+		class    *storagev1.StorageClass
+		csiNodes []storagev1.CSINode
+		want     []Node
 	}{
 		"ready nodes, sorted by name": {
 			nodes: []corev1.Node{node("n2", "b"), node("n1", "a")},
@@ -66,11 +75,23 @@ func TestEligibleNodes(t *testing.T) {
 			class: zoneAB,
 			want:  []Node{{"a1", "a"}, {"b1", "b"}},
 		},
+		"a CSI driver some nodes registered: only those nodes": {
+			nodes:    []corev1.Node{node("with", "a"), node("other-driver", "a"), node("no-csinode", "a")},
+			class:    csi,
+			csiNodes: []storagev1.CSINode{csiNode("with", "csi.example.com", "x"), csiNode("other-driver", "x")},
+			want:     []Node{{"with", "a"}},
+		},
+		"a provisioner no node registered (not CSI): any node": {
+			nodes:    []corev1.Node{node("n1", "a"), node("n2", "b")},
+			class:    csi,
+			csiNodes: []storagev1.CSINode{csiNode("n1", "x")},
+			want:     []Node{{"n1", "a"}, {"n2", "b"}},
+		},
 		"no nodes": {},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, EligibleNodes(tc.nodes, tc.class)); diff != "" {
+			if diff := cmp.Diff(tc.want, EligibleNodes(tc.nodes, tc.class, tc.csiNodes)); diff != "" {
 				t.Errorf("EligibleNodes (-want +got):\n%s", diff)
 			}
 		})

@@ -255,7 +255,7 @@ func TestClaimed(t *testing.T) {
 		"a warm PVC":                        {claimed(func(c *corev1.PersistentVolumeClaim) { c.Labels[v1alpha1.ClaimRoleLabelKey] = v1alpha1.ClaimRoleWarm }), false},
 		"no binding label":                  {claimed(func(c *corev1.PersistentVolumeClaim) { delete(c.Labels, v1alpha1.BindingNameLabelKey) }), false},
 		"no FluentPVC label":                {claimed(func(c *corev1.PersistentVolumeClaim) { delete(c.Labels, v1alpha1.FluentPVCNameLabelKey) }), false},
-		"released (drained or abandoned)": {claimed(func(c *corev1.PersistentVolumeClaim) { c.Finalizers = nil }), false},
+		"released (drained or abandoned)":   {claimed(func(c *corev1.PersistentVolumeClaim) { c.Finalizers = nil }), false},
 		"being deleted (its drain is done)": {claimed(func(c *corev1.PersistentVolumeClaim) { c.DeletionTimestamp = &metav1.Time{Time: fixtures.Epoch} }), false},
 	}
 	for name, tc := range cases {
