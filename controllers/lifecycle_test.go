@@ -330,6 +330,8 @@ var _ = Describe("Claim lifecycle", func() {
 		name := inject.ClaimName(fpvc.Name)
 		Expect(k8sClient.Create(ctx, inject.Claim(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutHit, time.Now()))).To(Succeed())
 		Expect(k8sClient.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+		// envtest has no namespace controller: delete the claim as it would.
+		Expect(k8sClient.Delete(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})).To(Succeed())
 		mgr, stop = startOperator()
 
 		abandoned(name)

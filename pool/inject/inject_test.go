@@ -256,7 +256,7 @@ func TestClaimed(t *testing.T) {
 		"no binding label":                  {claimed(func(c *corev1.PersistentVolumeClaim) { delete(c.Labels, v1alpha1.BindingNameLabelKey) }), false},
 		"no FluentPVC label":                {claimed(func(c *corev1.PersistentVolumeClaim) { delete(c.Labels, v1alpha1.FluentPVCNameLabelKey) }), false},
 		"released (drained or abandoned)":   {claimed(func(c *corev1.PersistentVolumeClaim) { c.Finalizers = nil }), false},
-		"being deleted (its drain is done)": {claimed(func(c *corev1.PersistentVolumeClaim) { c.DeletionTimestamp = &metav1.Time{Time: fixtures.Epoch} }), false},
+		"being deleted but never let go of": {claimed(func(c *corev1.PersistentVolumeClaim) { c.DeletionTimestamp = &metav1.Time{Time: fixtures.Epoch} }), true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

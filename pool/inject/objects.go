@@ -64,12 +64,14 @@ func BindingFor(claim *corev1.PersistentVolumeClaim, fpvcUID types.UID) *v1alpha
 }
 
 // Claimed is true when claim is a pod's claim that needs a binding: claimed
-// by the webhook, named in its binding label, still held by the operator's
-// finalizer (a claim let go of is done with), and not being deleted.
+// by the webhook, named in its binding label, and still held by the
+// operator's finalizer. A claim let go of (drained, reclaimed or abandoned)
+// has lost the finalizer and is done with; one being deleted that still has
+// it was never let go of, and needs its binding to be drained or released.
 func Claimed(claim *corev1.PersistentVolumeClaim) bool {
 	return claim.Labels[v1alpha1.ClaimRoleLabelKey] == v1alpha1.ClaimRoleClaimed &&
 		claim.Labels[v1alpha1.BindingNameLabelKey] != "" && claim.Labels[v1alpha1.FluentPVCNameLabelKey] != "" &&
-		controllerutil.ContainsFinalizer(claim, v1alpha1.PVCProtectionFinalizer) && claim.DeletionTimestamp.IsZero()
+		controllerutil.ContainsFinalizer(claim, v1alpha1.PVCProtectionFinalizer)
 }
 
 // DrainJob is the attempt-th finalizer Job of binding b: fpvc's
