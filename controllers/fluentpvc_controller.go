@@ -14,11 +14,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
@@ -36,6 +40,7 @@ type FluentPVCReconciler struct {
 	client.Client
 	// APIReader reads PVs, which are not cached.
 	APIReader client.Reader
+	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
 	// BinderImage is the image of the binder Jobs' pods.
 	BinderImage string
@@ -206,6 +211,36 @@ func constructFluentPVCStatus(f *v1alpha1.FluentPVC, bindings []v1alpha1.FluentP
 	return s
 }
 
+// pools are the FluentPVCs that keep a warm pool.
+func (r *FluentPVCReconciler) pools(ctx context.Context, _ client.Object) []reconcile.Request {
+	var l v1alpha1.FluentPVCList
+	if err := r.List(ctx, &l, client.UnsafeDisableDeepCopy); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, f := range l.Items {
+		if f.Spec.Pool.Size > 0 {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Name: f.Name}})
+		}
+	}
+	return reqs
+}
+
+// nodeEligibilityChanged passes node events that can change which nodes a
+// pool may name: creation, deletion, and updates of readiness, taints,
+// cordoning or labels; not the heartbeats in between.
+var nodeEligibilityChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*corev1.Node)
+		n, ok2 := e.ObjectNew.(*corev1.Node)
+		if !ok1 || !ok2 {
+			return true
+		}
+		return len(pool.EligibleNodes([]corev1.Node{*o}, nil, nil)) != len(pool.EligibleNodes([]corev1.Node{*n}, nil, nil)) ||
+			!equality.Semantic.DeepEqual(o.Labels, n.Labels)
+	},
+}
+
 // SetupWithManager registers the reconciler and its watches: pool PVCs and
 // binder Jobs refill the pool as soon as they change, a checkout included.
 func (r *FluentPVCReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -220,6 +255,9 @@ func (r *FluentPVCReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.FluentPVC{}).
 		Watches(&corev1.PersistentVolumeClaim{}, byFluentPVCLabel).
 		Watches(&batchv1.Job{}, byFluentPVCLabel).
+		// A node that comes, goes or changes whether it qualifies may be
+		// what a pool's pending PVCs wait for (see observePool).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.pools), builder.WithPredicates(nodeEligibilityChanged)).
 		Watches(&v1alpha1.FluentPVCBinding{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 			b := obj.(*v1alpha1.FluentPVCBinding)
 			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: b.Spec.FluentPVC.Name}}}

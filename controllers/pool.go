@@ -129,6 +129,10 @@ func (r *FluentPVCReconciler) observePool(ctx context.Context, f *v1alpha1.Fluen
 	o.eligible = pool.EligibleNodes(nodes.Items, sc, csiNodes.Items)
 	// With no node to name, binders let the scheduler find one (or wait).
 	o.selectNodes = len(o.eligible) > 0
+	if !o.selectNodes && r.Recorder != nil {
+		r.Recorder.Eventf(f, nil, corev1.EventTypeWarning, v1alpha1.EventReasonNoNodeToSelect, v1alpha1.EventReasonNoNodeToSelect,
+			"none of %d nodes is Ready, untainted and allowed by StorageClass %s: warm PVCs are bound through binder Jobs until one is", len(nodes.Items), sc.Name)
+	}
 	return o, nil
 }
 

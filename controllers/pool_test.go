@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -203,7 +204,8 @@ var _ = Describe("Warm pool", func() {
 		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
 	})
 
-	It("names a Ready, untainted node on each warm PVC of a WaitForFirstConsumer class, spread over zones, and names another when one is given back", func() {
+	// wffcClass creates a WaitForFirstConsumer StorageClass for the spec.
+	wffcClass := func() *storagev1.StorageClass {
 		sc := &storagev1.StorageClass{
 			ObjectMeta:        metav1.ObjectMeta{Name: "wffc-" + ns},
 			Provisioner:       "example.com/none",
@@ -211,22 +213,29 @@ var _ = Describe("Warm pool", func() {
 		}
 		Expect(k8sClient.Create(ctx, sc)).To(Succeed())
 		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(context.Background(), sc))).To(Succeed()) })
-		node := func(name, zone string, ready bool, taints ...corev1.Taint) {
-			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name, Labels: map[string]string{pool.ZoneLabelKey: zone}},
-				Spec: corev1.NodeSpec{Taints: taints}}
-			Expect(k8sClient.Create(ctx, n)).To(Succeed())
-			DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(context.Background(), n))).To(Succeed()) })
-			status := corev1.ConditionFalse
-			if ready {
-				status = corev1.ConditionTrue
-			}
-			n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-			Expect(k8sClient.Status().Update(ctx, n)).To(Succeed())
-			// The API server taints a new node not-ready; with no node
-			// lifecycle controller here, the spec lifts it by hand.
-			n.Spec.Taints = taints
-			Expect(k8sClient.Update(ctx, n)).To(Succeed())
+		return sc
+	}
+	// node creates node ns-name in zone, Ready or not, with taints.
+	node := func(name, zone string, ready bool, taints ...corev1.Taint) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: ns + "-" + name, Labels: map[string]string{pool.ZoneLabelKey: zone}},
+			Spec: corev1.NodeSpec{Taints: taints}}
+		Expect(k8sClient.Create(ctx, n)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(context.Background(), n))).To(Succeed()) })
+		status := corev1.ConditionFalse
+		if ready {
+			status = corev1.ConditionTrue
 		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		Expect(k8sClient.Status().Update(ctx, n)).To(Succeed())
+		// The API server taints a new node not-ready; with no node
+		// lifecycle controller here, the spec lifts it by hand.
+		n.Spec.Taints = taints
+		Expect(k8sClient.Update(ctx, n)).To(Succeed())
+		return n
+	}
+
+	It("names a Ready, untainted node on each warm PVC of a WaitForFirstConsumer class, spread over zones, and names another when one is given back", func() {
+		sc := wffcClass()
 		node("a", "zone-a", true)
 		node("b", "zone-b", true)
 		node("c", "zone-c", true)
@@ -272,6 +281,42 @@ var _ = Describe("Warm pool", func() {
 			c := &corev1.PersistentVolumeClaim{}
 			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(&given), c)).To(Succeed())
 			g.Expect(eligible).To(HaveKey(c.Annotations[pool.SelectedNodeAnnotationKey]))
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+	})
+
+	It("binds warm PVCs through binder Jobs, with a warning, while no node qualifies, and names a node once one does", func() {
+		sc := wffcClass()
+		tainted := node("only", "zone-a", true, corev1.Taint{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule})
+		updateFluentPVC(ctx, fpvc, func(f *v1alpha1.FluentPVC) {
+			f.Spec.PVCSpecTemplate.StorageClassName = &sc.Name
+			f.Spec.Pool.Size = 2
+		})
+		binderJobs := func(g Gomega) []batchv1.Job {
+			var l batchv1.JobList
+			g.Expect(k8sClient.List(ctx, &l, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder})).To(Succeed())
+			return l.Items
+		}
+		Eventually(binderJobs, fixtures.Timeout, fixtures.Interval).Should(HaveLen(2))
+		Eventually(func(g Gomega) {
+			var l eventsv1.EventList
+			g.Expect(k8sClient.List(ctx, &l)).To(Succeed())
+			g.Expect(l.Items).To(ContainElement(And(HaveField("Regarding.Name", fpvc.Name), HaveField("Reason", v1alpha1.EventReasonNoNodeToSelect))))
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+
+		// The node is untainted: the binders, not yet placed, give way.
+		tainted.Spec.Taints = nil
+		Expect(k8sClient.Update(ctx, tainted)).To(Succeed())
+		Eventually(func(g Gomega) {
+			cs := warmClaims(g)
+			named := 0
+			for _, c := range cs {
+				if c.Labels[v1alpha1.TemplateHashLabelKey] == pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate) {
+					g.Expect(c.Annotations).To(HaveKeyWithValue(pool.SelectedNodeAnnotationKey, tainted.Name))
+					named++
+				}
+			}
+			g.Expect(named).To(Equal(2))
+			g.Expect(binderJobs(g)).To(BeEmpty())
 		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
 	})
 

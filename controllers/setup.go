@@ -152,7 +152,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := (&SidecarReconciler{Client: mgr.GetClient(), Recorder: recorder}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the sidecar controller: %w", err)
 	}
-	if err := (&FluentPVCReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: clk,
+	if err := (&FluentPVCReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: clk,
 		BinderImage: opts.BinderImage, PoolBindMode: opts.PoolBindMode, PoolIdleNamespaceTTL: opts.PoolIdleNamespaceTTL}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the FluentPVC controller: %w", err)
 	}

@@ -100,6 +100,9 @@ const (
 	EventReasonAbandoned = "ClaimAbandoned"
 	// EventReasonClaimLost: the claim disappeared before it was drained.
 	EventReasonClaimLost = "ClaimLost"
+	// EventReasonNoNodeToSelect: no node qualifies to be named on warm PVCs
+	// (--pool-bind-mode=select-node), so binder Jobs bind them instead.
+	EventReasonNoNodeToSelect = "NoNodeToSelect"
 	// EventReasonFluentPVCMissing: the binding's FluentPVC is gone, so no finalizer Job can be built.
 	EventReasonFluentPVCMissing = "FluentPVCMissing"
 )
