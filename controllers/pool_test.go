@@ -100,9 +100,12 @@ var _ = Describe("Warm pool", func() {
 		Expect(pvc.Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutHit))
 		Expect(pvc.Labels).To(HaveKeyWithValue(v1alpha1.ClaimRoleLabelKey, v1alpha1.ClaimRoleClaimed))
 		Expect(pvc.Finalizers).To(ContainElement(v1alpha1.PVCProtectionFinalizer))
-		b := &v1alpha1.FluentPVCBinding{}
-		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, b)).To(Succeed())
-		Expect(b.Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutHit))
+		// The operator makes the binding from the claim, shortly after.
+		Eventually(func(g Gomega) {
+			b := &v1alpha1.FluentPVCBinding{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, b)).To(Succeed())
+			g.Expect(b.Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutHit))
+		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
 
 		poolFull(3)
 		Expect(warmClaims(Default)).NotTo(ContainElement(HaveField("Name", claim)))
