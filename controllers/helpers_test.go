@@ -2,7 +2,6 @@ package controllers_test
 
 import (
 	"context"
-	"time"
 
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
@@ -11,7 +10,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
-	"github.com/st-tech/fluent-pvc-operator/pool/inject"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -100,12 +98,6 @@ func bindClaim(ctx context.Context, g Gomega, c *corev1.PersistentVolumeClaim, z
 	c.Status.Capacity = pv.Spec.Capacity
 	c.Status.AccessModes = c.Spec.AccessModes
 	g.Expect(k8sClient.Status().Update(ctx, c)).To(Succeed())
-}
-
-// injectBinding is the binding the webhook records for claim name when no
-// pod follows.
-func injectBinding(fpvc *v1alpha1.FluentPVC, ns, name string) *v1alpha1.FluentPVCBinding {
-	return inject.BindingFor(inject.Claim(fpvc, ns, name, "h", v1alpha1.CheckoutHit, time.Now()), fpvc.UID)
 }
 
 // updateFluentPVC applies change to the latest f and writes it.

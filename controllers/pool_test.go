@@ -161,13 +161,13 @@ var _ = Describe("Warm pool", func() {
 
 	It("returns an orphan claim made from the current template to the pool", func() {
 		poolFull(3)
-		// A pod rejected after the webhook: its claim was checked out, then
-		// no pod appeared.
+		// A pod rejected after the webhook: its claim was checked out (the
+		// operator makes its binding), then no pod appeared.
 		c := warmClaims(Default)[0]
 		checkedOut := pool.CheckedOut(&c, metav1.Now().Time)
 		Expect(k8sClient.Update(ctx, checkedOut)).To(Succeed())
-		b := injectBinding(fpvc, ns, c.Name)
-		Expect(k8sClient.Create(ctx, b)).To(Succeed())
+		b := &v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: c.Name}}
+		Eventually(func() error { return k8sClient.Get(ctx, client.ObjectKeyFromObject(b), b) }, fixtures.Timeout, fixtures.Interval).Should(Succeed())
 
 		Eventually(func(g Gomega) {
 			pvc := &corev1.PersistentVolumeClaim{}
