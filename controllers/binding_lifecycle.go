@@ -122,7 +122,9 @@ func decide(o observed, now time.Time, opts Options) plan {
 	// The claim is gone, or released by us: nothing is left to protect.
 	if claimReleased {
 		if o.pvc == nil && !isFinal(p.status.Phase) && !podSeen && graceLeft > 0 {
-			// The webhook creates the binding just before the claim.
+			// The operator makes bindings from existing claims, but one left by
+			// an earlier version was made before its claim: give the claim
+			// the grace period to appear.
 			p.requeueAfter = graceLeft
 			return p
 		}
