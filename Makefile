@@ -15,7 +15,7 @@ GINKGO_FLAGS ?=
 # Embedded core types whose field descriptions are dropped from the CRD so
 # that it fits a client-side `kubectl apply`, and strings in them bounded so
 # that the CEL rules on them fit the API server's cost budget
-# (see test/tools/crdtrim).
+# (see hack/crdtrim).
 CRD_TRIM_PATHS := spec.pvcSpecTemplate spec.pvcFinalizerJobSpecTemplate spec.sidecarContainerTemplate \
 	spec.commonEnvs spec.commonVolumes spec.commonVolumeMounts \
 	spec.sidecarContainerTemplate.name=63 spec.commonVolumes[].name=63 \
@@ -42,10 +42,12 @@ manifests: ## Generate CRDs, RBAC and webhook manifests into config/.
 		output:crd:artifacts:config=config/crd/bases \
 		output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook
-	go run ./test/tools/crdtrim config/crd/bases/fluent-pvc-operator.tech.zozo.com_fluentpvcs.yaml $(CRD_TRIM_PATHS)
+	go run ./hack/crdtrim config/crd/bases/fluent-pvc-operator.tech.zozo.com_fluentpvcs.yaml $(CRD_TRIM_PATHS)
 
 .PHONY: verify
-verify: generate manifests ## Regenerate and fail on any diff, untracked generated file or unformatted Go file.
+verify: generate manifests ## Regenerate and fail on any diff, untracked generated file, unformatted Go file, or tracked binary or file over 1 MiB.
+	@hack/check-tracked-files.sh --self-test
+	@hack/check-tracked-files.sh
 	@if [ -n "$$(git status --porcelain -- apis config)" ]; then \
 		echo "generated files are out of date; run 'make generate manifests' and commit:"; \
 		git status --porcelain -- apis config; exit 1; fi
