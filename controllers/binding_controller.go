@@ -20,9 +20,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/pool"
-	"github.com/st-tech/fluent-pvc-operator/pool/inject"
 )
 
 // +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcbindings,verbs=get;list;watch;create;update;patch;delete
@@ -69,19 +69,19 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 // claim is ever left without the record that drains it.
 func (r *BindingReconciler) createBinding(ctx context.Context, key client.ObjectKey) error {
 	pvc := &corev1.PersistentVolumeClaim{}
-	if err := r.Get(ctx, key, pvc); err != nil || !inject.Claimed(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != key.Name {
+	if err := r.Get(ctx, key, pvc); err != nil || !objects.Claimed(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != key.Name {
 		return client.IgnoreNotFound(err)
 	}
 	// The cache may lag behind the end of a claim's life (drained, deleted,
 	// then the binding removed): only a live read may bring a binding back.
-	if err := r.APIReader.Get(ctx, key, pvc); err != nil || !inject.Claimed(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != key.Name {
+	if err := r.APIReader.Get(ctx, key, pvc); err != nil || !objects.Claimed(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != key.Name {
 		return client.IgnoreNotFound(err)
 	}
 	fpvc := &v1alpha1.FluentPVC{}
 	if err := r.Get(ctx, client.ObjectKey{Name: pvc.Labels[v1alpha1.FluentPVCNameLabelKey]}, fpvc); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("reading FluentPVC %s: %w", pvc.Labels[v1alpha1.FluentPVCNameLabelKey], err)
 	}
-	b := inject.BindingFor(pvc, fpvc.UID)
+	b := objects.Binding(pvc, fpvc.UID)
 	// A pod already in the cache is recorded at once, saving an update.
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.InNamespace(pvc.Namespace), client.MatchingFields{podBindingIndex: b.Name}); err != nil {
@@ -209,7 +209,7 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl
 		}
 	}
 	if p.createJob > 0 {
-		job := inject.DrainJob(o.fluentPVC, b, p.createJob)
+		job := objects.DrainJob(o.fluentPVC, b, p.createJob)
 		switch err := r.Create(ctx, job); {
 		case err == nil:
 			drainsStarted.WithLabelValues(fpvcName).Inc()

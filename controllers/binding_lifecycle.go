@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
-	"github.com/st-tech/fluent-pvc-operator/pool/inject"
 )
 
 // observed is everything a binding's reconcile looks at, read once.
@@ -254,7 +254,7 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 		p.deleteJobs = []string{current.Name}
 	}
 	p.status.DrainAttempts = p.createJob
-	p.status.DrainJobName = inject.DrainJobName(b.Name, p.createJob)
+	p.status.DrainJobName = objects.DrainJobName(b.Name, p.createJob)
 	setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonRunning, fmt.Sprintf("finalizer Job %s (attempt %d) runs", p.status.DrainJobName, p.createJob))
 	p.events = append(p.events, note{reason: v1alpha1.EventReasonDrainStarted,
 		message: fmt.Sprintf("started finalizer Job %s (attempt %d) for claim %s", p.status.DrainJobName, p.createJob, b.Spec.PVC.Name)})

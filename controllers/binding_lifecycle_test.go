@@ -10,8 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
-	"github.com/st-tech/fluent-pvc-operator/pool/inject"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -21,7 +21,7 @@ func TestDecide(t *testing.T) {
 	fpvc := fixtures.MakeFluentPVC("f").Obj()
 	claim := "f-abc"
 	mkBinding := func(mut func(*v1alpha1.FluentPVCBinding)) *v1alpha1.FluentPVCBinding {
-		b := inject.BindingFor(inject.Claim(fpvc, "ns", claim, "h", v1alpha1.CheckoutMiss, admitted), fpvc.UID)
+		b := objects.Binding(objects.Claim(fpvc, "ns", claim, "h", v1alpha1.CheckoutMiss, admitted), fpvc.UID)
 		b.Spec.PVC.UID = "pvc-uid"
 		if mut != nil {
 			mut(b)
@@ -29,7 +29,7 @@ func TestDecide(t *testing.T) {
 		return b
 	}
 	recorded := func(b *v1alpha1.FluentPVCBinding) { b.Spec.Pod.UID = "pod-uid" }
-	pvc := inject.Claim(fpvc, "ns", claim, "h", v1alpha1.CheckoutMiss, admitted)
+	pvc := objects.Claim(fpvc, "ns", claim, "h", v1alpha1.CheckoutMiss, admitted)
 	pvc.UID = "pvc-uid"
 	pod := func(phase corev1.PodPhase, finalizer bool) *corev1.Pod {
 		p := fixtures.MakePod("p", "ns").Obj()
@@ -40,7 +40,7 @@ func TestDecide(t *testing.T) {
 		return p
 	}
 	job := func(attempt int32, cond batchv1.JobConditionType, at time.Time) batchv1.Job {
-		j := inject.DrainJob(fpvc, mkBinding(nil), attempt)
+		j := objects.DrainJob(fpvc, mkBinding(nil), attempt)
 		if cond != "" {
 			j.Status.Conditions = []batchv1.JobCondition{{Type: cond, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(at)}}
 		}

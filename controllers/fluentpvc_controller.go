@@ -25,9 +25,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/pool"
-	"github.com/st-tech/fluent-pvc-operator/pool/inject"
 )
 
 // +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcs,verbs=get;list;watch;update;patch
@@ -126,7 +126,7 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 		if err := r.List(ctx, &claimed, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name, v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed}, client.UnsafeDisableDeepCopy); err != nil {
 			return ctrl.Result{}, fmt.Errorf("listing claims: %w", err)
 		}
-		if slices.ContainsFunc(claimed.Items, func(c corev1.PersistentVolumeClaim) bool { return inject.Claimed(&c) }) {
+		if slices.ContainsFunc(claimed.Items, func(c corev1.PersistentVolumeClaim) bool { return objects.Claimed(&c) }) {
 			return result, nil
 		}
 		if err := removeFinalizer(ctx, r.Client, f, v1alpha1.FluentPVCProtectionFinalizer); err != nil {

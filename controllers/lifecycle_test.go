@@ -15,9 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/pool"
-	"github.com/st-tech/fluent-pvc-operator/pool/inject"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -112,7 +112,7 @@ var _ = Describe("Claim lifecycle", func() {
 	drainJob := func(claim string, attempt int32) *batchv1.Job {
 		job := &batchv1.Job{}
 		Eventually(func() error {
-			return k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: inject.DrainJobName(claim, attempt)}, job)
+			return k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: objects.DrainJobName(claim, attempt)}, job)
 		}, fixtures.LongTimeout, fixtures.Interval).Should(Succeed())
 		return job
 	}
@@ -160,7 +160,7 @@ var _ = Describe("Claim lifecycle", func() {
 		Consistently(jobs, fixtures.ConsistentlyFor, fixtures.Interval).Should(HaveLen(1))
 
 		ps := job.Spec.Template.Spec
-		Expect(ps.Volumes).To(ContainElement(inject.ClaimVolume("fluent-pvc", claim)))
+		Expect(ps.Volumes).To(ContainElement(objects.ClaimVolume("fluent-pvc", claim)))
 		Expect(ps.Containers[0].VolumeMounts).To(ContainElement(corev1.VolumeMount{Name: "fluent-pvc", MountPath: "/mnt/fluent-pvc"}))
 		Expect(ps.Containers[0].Env).To(ContainElement(corev1.EnvVar{Name: "FLUENT_PVC_MOUNT_DIR", Value: "/mnt/fluent-pvc"}))
 		Expect(metav1.IsControlledBy(job, binding(claim)(Default))).To(BeTrue())
@@ -262,9 +262,9 @@ var _ = Describe("Claim lifecycle", func() {
 	It("reclaims an orphan claim without a Job once its grace period has passed", func() {
 		// What the webhook leaves when a later admission step rejects the
 		// pod: a claim, whose binding the operator makes.
-		name := inject.ClaimName(fpvc.Name)
+		name := objects.ClaimName(fpvc.Name)
 		b := &v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-		Expect(k8sClient.Create(ctx, inject.Claim(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutMiss, time.Now()))).To(Succeed())
+		Expect(k8sClient.Create(ctx, objects.Claim(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutMiss, time.Now()))).To(Succeed())
 
 		Eventually(phaseOf(name), fixtures.Timeout, fixtures.Interval).Should(Equal(v1alpha1.BindingPhasePending))
 		claimHeld(name)
@@ -308,7 +308,7 @@ var _ = Describe("Claim lifecycle", func() {
 		Eventually(claimReleased(claim), fixtures.Timeout, fixtures.Interval).Should(Succeed())
 		Eventually(gone(&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}}), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
 		Expect(jobs()).To(HaveLen(1))
-		Expect(jobs()[0].Name).To(Equal(inject.DrainJobName(claim, 1)))
+		Expect(jobs()[0].Name).To(Equal(objects.DrainJobName(claim, 1)))
 	})
 
 	It("does not block a namespace being deleted: the claim is released undrained, with a warning", func() {
@@ -327,8 +327,8 @@ var _ = Describe("Claim lifecycle", func() {
 		// The webhook admitted a pod and the namespace was deleted before the
 		// operator (stopped here) made the binding: it can no longer be made.
 		stop()
-		name := inject.ClaimName(fpvc.Name)
-		Expect(k8sClient.Create(ctx, inject.Claim(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutHit, time.Now()))).To(Succeed())
+		name := objects.ClaimName(fpvc.Name)
+		Expect(k8sClient.Create(ctx, objects.Claim(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutHit, time.Now()))).To(Succeed())
 		Expect(k8sClient.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
 		// envtest has no namespace controller: delete the claim as it would.
 		Expect(k8sClient.Delete(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})).To(Succeed())

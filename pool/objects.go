@@ -7,8 +7,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
-	"github.com/st-tech/fluent-pvc-operator/pool/inject"
 )
 
 // WarmClaim is a new warm PVC of fpvc in namespace, made from its template
@@ -17,7 +17,7 @@ import (
 func WarmClaim(fpvc *v1alpha1.FluentPVC, namespace, hash string) *corev1.PersistentVolumeClaim {
 	return &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      inject.ClaimName(fpvc.Name),
+			Name:      objects.ClaimName(fpvc.Name),
 			Namespace: namespace,
 			Labels: map[string]string{
 				v1alpha1.FluentPVCNameLabelKey: fpvc.Name,
@@ -84,7 +84,7 @@ func BinderJob(fpvc *v1alpha1.FluentPVC, claim *corev1.PersistentVolumeClaim, im
 							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 						},
 					}},
-					Volumes: []corev1.Volume{inject.ClaimVolume("claim", claim.Name)},
+					Volumes: []corev1.Volume{objects.ClaimVolume("claim", claim.Name)},
 					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
 						MaxSkew:           1,
 						TopologyKey:       ZoneLabelKey,

@@ -18,9 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/pool"
-	"github.com/st-tech/fluent-pvc-operator/pool/inject"
 )
 
 // Path is where the pod webhook is served.
@@ -116,14 +116,14 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	if !fpvc.DeletionTimestamp.IsZero() {
 		return admission.Denied(fmt.Sprintf("FluentPVC %q is being deleted and admits no new pods: point the pod's label %s at another FluentPVC", name, v1alpha1.FluentPVCNameLabelKey)), resultDenied, reasonFluentPVCDeleting
 	}
-	if inject.Injected(pod, &fpvc.Spec) {
+	if objects.PodInjected(pod, &fpvc.Spec) {
 		return admission.Allowed("the pod already has its claim"), resultSkipped, reasonNone
 	}
-	if errs := inject.Conflicts(pod, &fpvc.Spec); len(errs) > 0 {
+	if errs := objects.PodConflicts(pod, &fpvc.Spec); len(errs) > 0 {
 		return admission.Denied(fmt.Sprintf("the pod clashes with what FluentPVC %q injects: %s", name, errs.ToAggregate())), resultDenied, reasonConflict
 	}
 
-	claimName := inject.ClaimName(fpvc.Name)
+	claimName := objects.ClaimName(fpvc.Name)
 	if !ptr.Deref(req.DryRun, false) {
 		var err error
 		if claimName, err = m.provision(ctx, fpvc, pod); err != nil {
@@ -132,7 +132,7 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	}
 
 	mutated := pod.DeepCopy()
-	inject.Pod(mutated, &fpvc.Spec, claimName)
+	objects.InjectPod(mutated, &fpvc.Spec, claimName)
 	raw, err := json.Marshal(mutated)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
@@ -185,8 +185,8 @@ func (m *PodMutator) checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 func (m *PodMutator) create(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod, now time.Time) (string, error) {
 	hash := pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate)
 	for try := 1; ; try++ {
-		name := inject.ClaimName(fpvc.Name)
-		err := m.Writer.Create(ctx, inject.Claim(fpvc, pod.Namespace, name, hash, v1alpha1.CheckoutMiss, now))
+		name := objects.ClaimName(fpvc.Name)
+		err := m.Writer.Create(ctx, objects.Claim(fpvc, pod.Namespace, name, hash, v1alpha1.CheckoutMiss, now))
 		if apierrors.IsAlreadyExists(err) && try < maxNameTries {
 			continue
 		}

@@ -1,19 +1,20 @@
-package inject
+package objects
 
 import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
 
-// Injected reports whether pod already carries the claim of a FluentPVC with
+// PodInjected reports whether pod already carries the claim of a FluentPVC with
 // spec: the binding label and a volume pvcVolumeName that mounts that claim.
 // Such a pod is left as it is, which makes admission idempotent.
-func Injected(pod *corev1.Pod, spec *v1alpha1.FluentPVCSpec) bool {
+func PodInjected(pod *corev1.Pod, spec *v1alpha1.FluentPVCSpec) bool {
 	claim := pod.Labels[v1alpha1.BindingNameLabelKey]
 	if claim == "" {
 		return false
@@ -26,9 +27,9 @@ func Injected(pod *corev1.Pod, spec *v1alpha1.FluentPVCSpec) bool {
 	return false
 }
 
-// Conflicts lists what in pod would clash with what a FluentPVC with spec
+// PodConflicts lists what in pod would clash with what a FluentPVC with spec
 // injects. Each error names the pod's field, so the user knows what to rename.
-func Conflicts(pod *corev1.Pod, spec *v1alpha1.FluentPVCSpec) field.ErrorList {
+func PodConflicts(pod *corev1.Pod, spec *v1alpha1.FluentPVCSpec) field.ErrorList {
 	var errs field.ErrorList
 	podSpec := field.NewPath("spec")
 
@@ -75,11 +76,11 @@ func clash(p *field.Path, value, fluentPVCField string) *field.Error {
 	return field.Invalid(p, value, fmt.Sprintf("clashes with the FluentPVC's %s; rename one of them", fluentPVCField))
 }
 
-// Pod mutates pod to use claim claimName of a FluentPVC with spec: the binding
+// InjectPod mutates pod to use claim claimName of a FluentPVC with spec: the binding
 // label, the pod-protection finalizer, the claim and common volumes, the
 // mounts and envs in every regular container, and the sidecar. Call it only
-// on a pod for which Conflicts is empty and Injected is false.
-func Pod(pod *corev1.Pod, spec *v1alpha1.FluentPVCSpec, claimName string) {
+// on a pod for which PodConflicts is empty and PodInjected is false.
+func InjectPod(pod *corev1.Pod, spec *v1alpha1.FluentPVCSpec, claimName string) {
 	if pod.Labels == nil {
 		pod.Labels = map[string]string{}
 	}
@@ -91,33 +92,23 @@ func Pod(pod *corev1.Pod, spec *v1alpha1.FluentPVCSpec, claimName string) {
 
 	pod.Spec.Containers = append(pod.Spec.Containers, *spec.SidecarContainerTemplate.DeepCopy())
 	for i := range pod.Spec.Containers {
-		Container(&pod.Spec.Containers[i], spec)
+		injectContainer(&pod.Spec.Containers[i], spec)
 	}
 }
 
-// PodSpec gives a pod spec (a finalizer Job's) the claim, the common volumes,
+// injectPodSpec gives a pod spec (a finalizer Job's) the claim, the common volumes,
 // and the mounts and envs in every regular container.
-func PodSpec(ps *corev1.PodSpec, spec *v1alpha1.FluentPVCSpec, claimName string) {
+func injectPodSpec(ps *corev1.PodSpec, spec *v1alpha1.FluentPVCSpec, claimName string) {
 	ps.Volumes = append(ps.Volumes, ClaimVolume(spec.PVCVolumeName, claimName))
 	ps.Volumes = append(ps.Volumes, deepCopyVolumes(spec.CommonVolumes)...)
 	for i := range ps.Containers {
-		Container(&ps.Containers[i], spec)
+		injectContainer(&ps.Containers[i], spec)
 	}
 }
 
-// ClaimVolume is the pod volume named name that mounts claim claimName.
-func ClaimVolume(name, claimName string) corev1.Volume {
-	return corev1.Volume{
-		Name: name,
-		VolumeSource: corev1.VolumeSource{
-			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName},
-		},
-	}
-}
-
-// Container adds the claim mount, the common mounts and the common envs to c.
+// injectContainer adds the claim mount, the common mounts and the common envs to c.
 // A common env replaces c's env of the same name, so no name appears twice.
-func Container(c *corev1.Container, spec *v1alpha1.FluentPVCSpec) {
+func injectContainer(c *corev1.Container, spec *v1alpha1.FluentPVCSpec) {
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: spec.PVCVolumeName, MountPath: spec.PVCVolumeMountPath})
 	for _, m := range spec.CommonVolumeMounts {
 		c.VolumeMounts = append(c.VolumeMounts, *m.DeepCopy())

@@ -1,0 +1,92 @@
+// Package objects builds the Kubernetes objects that a FluentPVC makes and
+// that the webhook, the pool and the controllers all need: the pod mutation,
+// the claim, the FluentPVCBinding and the finalizer (drain) Job. It is a leaf:
+// it imports only the API types and Kubernetes libraries, and nothing here
+// talks to the API server.
+package objects
+
+import (
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+)
+
+const (
+	// maxPrefixLen keeps claim names short enough that a drain Job name
+	// "<claim>-drain-<n>" stays within the 63 characters of a label value.
+	maxPrefixLen = 40
+	suffixLen    = 10
+)
+
+// ClaimName returns a fresh name for a claim and its binding made from the
+// FluentPVC fluentPVCName: a readable prefix from that name and a random
+// suffix. The result is a DNS-1123 label of at most 51 characters whatever
+// the FluentPVC's name length.
+func ClaimName(fluentPVCName string) string {
+	return claimName(fluentPVCName, utilrand.String(suffixLen))
+}
+
+func claimName(fluentPVCName, suffix string) string {
+	prefix := strings.ReplaceAll(fluentPVCName, ".", "-")
+	if len(prefix) > maxPrefixLen {
+		prefix = prefix[:maxPrefixLen]
+	}
+	prefix = strings.TrimRight(prefix, "-")
+	if prefix == "" {
+		prefix = "fluent-pvc"
+	}
+	return prefix + "-" + suffix
+}
+
+// Claim is the PVC named name in namespace made from fpvc's pvcSpecTemplate
+// (whose hash is templateHash) and handed to a pod at admission time now. Its labels put it in the
+// operator's cache; its finalizer keeps it until it is drained; its
+// annotations are the orphan record and whether it came from the pool.
+func Claim(fpvc *v1alpha1.FluentPVC, namespace, name, templateHash, checkout string, now time.Time) *corev1.PersistentVolumeClaim {
+	return &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      name,
+			Namespace: namespace,
+			Labels: map[string]string{
+				v1alpha1.FluentPVCNameLabelKey: fpvc.Name,
+				v1alpha1.BindingNameLabelKey:   name,
+				v1alpha1.ClaimRoleLabelKey:     v1alpha1.ClaimRoleClaimed,
+				v1alpha1.TemplateHashLabelKey:  templateHash,
+			},
+			Annotations: map[string]string{
+				v1alpha1.AdmittedAtAnnotationKey: now.UTC().Format(time.RFC3339),
+				v1alpha1.CheckoutAnnotationKey:   checkout,
+			},
+			Finalizers: []string{v1alpha1.PVCProtectionFinalizer},
+		},
+		Spec: *fpvc.Spec.PVCSpecTemplate.DeepCopy(),
+	}
+}
+
+// Claimed is true when claim is a pod's claim that needs a binding: claimed
+// by the webhook, named in its binding label, and still held by the
+// operator's finalizer. A claim let go of (drained, reclaimed or abandoned)
+// has lost the finalizer and is done with; one being deleted that still has
+// it was never let go of, and needs its binding to be drained or released.
+func Claimed(claim *corev1.PersistentVolumeClaim) bool {
+	return claim.Labels[v1alpha1.ClaimRoleLabelKey] == v1alpha1.ClaimRoleClaimed &&
+		claim.Labels[v1alpha1.BindingNameLabelKey] != "" && claim.Labels[v1alpha1.FluentPVCNameLabelKey] != "" &&
+		controllerutil.ContainsFinalizer(claim, v1alpha1.PVCProtectionFinalizer)
+}
+
+// ClaimVolume is the pod volume named name that mounts claim claimName.
+func ClaimVolume(name, claimName string) corev1.Volume {
+	return corev1.Volume{
+		Name: name,
+		VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName},
+		},
+	}
+}

@@ -1,0 +1,73 @@
+package objects
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+func TestClaimName(t *testing.T) {
+	cases := map[string]struct {
+		fluentPVC  string
+		wantPrefix string
+	}{
+		"short name":               {fluentPVC: "fluent-pvc-sample", wantPrefix: "fluent-pvc-sample-"},
+		"60-character name":        {fluentPVC: strings.Repeat("a", 60), wantPrefix: strings.Repeat("a", 40) + "-"},
+		"dots become dashes":       {fluentPVC: "logs.example.com", wantPrefix: "logs-example-com-"},
+		"no dash before suffix":    {fluentPVC: strings.Repeat("a", 39) + "-b", wantPrefix: strings.Repeat("a", 39) + "-"},
+		"253-character subdomain":  {fluentPVC: strings.Repeat("ab.", 84), wantPrefix: "ab-ab-ab-ab-ab-ab-ab-ab-ab-ab-ab-ab-ab-ab-"[:38] + "-"},
+		"name that is only dashes": {fluentPVC: "-", wantPrefix: "fluent-pvc-"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := ClaimName(tc.fluentPVC)
+			if !strings.HasPrefix(got, tc.wantPrefix) {
+				t.Errorf("ClaimName(%q) = %q, want prefix %q", tc.fluentPVC, got, tc.wantPrefix)
+			}
+			if errs := validation.IsDNS1123Label(got); len(errs) > 0 {
+				t.Errorf("ClaimName(%q) = %q is not a DNS-1123 label: %v", tc.fluentPVC, got, errs)
+			}
+			job := DrainJobName(got, 99999)
+			if errs := validation.IsValidLabelValue(job); len(errs) > 0 {
+				t.Errorf("drain Job name %q is not a label value: %v", job, errs)
+			}
+			if again := ClaimName(tc.fluentPVC); again == got {
+				t.Errorf("ClaimName(%q) returned %q twice", tc.fluentPVC, got)
+			}
+		})
+	}
+}
+
+func TestClaimed(t *testing.T) {
+	fpvc := fixtures.MakeFluentPVC("f").Obj()
+	claimed := func(mutate func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
+		c := Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
+		mutate(c)
+		return c
+	}
+	cases := map[string]struct {
+		claim *corev1.PersistentVolumeClaim
+		want  bool
+	}{
+		"a claim made at admission":         {claimed(func(*corev1.PersistentVolumeClaim) {}), true},
+		"a warm PVC":                        {claimed(func(c *corev1.PersistentVolumeClaim) { c.Labels[v1alpha1.ClaimRoleLabelKey] = v1alpha1.ClaimRoleWarm }), false},
+		"no binding label":                  {claimed(func(c *corev1.PersistentVolumeClaim) { delete(c.Labels, v1alpha1.BindingNameLabelKey) }), false},
+		"no FluentPVC label":                {claimed(func(c *corev1.PersistentVolumeClaim) { delete(c.Labels, v1alpha1.FluentPVCNameLabelKey) }), false},
+		"released (drained or abandoned)":   {claimed(func(c *corev1.PersistentVolumeClaim) { c.Finalizers = nil }), false},
+		"being deleted but never let go of": {claimed(func(c *corev1.PersistentVolumeClaim) { c.DeletionTimestamp = &metav1.Time{Time: fixtures.Epoch} }), true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := Claimed(tc.claim); got != tc.want {
+				t.Errorf("Claimed = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,56 @@
+package objects
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+func TestDrainJob(t *testing.T) {
+	fpvc := fixtures.MakeFluentPVC("f").Obj()
+	b := Binding(Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch), fpvc.UID)
+	cases := map[string]struct {
+		restartPolicy corev1.RestartPolicy
+		attempt       int32
+		wantName      string
+		wantRestart   corev1.RestartPolicy
+	}{
+		"first attempt, template's policy kept": {restartPolicy: corev1.RestartPolicyOnFailure, attempt: 1, wantName: "f-abc-drain-1", wantRestart: corev1.RestartPolicyOnFailure},
+		"unset policy becomes Never":            {attempt: 3, wantName: "f-abc-drain-3", wantRestart: corev1.RestartPolicyNever},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := fpvc.DeepCopy()
+			f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.RestartPolicy = tc.restartPolicy
+			job := DrainJob(f, b, tc.attempt)
+			if job.Name != tc.wantName {
+				t.Errorf("name = %q, want %q", job.Name, tc.wantName)
+			}
+			ps := job.Spec.Template.Spec
+			if ps.RestartPolicy != tc.wantRestart {
+				t.Errorf("restartPolicy = %q, want %q", ps.RestartPolicy, tc.wantRestart)
+			}
+			if diff := cmp.Diff([]corev1.Volume{ClaimVolume("fluent-pvc", "f-abc"), f.Spec.CommonVolumes[0]}, ps.Volumes); diff != "" {
+				t.Errorf("volumes (-want +got):\n%s", diff)
+			}
+			c := ps.Containers[0]
+			if diff := cmp.Diff([]corev1.EnvVar{{Name: "FLUENT_PVC_MOUNT_DIR", Value: "/mnt/fluent-pvc"}}, c.Env); diff != "" {
+				t.Errorf("envs (-want +got):\n%s", diff)
+			}
+			if len(job.OwnerReferences) != 1 || job.OwnerReferences[0].Name != "f-abc" || job.OwnerReferences[0].Kind != "FluentPVCBinding" {
+				t.Errorf("owner = %v, want the binding", job.OwnerReferences)
+			}
+			if job.Labels[v1alpha1.BindingNameLabelKey] != "f-abc" || job.Labels[v1alpha1.ComponentLabelKey] != v1alpha1.ComponentDrain {
+				t.Errorf("labels = %v", job.Labels)
+			}
+			if f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Volumes != nil || f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers[0].Env != nil {
+				t.Errorf("the FluentPVC's template was modified")
+			}
+		})
+	}
+}

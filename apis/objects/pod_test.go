@@ -1,0 +1,138 @@
+package objects
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+func TestPodConflicts(t *testing.T) {
+	fpvc := fixtures.MakeFluentPVC("f").Obj() // pvcVolumeName fluent-pvc, sidecar "sidecar", common volume some-secret
+	cases := map[string]struct {
+		pod       *corev1.Pod
+		wantPaths []string
+	}{
+		"no conflict": {
+			pod: fixtures.MakePod("p", "ns").Volume("data").Mount("data", "/data").Obj(),
+		},
+		"volume named like pvcVolumeName": {
+			pod:       fixtures.MakePod("p", "ns").Volume("fluent-pvc").Obj(),
+			wantPaths: []string{"spec.volumes[0].name"},
+		},
+		"volume named like a common volume": {
+			pod:       fixtures.MakePod("p", "ns").Volume("x").Volume("some-secret").Obj(),
+			wantPaths: []string{"spec.volumes[1].name"},
+		},
+		"container named like the sidecar": {
+			pod:       fixtures.MakePod("p", "ns").Container(corev1.Container{Name: "sidecar"}).Obj(),
+			wantPaths: []string{"spec.containers[1].name"},
+		},
+		"init container named like the sidecar": {
+			pod: func() *corev1.Pod {
+				p := fixtures.MakePod("p", "ns").Obj()
+				p.Spec.InitContainers = []corev1.Container{{Name: "sidecar"}}
+				return p
+			}(),
+			wantPaths: []string{"spec.initContainers[0].name"},
+		},
+		"mount at pvcVolumeMountPath": {
+			pod:       fixtures.MakePod("p", "ns").Volume("d").Mount("d", "/mnt/fluent-pvc").Obj(),
+			wantPaths: []string{"spec.containers[0].volumeMounts[0].mountPath"},
+		},
+		"mount at a common mount path": {
+			pod:       fixtures.MakePod("p", "ns").Volume("d").Mount("d", "/path/to/secret").Obj(),
+			wantPaths: []string{"spec.containers[0].volumeMounts[0].mountPath"},
+		},
+		"several at once": {
+			pod:       fixtures.MakePod("p", "ns").Volume("fluent-pvc").Container(corev1.Container{Name: "sidecar"}).Obj(),
+			wantPaths: []string{"spec.volumes[0].name", "spec.containers[1].name"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var gotPaths []string
+			for _, e := range PodConflicts(tc.pod, &fpvc.Spec) {
+				gotPaths = append(gotPaths, e.Field)
+				if !strings.Contains(e.Detail, "rename") {
+					t.Errorf("detail %q does not say how to fix it", e.Detail)
+				}
+			}
+			if diff := cmp.Diff(tc.wantPaths, gotPaths); diff != "" {
+				t.Errorf("conflict paths (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestInjectPod(t *testing.T) {
+	fpvc := fixtures.MakeFluentPVC("f").Obj() // commonEnvs FLUENT_PVC_MOUNT_DIR=/mnt/fluent-pvc
+	cases := map[string]struct {
+		pod      *corev1.Pod
+		wantEnvs map[string][]corev1.EnvVar // per container
+	}{
+		"adds the common env": {
+			pod: fixtures.MakePod("p", "ns").Env("A", "1").Obj(),
+			wantEnvs: map[string][]corev1.EnvVar{
+				"app":     {{Name: "A", Value: "1"}, {Name: "FLUENT_PVC_MOUNT_DIR", Value: "/mnt/fluent-pvc"}},
+				"sidecar": {{Name: "FLUENT_PVC_MOUNT_DIR", Value: "/mnt/fluent-pvc"}},
+			},
+		},
+		"replaces a same-named env in place": {
+			pod: fixtures.MakePod("p", "ns").Env("FLUENT_PVC_MOUNT_DIR", "old").Env("B", "2").Obj(),
+			wantEnvs: map[string][]corev1.EnvVar{
+				"app":     {{Name: "FLUENT_PVC_MOUNT_DIR", Value: "/mnt/fluent-pvc"}, {Name: "B", Value: "2"}},
+				"sidecar": {{Name: "FLUENT_PVC_MOUNT_DIR", Value: "/mnt/fluent-pvc"}},
+			},
+		},
+		"collapses duplicates of a common env": {
+			pod: fixtures.MakePod("p", "ns").Env("FLUENT_PVC_MOUNT_DIR", "x").Env("FLUENT_PVC_MOUNT_DIR", "y").Obj(),
+			wantEnvs: map[string][]corev1.EnvVar{
+				"app":     {{Name: "FLUENT_PVC_MOUNT_DIR", Value: "/mnt/fluent-pvc"}},
+				"sidecar": {{Name: "FLUENT_PVC_MOUNT_DIR", Value: "/mnt/fluent-pvc"}},
+			},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			pod := tc.pod.DeepCopy()
+			InjectPod(pod, &fpvc.Spec, "claim-1")
+
+			if got := pod.Labels[v1alpha1.BindingNameLabelKey]; got != "claim-1" {
+				t.Errorf("binding label = %q, want claim-1", got)
+			}
+			if diff := cmp.Diff([]string{v1alpha1.PodProtectionFinalizer}, pod.Finalizers); diff != "" {
+				t.Errorf("finalizers (-want +got):\n%s", diff)
+			}
+			wantVolumes := []corev1.Volume{ClaimVolume("fluent-pvc", "claim-1"), fpvc.Spec.CommonVolumes[0]}
+			if diff := cmp.Diff(wantVolumes, pod.Spec.Volumes); diff != "" {
+				t.Errorf("volumes (-want +got):\n%s", diff)
+			}
+			gotEnvs := map[string][]corev1.EnvVar{}
+			for _, c := range pod.Spec.Containers {
+				gotEnvs[c.Name] = c.Env
+				wantMounts := []corev1.VolumeMount{{Name: "fluent-pvc", MountPath: "/mnt/fluent-pvc"}, {Name: "some-secret", MountPath: "/path/to/secret"}}
+				if diff := cmp.Diff(wantMounts, c.VolumeMounts); diff != "" {
+					t.Errorf("container %s mounts (-want +got):\n%s", c.Name, diff)
+				}
+			}
+			if diff := cmp.Diff(tc.wantEnvs, gotEnvs); diff != "" {
+				t.Errorf("envs (-want +got):\n%s", diff)
+			}
+			if !PodInjected(pod, &fpvc.Spec) {
+				t.Errorf("PodInjected is false after Pod")
+			}
+			if PodInjected(tc.pod, &fpvc.Spec) {
+				t.Errorf("PodInjected is true before Pod")
+			}
+			if errs := PodConflicts(tc.pod, &fpvc.Spec); len(errs) > 0 {
+				t.Errorf("unexpected conflicts: %v", errs)
+			}
+		})
+	}
+}
