@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -39,11 +40,17 @@ import (
 // claim and the binding only after a successful drain.
 type BindingReconciler struct {
 	client.Client
-	// APIReader reads what the cache may not have seen yet.
-	APIReader client.Reader
-	Recorder  events.EventRecorder
-	Clock     clock.PassiveClock
-	Options   Options
+	// apiReader reads what the cache may not have seen yet.
+	apiReader client.Reader
+	recorder  events.EventRecorder
+	clock     clock.PassiveClock
+	opts      Options
+}
+
+// NewBindingReconciler returns a BindingReconciler that reads through c
+// (cached) and apiReader (live) and sends events through recorder.
+func NewBindingReconciler(c client.Client, apiReader client.Reader, recorder events.EventRecorder, clk clock.PassiveClock, opts Options) *BindingReconciler {
+	return &BindingReconciler{Client: c, apiReader: apiReader, recorder: recorder, clock: clk, opts: opts}
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -59,7 +66,7 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	p := decide(o, r.Clock.Now(), r.Options)
+	p := decide(o, r.clock.Now(), r.opts)
 	return r.apply(ctx, o, p)
 }
 
@@ -74,7 +81,7 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 	}
 	// The cache may lag behind the end of a claim's life (drained, deleted,
 	// then the binding removed): only a live read may bring a binding back.
-	if err := r.APIReader.Get(ctx, key, pvc); err != nil || !objects.Claimed(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != key.Name {
+	if err := r.apiReader.Get(ctx, key, pvc); err != nil || !objects.Claimed(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != key.Name {
 		return client.IgnoreNotFound(err)
 	}
 	fpvc := &v1alpha1.FluentPVC{}
@@ -119,8 +126,10 @@ func (r *BindingReconciler) abandonUnrecorded(ctx context.Context, pvc *corev1.P
 		return fmt.Errorf("releasing PVC %s: %w", pvc.Name, err)
 	}
 	claimsAbandoned.WithLabelValues(pvc.Labels[v1alpha1.FluentPVCNameLabelKey]).Inc()
+	ctrl.LoggerFrom(ctx).Info("namespace is being deleted before the claim's binding was made: claim released undrained",
+		"claim", klog.KObj(pvc), "pods", len(pods.Items))
 	if fpvc.UID != "" {
-		r.Recorder.Eventf(fpvc, nil, corev1.EventTypeWarning, v1alpha1.EventReasonAbandoned, v1alpha1.EventReasonAbandoned,
+		r.recorder.Eventf(fpvc, nil, corev1.EventTypeWarning, v1alpha1.EventReasonAbandoned, v1alpha1.EventReasonAbandoned,
 			"%s/%s: namespace %s is being deleted: claim %s was released without draining its data", pvc.Namespace, name, pvc.Namespace, pvc.Name)
 	}
 	return nil
@@ -154,7 +163,7 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 	err := r.Get(ctx, key, pvc)
 	if apierrors.IsNotFound(err) {
 		// Never conclude from the cache alone that a claim is gone.
-		err = r.APIReader.Get(ctx, key, pvc)
+		err = r.apiReader.Get(ctx, key, pvc)
 	}
 	switch {
 	case err == nil:
@@ -178,7 +187,7 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 
 	if !b.DeletionTimestamp.IsZero() {
 		ns := &corev1.Namespace{}
-		if err := r.APIReader.Get(ctx, client.ObjectKey{Name: b.Namespace}, ns); client.IgnoreNotFound(err) != nil {
+		if err := r.apiReader.Get(ctx, client.ObjectKey{Name: b.Namespace}, ns); client.IgnoreNotFound(err) != nil {
 			return o, fmt.Errorf("reading namespace %s: %w", b.Namespace, err)
 		}
 		o.namespaceTerminating = !ns.DeletionTimestamp.IsZero() || ns.Status.Phase == corev1.NamespaceTerminating
@@ -249,13 +258,14 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl
 			return ctrl.Result{}, fmt.Errorf("writing the binding's status: %w", err)
 		}
 	}
+	logDecisions(ctx, b, p)
 	if p.newFailure {
 		drainsFailed.WithLabelValues(fpvcName).Inc()
 	}
 	if p.drained {
 		drainsSucceeded.WithLabelValues(fpvcName).Inc()
 		if s := p.status.DrainStartTime; s != nil {
-			drainDuration.WithLabelValues(fpvcName).Observe(r.Clock.Since(s.Time).Seconds())
+			drainDuration.WithLabelValues(fpvcName).Observe(r.clock.Since(s.Time).Seconds())
 		}
 	}
 	if p.orphaned {
@@ -270,10 +280,10 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl
 		if e.warning {
 			typ = corev1.EventTypeWarning
 		}
-		r.Recorder.Eventf(b, nil, typ, e.reason, e.reason, "%s", e.message)
+		r.recorder.Eventf(b, nil, typ, e.reason, e.reason, "%s", e.message)
 		// A terminating namespace takes no new events: tell the FluentPVC.
 		if p.abandoned && o.fluentPVC != nil {
-			r.Recorder.Eventf(o.fluentPVC, b, typ, e.reason, e.reason, "%s/%s: %s", b.Namespace, b.Name, e.message)
+			r.recorder.Eventf(o.fluentPVC, b, typ, e.reason, e.reason, "%s/%s: %s", b.Namespace, b.Name, e.message)
 		}
 	}
 
@@ -289,6 +299,36 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{RequeueAfter: p.requeueAfter}, nil
+}
+
+// logDecisions logs what p decided about b's claim once it is carried out:
+// at the default level what a user must act on or know was lost, at V(1)
+// the normal course of a claim's life. A steady state logs nothing.
+func logDecisions(ctx context.Context, b *v1alpha1.FluentPVCBinding, p plan) {
+	log := ctrl.LoggerFrom(ctx).WithValues("binding", klog.KObj(b), "claim", b.Spec.PVC.Name)
+	switch {
+	case p.createJob > 0 && len(p.deleteJobs) > 0:
+		log.V(1).Info("drain retried", "attempt", p.createJob, "job", p.status.DrainJobName, "replaces", p.deleteJobs)
+	case p.createJob > 0:
+		log.V(1).Info("drain started", "attempt", p.createJob, "job", p.status.DrainJobName)
+	}
+	if p.newFailure {
+		log.Info("drain failed; the claim is kept and the drain retried", "attempt", p.status.DrainAttempts, "job", p.status.DrainJobName, "after", p.requeueAfter)
+	}
+	if p.drained {
+		log.V(1).Info("claim drained; deleting it", "job", p.status.DrainJobName)
+	}
+	if p.orphaned {
+		log.V(1).Info("no pod appeared within the grace period: claim reclaimed undrained", "returnedToPool", p.returnClaim)
+	}
+	if p.abandoned {
+		log.Info("namespace is being deleted: claim released undrained", "namespace", b.Namespace)
+	}
+	for _, e := range p.events {
+		if e.reason == v1alpha1.EventReasonClaimLost || e.reason == v1alpha1.EventReasonFluentPVCMissing {
+			log.Info(e.message, "reason", e.reason)
+		}
+	}
 }
 
 // removeFinalizer removes finalizer from obj with an optimistic-lock patch.

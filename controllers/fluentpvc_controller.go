@@ -33,34 +33,30 @@ import (
 // +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcs,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcs/status,verbs=get;update;patch
 
-// FluentPVCReconciler keeps a FluentPVC's finalizer and status: it counts
-// the bindings by phase, and lets a deleted FluentPVC go only after all of
-// its bindings have finished draining.
+// FluentPVCReconciler keeps a FluentPVC's finalizer, warm pool and status:
+// it counts the bindings by phase, keeps every pool namespace at its size,
+// and lets a deleted FluentPVC go only after all of its bindings have
+// finished draining.
 type FluentPVCReconciler struct {
 	client.Client
-	// APIReader reads PVs, which are not cached.
-	APIReader client.Reader
-	Recorder  events.EventRecorder
-	Clock     clock.PassiveClock
-	// BinderImage is the image of the binder Jobs' pods.
-	BinderImage string
-	// PoolBindMode is PoolBindSelectNode (the default when empty) or
-	// PoolBindBinderJob.
-	PoolBindMode string
-	// PoolIdleNamespaceTTL is how long a learned pool namespace keeps its
-	// pool without admissions.
-	PoolIdleNamespaceTTL time.Duration
+	// apiReader reads PVs, which are not cached, and what the cache may not
+	// have seen yet.
+	apiReader client.Reader
+	recorder  events.EventRecorder
+	clock     clock.PassiveClock
+	opts      Options
 
 	// lastStatusWrite is when each FluentPVC's status was last written.
 	lastStatusWrite sync.Map
 	// expect are the warm PVCs created and not yet seen in the cache.
-	expectOnce sync.Once
-	expect     *pool.Expectations
+	expect *pool.Expectations
 }
 
-func (r *FluentPVCReconciler) expectations() *pool.Expectations {
-	r.expectOnce.Do(func() { r.expect = pool.NewExpectations() })
-	return r.expect
+// NewFluentPVCReconciler returns a FluentPVCReconciler that reads through c
+// (cached) and apiReader (live), sends events through recorder, and takes
+// the binder image, the pool bind mode and the idle namespace TTL from opts.
+func NewFluentPVCReconciler(c client.Client, apiReader client.Reader, recorder events.EventRecorder, clk clock.PassiveClock, opts Options) *FluentPVCReconciler {
+	return &FluentPVCReconciler{Client: c, apiReader: apiReader, recorder: recorder, clock: clk, opts: opts, expect: pool.NewExpectations()}
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -68,7 +64,7 @@ func (r *FluentPVCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	f := &v1alpha1.FluentPVC{}
 	if err := r.Get(ctx, req.NamespacedName, f); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.expectations().Forget(req.Name)
+			r.expect.Forget(req.Name)
 			r.lastStatusWrite.Delete(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -97,7 +93,7 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 	}
 	pr, poolErr := r.reconcilePool(ctx, f, po)
 
-	now := r.Clock.Now()
+	now := r.clock.Now()
 	status := constructFluentPVCStatus(f, bindings.Items, pr.namespaces, now)
 	result := ctrl.Result{RequeueAfter: pr.requeueAfter}
 	if !equality.Semantic.DeepEqual(f.Status, status) {
@@ -116,6 +112,9 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 			}
 			r.lastStatusWrite.Store(f.Name, now)
 		}
+	}
+	if po.noNodeToSelect != "" {
+		r.recorder.Eventf(f, nil, corev1.EventTypeWarning, v1alpha1.EventReasonNoNodeToSelect, v1alpha1.EventReasonNoNodeToSelect, "%s", po.noNodeToSelect)
 	}
 	if poolErr != nil {
 		return ctrl.Result{}, poolErr

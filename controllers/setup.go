@@ -146,14 +146,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 
 	clk := clock.RealClock{}
 	recorder := mgr.GetEventRecorder("fluent-pvc-operator")
-	if err := (&BindingReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: clk, Options: opts}).SetupWithManager(mgr); err != nil {
+	c, live := mgr.GetClient(), mgr.GetAPIReader()
+	if err := NewBindingReconciler(c, live, recorder, clk, opts).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the binding controller: %w", err)
 	}
-	if err := (&SidecarReconciler{Client: mgr.GetClient(), Recorder: recorder}).SetupWithManager(mgr); err != nil {
+	if err := NewSidecarReconciler(c, recorder).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the sidecar controller: %w", err)
 	}
-	if err := (&FluentPVCReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: clk,
-		BinderImage: opts.BinderImage, PoolBindMode: opts.PoolBindMode, PoolIdleNamespaceTTL: opts.PoolIdleNamespaceTTL}).SetupWithManager(mgr); err != nil {
+	if err := NewFluentPVCReconciler(c, live, recorder, clk, opts).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the FluentPVC controller: %w", err)
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -20,7 +21,13 @@ import (
 // owner replaces it and the claim is drained.
 type SidecarReconciler struct {
 	client.Client
-	Recorder events.EventRecorder
+	recorder events.EventRecorder
+}
+
+// NewSidecarReconciler returns a SidecarReconciler that reads and deletes
+// pods through c and sends events through recorder.
+func NewSidecarReconciler(c client.Client, recorder events.EventRecorder) *SidecarReconciler {
+	return &SidecarReconciler{Client: c, recorder: recorder}
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -50,11 +57,12 @@ func (r *SidecarReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, fmt.Errorf("deleting pod %s after its sidecar failed: %w", pod.Name, err)
 	}
 	podsDeletedForSidecar.WithLabelValues(fpvc.Name).Inc()
+	ctrl.LoggerFrom(ctx).Info("sidecar failed: pod deleted", "pod", klog.KObj(pod), "sidecar", fpvc.Spec.SidecarContainerTemplate.Name, "exitCode", code)
 	msg := fmt.Sprintf("sidecar %s of pod %s terminated with exit code %d: the pod was deleted", fpvc.Spec.SidecarContainerTemplate.Name, pod.Name, code)
-	r.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, v1alpha1.EventReasonSidecarFailed, "DeletePod", "%s", msg)
+	r.recorder.Eventf(pod, nil, corev1.EventTypeWarning, v1alpha1.EventReasonSidecarFailed, "DeletePod", "%s", msg)
 	b := &v1alpha1.FluentPVCBinding{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: pod.Labels[v1alpha1.BindingNameLabelKey]}, b); err == nil {
-		r.Recorder.Eventf(b, pod, corev1.EventTypeWarning, v1alpha1.EventReasonSidecarFailed, "DeletePod", "%s", msg)
+		r.recorder.Eventf(b, pod, corev1.EventTypeWarning, v1alpha1.EventReasonSidecarFailed, "DeletePod", "%s", msg)
 	}
 	return ctrl.Result{}, nil
 }

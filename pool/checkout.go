@@ -10,8 +10,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
@@ -121,6 +124,7 @@ func NewCheckouter(cache, live client.Reader, w client.Writer) *Checkouter {
 func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, namespace string, zones Zones, admittedAt time.Time) (*corev1.PersistentVolumeClaim, error) {
 	hash := TemplateHash(&fpvc.Spec.PVCSpecTemplate)
 	lostRace := false
+	var warmSeen, candidates int
 	for _, r := range []client.Reader{c.Cache, c.Live} {
 		if r == nil || (r == c.Live && !lostRace) {
 			continue
@@ -138,8 +142,10 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, nam
 		if err := r.List(ctx, &warm, opts...); err != nil {
 			return nil, fmt.Errorf("listing warm PVCs: %w", err)
 		}
+		cands := Candidates(warm.Items, hash, zones)
+		warmSeen, candidates = len(warm.Items), len(cands)
 		tries := 0
-		for _, cand := range Candidates(warm.Items, hash, zones) {
+		for _, cand := range cands {
 			if tries >= c.MaxTries {
 				break
 			}
@@ -159,7 +165,25 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, nam
 			lostRace = true
 		}
 	}
+	log.FromContext(ctx).V(1).Info("checkout missed; the pod gets a new claim",
+		"fluentPVC", klog.KObj(fpvc), "namespace", namespace, "reason", missReason(warmSeen, candidates, lostRace), "zones", sets.List(sets.Set[string](zones)))
 	return nil, nil
+}
+
+// missReason says why a checkout found no warm PVC, from how many warm PVCs
+// the last list held, how many of them the pod could take, and whether
+// another admission took the ones tried first.
+func missReason(warm, candidates int, lostRace bool) string {
+	switch {
+	case warm == 0:
+		return "the pool has no warm PVC in the namespace"
+	case candidates == 0:
+		return "no warm PVC is Bound, from the current template and usable in the pod's zones"
+	case lostRace:
+		return "concurrent admissions took every warm PVC tried"
+	default:
+		return "every warm PVC was taken moments ago by this replica"
+	}
 }
 
 func (c *Checkouter) wasTaken(uid types.UID, now time.Time) bool {

@@ -14,6 +14,8 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
@@ -49,6 +51,9 @@ type poolObserved struct {
 	// lastAdmission is the newest admission per namespace, from the status
 	// and the current bindings.
 	lastAdmission map[string]time.Time
+	// noNodeToSelect is the warning to send when the class waits for a
+	// first consumer but no node qualifies to be named; "" otherwise.
+	noNodeToSelect string
 }
 
 // emptied is true once every warm PVC and binder is gone or being deleted.
@@ -76,9 +81,9 @@ func (r *FluentPVCReconciler) observePool(ctx context.Context, f *v1alpha1.Fluen
 	o := poolObserved{lastAdmission: map[string]time.Time{}, unseen: map[string][]pool.Expected{}}
 	// Read before the list, so that a PVC reaching the cache in between is
 	// in both (and counted once) rather than in neither (and created twice).
-	for _, x := range r.expectations().Unseen(f.Name, func(key client.ObjectKey) bool {
+	for _, x := range r.expect.Unseen(f.Name, func(key client.ObjectKey) bool {
 		return r.Get(ctx, key, &corev1.PersistentVolumeClaim{}) == nil
-	}, r.Clock.Now()) {
+	}, r.clock.Now()) {
 		o.unseen[x.Key.Namespace] = append(o.unseen[x.Key.Namespace], x)
 	}
 	var pvcs corev1.PersistentVolumeClaimList
@@ -111,7 +116,7 @@ func (r *FluentPVCReconciler) observePool(ctx context.Context, f *v1alpha1.Fluen
 		return o, err
 	}
 	o.waitForFirstConsumer = sc != nil && sc.VolumeBindingMode != nil && *sc.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer
-	if !o.waitForFirstConsumer || r.PoolBindMode == PoolBindBinderJob {
+	if !o.waitForFirstConsumer || r.opts.PoolBindMode == PoolBindBinderJob {
 		return o, nil
 	}
 	var nodes corev1.NodeList
@@ -129,9 +134,8 @@ func (r *FluentPVCReconciler) observePool(ctx context.Context, f *v1alpha1.Fluen
 	o.eligible = pool.EligibleNodes(nodes.Items, sc, csiNodes.Items)
 	// With no node to name, binders let the scheduler find one (or wait).
 	o.selectNodes = len(o.eligible) > 0
-	if !o.selectNodes && r.Recorder != nil {
-		r.Recorder.Eventf(f, nil, corev1.EventTypeWarning, v1alpha1.EventReasonNoNodeToSelect, v1alpha1.EventReasonNoNodeToSelect,
-			"none of %d nodes is Ready, untainted and allowed by StorageClass %s: warm PVCs are bound through binder Jobs until one is", len(nodes.Items), sc.Name)
+	if !o.selectNodes {
+		o.noNodeToSelect = fmt.Sprintf("none of %d nodes is Ready, untainted and allowed by StorageClass %s: warm PVCs are bound through binder Jobs until one is", len(nodes.Items), sc.Name)
 	}
 	return o, nil
 }
@@ -165,13 +169,13 @@ func (r *FluentPVCReconciler) storageClass(ctx context.Context, name *string) (*
 // reconcilePool brings every pool namespace of f to spec.pool.size warm
 // PVCs, all at once, and empties the namespaces that no longer hold a pool.
 func (r *FluentPVCReconciler) reconcilePool(ctx context.Context, f *v1alpha1.FluentPVC, o poolObserved) (poolResult, error) {
-	now := r.Clock.Now()
+	now := r.clock.Now()
 	hash := pool.TemplateHash(&f.Spec.PVCSpecTemplate)
 	size := f.Spec.Pool.Size
 	var keep []string
 	var res poolResult
 	if size > 0 && f.DeletionTimestamp.IsZero() {
-		keep, res.requeueAfter = pool.Namespaces(f.Spec.Pool.Namespaces, o.lastAdmission, now, r.PoolIdleNamespaceTTL)
+		keep, res.requeueAfter = pool.Namespaces(f.Spec.Pool.Namespaces, o.lastAdmission, now, r.opts.PoolIdleNamespaceTTL)
 	}
 
 	byNS := map[string][]corev1.PersistentVolumeClaim{}
@@ -224,6 +228,10 @@ func (r *FluentPVCReconciler) reconcilePool(ctx context.Context, f *v1alpha1.Flu
 			in.Claims = append(in.Claims, pool.Claim{Name: x.Key.Name, Hash: hash, NodeSelected: true, Zone: x.Zone, Created: x.At})
 		}
 		p := pool.PlanNamespace(in)
+		if p.Create > 0 || len(p.Delete) > 0 {
+			ctrl.LoggerFrom(ctx).V(1).Info("resizing pool", "fluentPVC", klog.KObj(f), "namespace", ns,
+				"warm", p.Warm, "provisioning", p.Provisioning, "create", p.Create, "delete", p.Delete)
+		}
 		ops = append(ops, r.poolOps(ctx, f, ns, hash, p, claims, o)...)
 		pool.Warm.WithLabelValues(f.Name, ns).Set(float64(p.Warm))
 		if kept {
@@ -257,7 +265,7 @@ func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC
 			if err := r.Create(ctx, c); err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("creating warm PVC in %s: %w", ns, err)
 			}
-			r.expectations().Created(f.Name, client.ObjectKeyFromObject(c), zone, r.Clock.Now())
+			r.expect.Created(f.Name, client.ObjectKeyFromObject(c), zone, r.clock.Now())
 			return nil
 		})
 	}
@@ -303,7 +311,7 @@ func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC
 			continue
 		}
 		ops = append(ops, func() error {
-			if err := r.Create(ctx, pool.BinderJob(f, c, r.BinderImage)); err != nil && !apierrors.IsAlreadyExists(err) {
+			if err := r.Create(ctx, pool.BinderJob(f, c, r.opts.BinderImage)); err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("creating the binder of %s/%s: %w", ns, name, err)
 			}
 			return nil
@@ -333,7 +341,7 @@ func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC
 // when the PVC becomes warm.
 func (r *FluentPVCReconciler) recordZones(ctx context.Context, f *v1alpha1.FluentPVC, c *corev1.PersistentVolumeClaim) error {
 	pv := &corev1.PersistentVolume{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: c.Spec.VolumeName}, pv); err != nil {
+	if err := r.apiReader.Get(ctx, client.ObjectKey{Name: c.Spec.VolumeName}, pv); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	patch := client.MergeFrom(c.DeepCopy())
@@ -345,7 +353,7 @@ func (r *FluentPVCReconciler) recordZones(ctx context.Context, f *v1alpha1.Fluen
 	if err := r.Patch(ctx, c, patch); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	pool.TimeToWarm.WithLabelValues(f.Name).Observe(r.Clock.Since(c.CreationTimestamp.Time).Seconds())
+	pool.TimeToWarm.WithLabelValues(f.Name).Observe(r.clock.Since(c.CreationTimestamp.Time).Seconds())
 	return nil
 }
 
