@@ -76,17 +76,28 @@ run: ## Run the manager against the cluster of the current kubeconfig.
 bins: $(CONTROL_PLANE_BINS) ## Build the control-plane binaries into bin/ (only the missing ones).
 
 $(BIN)/%:
-	@test/tools/build-bin.sh $*
+	@hack/build-bin.sh $*
 
 .PHONY: test
-test: bins vet ## Run every suite: unit tests, the envtest suites, the end-to-end suite, and a reduced benchmark.
-	go test $$(go list ./... | grep -v /test/e2e) -count=1 -timeout 30m $(GINKGO_FLAGS)
+test: bins vet ## Run every suite: unit, integration (envtest), end-to-end (kwok), and a reduced benchmark.
+	$(MAKE) test-unit
+	$(MAKE) test-integration
 	$(MAKE) test-e2e
 	$(MAKE) bench-smoke
 
+# Every package's envtest suite is TestIntegration and the kwok suite is
+# TestE2E, so a tier is a -run or -skip of those names.
+.PHONY: test-unit
+test-unit: ## Run the unit tests (no API server, no binaries needed).
+	KUBEBUILDER_ASSETS= go test ./... -count=1 -skip '^(TestIntegration|TestE2E)$$' $(GO_TEST_FLAGS)
+
+.PHONY: test-integration
+test-integration: bins ## Run the envtest suites (a real kube-apiserver and etcd from bin/).
+	go test ./... -count=1 -timeout 30m -run '^TestIntegration$$' $(GO_TEST_FLAGS) $(GINKGO_FLAGS)
+
 .PHONY: test-e2e
 test-e2e: bins ## Run the end-to-end suite on a simulated cluster (kwok).
-	go test ./test/e2e -count=1 -timeout 30m -v $(GINKGO_FLAGS)
+	go test ./test/e2e -count=1 -timeout 30m -v -run '^TestE2E$$' $(GINKGO_FLAGS)
 
 ##@ Benchmarks
 

@@ -38,8 +38,9 @@ var (
 	certDir    string // a self-signed tls.crt and tls.key for the webhook server
 )
 
-func TestManager(t *testing.T) {
+func TestIntegration(t *testing.T) {
 	RegisterFailHandler(Fail)
+	fixtures.SetEnvtestDefaults()
 	RunSpecs(t, "Manager Suite")
 }
 
@@ -77,10 +78,8 @@ var _ = Describe("manager", func() {
 			"--graceful-shutdown-timeout", gracefulShutdownTimeout.String(),
 		)
 
-		Eventually(statusOf).WithArguments("http://" + probe + "/healthz").
-			WithTimeout(fixtures.Timeout).WithPolling(fixtures.Interval).Should(Equal(http.StatusOK))
-		Eventually(statusOf).WithArguments("http://" + probe + "/readyz").
-			WithTimeout(fixtures.Timeout).WithPolling(fixtures.Interval).Should(Equal(http.StatusOK))
+		Eventually(statusOf).WithArguments("http://" + probe + "/healthz").Should(Equal(http.StatusOK))
+		Eventually(statusOf).WithArguments("http://" + probe + "/readyz").Should(Equal(http.StatusOK))
 		Eventually(func(g Gomega) {
 			resp, err := http.Get("http://" + metrics + "/metrics")
 			g.Expect(err).NotTo(HaveOccurred())
@@ -96,7 +95,7 @@ var _ = Describe("manager", func() {
 			g.Expect(families["rest_client_requests_total"].GetMetric()).To(ContainElement(
 				WithTransform(labelsOf, HaveKeyWithValue("code", "200"))),
 				"the manager must have reached the API server")
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		}).Should(Succeed())
 		Expect(session).NotTo(gexec.Exit(), "the manager must keep running")
 
 		session.Terminate()
@@ -114,15 +113,14 @@ var _ = Describe("manager", func() {
 			"--metrics-bind-address", "0",
 			"--webhook-port", strings.TrimPrefix(freePort(), "127.0.0.1:"),
 		)
-		Eventually(statusOf).WithArguments("http://" + probe + "/readyz").
-			WithTimeout(fixtures.Timeout).WithPolling(fixtures.Interval).Should(Equal(http.StatusOK))
+		Eventually(statusOf).WithArguments("http://" + probe + "/readyz").Should(Equal(http.StatusOK))
 		session.Terminate()
 		Eventually(session, gracefulShutdownTimeout).Should(gexec.Exit(0))
 	})
 
 	It("exits non-zero and says why when --cert-management is unknown", func() {
 		session := startManager("--cert-management=bogus", "--leader-elect=false")
-		Eventually(session, fixtures.Timeout).Should(gexec.Exit())
+		Eventually(session).Should(gexec.Exit())
 		Expect(session.ExitCode()).NotTo(BeZero())
 		Expect(string(session.Err.Contents())).To(ContainSubstring(`--cert-management must be "self" or "external", not "bogus"`))
 	})

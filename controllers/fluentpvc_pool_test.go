@@ -49,7 +49,7 @@ var _ = Describe("Warm pool", func() {
 				}
 				bindClaim(ctx, g, &c, "zone-a")
 			}
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		}).Should(Succeed())
 	}
 	// poolFull waits until the pool has n warm, Bound PVCs with zones recorded.
 	poolFull := func(n int) {
@@ -64,7 +64,7 @@ var _ = Describe("Warm pool", func() {
 			f := &v1alpha1.FluentPVC{}
 			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(fpvc), f)).To(Succeed())
 			g.Expect(f.Status.Warm).To(BeEquivalentTo(n))
-		}, fixtures.LongTimeout, fixtures.Interval).Should(Succeed())
+		}).WithTimeout(fixtures.LongTimeout).Should(Succeed())
 	}
 
 	BeforeEach(func() {
@@ -84,7 +84,7 @@ var _ = Describe("Warm pool", func() {
 			f := &v1alpha1.FluentPVC{}
 			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(fpvc), f)).To(Succeed())
 			g.Expect(meta(f.Status.Conditions, v1alpha1.FluentPVCConditionPoolReady)).To(HaveField("Reason", v1alpha1.PoolReadyReasonFull))
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		}).Should(Succeed())
 		warmNames := sets.New[string]()
 		for _, c := range warmClaims(Default) {
 			warmNames.Insert(c.Name)
@@ -105,7 +105,7 @@ var _ = Describe("Warm pool", func() {
 			b := &v1alpha1.FluentPVCBinding{}
 			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, b)).To(Succeed())
 			g.Expect(b.Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutHit))
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		}).Should(Succeed())
 
 		poolFull(3)
 		Expect(warmClaims(Default)).NotTo(ContainElement(HaveField("Name", claim)))
@@ -153,10 +153,10 @@ var _ = Describe("Warm pool", func() {
 				g.Expect(c.Labels).To(HaveKeyWithValue(v1alpha1.TemplateHashLabelKey, newHash))
 				g.Expect(c.Spec.Resources.Requests.Storage().String()).To(Equal("2Gi"))
 			}
-		}, fixtures.LongTimeout, fixtures.Interval).Should(Succeed())
+		}).WithTimeout(fixtures.LongTimeout).Should(Succeed())
 
 		updateFluentPVC(ctx, fpvc, func(f *v1alpha1.FluentPVC) { f.Spec.Pool.Size = 0 })
-		Eventually(warmClaims, fixtures.Timeout, fixtures.Interval).Should(BeEmpty())
+		Eventually(warmClaims).Should(BeEmpty())
 	})
 
 	It("returns an orphan claim made from the current template to the pool", func() {
@@ -167,7 +167,7 @@ var _ = Describe("Warm pool", func() {
 		checkedOut := pool.CheckedOut(&c, metav1.Now().Time)
 		Expect(k8sClient.Update(ctx, checkedOut)).To(Succeed())
 		b := &v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: c.Name}}
-		Eventually(func() error { return k8sClient.Get(ctx, client.ObjectKeyFromObject(b), b) }, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		Eventually(func() error { return k8sClient.Get(ctx, client.ObjectKeyFromObject(b), b) }).Should(Succeed())
 
 		Eventually(func(g Gomega) {
 			pvc := &corev1.PersistentVolumeClaim{}
@@ -175,10 +175,10 @@ var _ = Describe("Warm pool", func() {
 			g.Expect(pvc.Labels).To(HaveKeyWithValue(v1alpha1.ClaimRoleLabelKey, v1alpha1.ClaimRoleWarm))
 			g.Expect(pvc.Finalizers).NotTo(ContainElement(v1alpha1.PVCProtectionFinalizer))
 			g.Expect(pvc.DeletionTimestamp).To(BeNil())
-		}, fixtures.LongTimeout, fixtures.Interval).Should(Succeed())
+		}).WithTimeout(fixtures.LongTimeout).Should(Succeed())
 		Eventually(func() bool {
 			return k8sClient.Get(ctx, client.ObjectKeyFromObject(b), b) != nil
-		}, fixtures.Timeout, fixtures.Interval).Should(BeTrue())
+		}).Should(BeTrue())
 		poolFull(3)
 	})
 
@@ -190,7 +190,7 @@ var _ = Describe("Warm pool", func() {
 			f := &v1alpha1.FluentPVC{}
 			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(learning), f)).To(Succeed())
 			g.Expect(meta(f.Status.Conditions, v1alpha1.FluentPVCConditionPoolReady)).To(HaveField("Reason", v1alpha1.PoolReadyReasonNoNamespaces))
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		}).Should(Succeed())
 
 		pod := fixtures.MakePod("first", ns).FluentPVC(learning.Name).Obj()
 		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
@@ -204,7 +204,7 @@ var _ = Describe("Warm pool", func() {
 			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(learning), f)).To(Succeed())
 			g.Expect(f.Status.Pool).To(ConsistOf(HaveField("Namespace", ns)))
 			g.Expect(f.Status.Pool[0].LastAdmissionTime).NotTo(BeNil())
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		}).Should(Succeed())
 	})
 
 	// wffcClass creates a WaitForFirstConsumer StorageClass for the spec.
@@ -270,7 +270,7 @@ var _ = Describe("Warm pool", func() {
 				perZone[eligible[n]]++
 			}
 			g.Expect(perZone).To(Equal(map[string]int{"zone-a": 2, "zone-b": 2, "zone-c": 2}))
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		}).Should(Succeed())
 		var jobs batchv1.JobList
 		Expect(k8sClient.List(ctx, &jobs, client.InNamespace(ns))).To(Succeed())
 		Expect(jobs.Items).To(BeEmpty(), "no binder Job")
@@ -284,7 +284,7 @@ var _ = Describe("Warm pool", func() {
 			c := &corev1.PersistentVolumeClaim{}
 			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(&given), c)).To(Succeed())
 			g.Expect(eligible).To(HaveKey(c.Annotations[pool.SelectedNodeAnnotationKey]))
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		}).Should(Succeed())
 	})
 
 	It("binds warm PVCs through binder Jobs, with a warning, while no node qualifies, and names a node once one does", func() {
@@ -299,12 +299,12 @@ var _ = Describe("Warm pool", func() {
 			g.Expect(k8sClient.List(ctx, &l, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder})).To(Succeed())
 			return l.Items
 		}
-		Eventually(binderJobs, fixtures.Timeout, fixtures.Interval).Should(HaveLen(2))
+		Eventually(binderJobs).Should(HaveLen(2))
 		Eventually(func(g Gomega) {
 			var l eventsv1.EventList
 			g.Expect(k8sClient.List(ctx, &l)).To(Succeed())
 			g.Expect(l.Items).To(ContainElement(And(HaveField("Regarding.Name", fpvc.Name), HaveField("Reason", v1alpha1.EventReasonNoNodeToSelect))))
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		}).Should(Succeed())
 
 		// The node is untainted: the binders, not yet placed, give way.
 		tainted.Spec.Taints = nil
@@ -320,15 +320,15 @@ var _ = Describe("Warm pool", func() {
 			}
 			g.Expect(named).To(Equal(2))
 			g.Expect(binderJobs(g)).To(BeEmpty())
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		}).Should(Succeed())
 	})
 
 	It("deletes the warm PVCs with the FluentPVC", func() {
 		poolFull(3)
 		Expect(k8sClient.Delete(ctx, fpvc)).To(Succeed())
-		Eventually(warmClaims, fixtures.Timeout, fixtures.Interval).Should(BeEmpty())
+		Eventually(warmClaims).Should(BeEmpty())
 		Eventually(func() bool {
 			return k8sClient.Get(ctx, client.ObjectKeyFromObject(fpvc), &v1alpha1.FluentPVC{}) != nil
-		}, fixtures.Timeout, fixtures.Interval).Should(BeTrue())
+		}).Should(BeTrue())
 	})
 })

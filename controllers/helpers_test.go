@@ -10,7 +10,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
-	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
 // completeJob marks job succeeded, as the Job controller would.
@@ -68,7 +67,7 @@ func updatePodStatus(ctx context.Context, pod *corev1.Pod, set func(*corev1.Pod)
 		}
 		set(pod)
 		return k8sClient.Status().Update(ctx, pod)
-	}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+	}).Should(Succeed())
 }
 
 // bindClaim plays the PV controller for c: a PV in zone bound to it, and c Bound.
@@ -108,5 +107,5 @@ func updateFluentPVC(ctx context.Context, f *v1alpha1.FluentPVC, change func(*v1
 		}
 		change(f)
 		return k8sClient.Update(ctx, f)
-	}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+	}).Should(Succeed())
 }

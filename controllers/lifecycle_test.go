@@ -42,7 +42,7 @@ var _ = Describe("Claim lifecycle", func() {
 			g.Expect(fpvc.Finalizers).To(ContainElement(v1alpha1.FluentPVCProtectionFinalizer))
 			// The webhook reads FluentPVCs from the cache.
 			g.Expect(mgr.GetClient().Get(ctx, client.ObjectKeyFromObject(fpvc), &v1alpha1.FluentPVC{})).To(Succeed())
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		}).Should(Succeed())
 	})
 
 	binding := func(name string) func(Gomega) *v1alpha1.FluentPVCBinding {
@@ -98,14 +98,14 @@ var _ = Describe("Claim lifecycle", func() {
 		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
 		claim := pod.Labels[v1alpha1.BindingNameLabelKey]
 		Expect(claim).NotTo(BeEmpty())
-		Eventually(phaseOf(claim), fixtures.Timeout, fixtures.Interval).Should(Equal(v1alpha1.BindingPhaseInUse))
+		Eventually(phaseOf(claim)).Should(Equal(v1alpha1.BindingPhaseInUse))
 		Eventually(func(g Gomega) {
 			g.Expect(binding(claim)(g).Spec.Pod.UID).To(Equal(pod.UID))
 			p := &corev1.Pod{}
 			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), p)).To(Succeed())
 			g.Expect(p.Finalizers).NotTo(ContainElement(v1alpha1.PodProtectionFinalizer), "released once recorded")
 			pod = p
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		}).Should(Succeed())
 		return pod, claim
 	}
 	// drainJob waits for the binding's attempt-th finalizer Job.
@@ -113,7 +113,7 @@ var _ = Describe("Claim lifecycle", func() {
 		job := &batchv1.Job{}
 		Eventually(func() error {
 			return k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: objects.DrainJobName(claim, attempt)}, job)
-		}, fixtures.LongTimeout, fixtures.Interval).Should(Succeed())
+		}).WithTimeout(fixtures.LongTimeout).Should(Succeed())
 		return job
 	}
 	eventReasons := func(regarding string) []string {
@@ -136,7 +136,7 @@ var _ = Describe("Claim lifecycle", func() {
 			pvc := &corev1.PersistentVolumeClaim{}
 			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, pvc)).To(Succeed())
 			g.Expect(pvc.Finalizers).NotTo(ContainElement(v1alpha1.PVCProtectionFinalizer))
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		}).Should(Succeed())
 		Eventually(func(g Gomega) {
 			var l eventsv1.EventList
 			g.Expect(k8sClient.List(ctx, &l)).To(Succeed())
@@ -147,17 +147,17 @@ var _ = Describe("Claim lifecycle", func() {
 				}
 			}
 			g.Expect(warnings).To(ContainElement(ContainSubstring("claim " + claim + " was released without draining")))
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		}).Should(Succeed())
 	}
 
 	It("drains the claim with one Job after the pod is deleted, then deletes the claim and the binding", func() {
 		pod, claim := admit("app")
 
 		Expect(k8sClient.Delete(ctx, pod)).To(Succeed())
-		Eventually(gone(pod), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
-		Eventually(phaseOf(claim), fixtures.Timeout, fixtures.Interval).Should(Equal(v1alpha1.BindingPhaseDraining))
+		Eventually(gone(pod)).Should(BeTrue())
+		Eventually(phaseOf(claim)).Should(Equal(v1alpha1.BindingPhaseDraining))
 		job := drainJob(claim, 1)
-		Consistently(jobs, fixtures.ConsistentlyFor, fixtures.Interval).Should(HaveLen(1))
+		Consistently(jobs).Should(HaveLen(1))
 
 		ps := job.Spec.Template.Spec
 		Expect(ps.Volumes).To(ContainElement(objects.ClaimVolume("fluent-pvc", claim)))
@@ -167,8 +167,8 @@ var _ = Describe("Claim lifecycle", func() {
 		claimHeld(claim)
 
 		completeJob(ctx, job)
-		Eventually(claimReleased(claim), fixtures.Timeout, fixtures.Interval).Should(Succeed())
-		Eventually(gone(&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}}), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
+		Eventually(claimReleased(claim)).Should(Succeed())
+		Eventually(gone(&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}})).Should(BeTrue())
 	})
 
 	It("makes the binding of an admitted pod's claim, and makes it again if it is lost by hand", func() {
@@ -190,7 +190,7 @@ var _ = Describe("Claim lifecycle", func() {
 			g.Expect(again.UID).NotTo(Equal(lost))
 			g.Expect(again.Spec.Pod.UID).To(Equal(pod.UID))
 			g.Expect(again.Status.Phase).To(Equal(v1alpha1.BindingPhaseInUse))
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		}).Should(Succeed())
 		claimHeld(claim)
 	})
 
@@ -199,10 +199,10 @@ var _ = Describe("Claim lifecycle", func() {
 		updatePodStatus(ctx, pod, func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded })
 
 		job := drainJob(claim, 1)
-		Eventually(phaseOf(claim), fixtures.Timeout, fixtures.Interval).Should(Equal(v1alpha1.BindingPhaseDraining))
+		Eventually(phaseOf(claim)).Should(Equal(v1alpha1.BindingPhaseDraining))
 		completeJob(ctx, job)
-		Eventually(claimReleased(claim), fixtures.Timeout, fixtures.Interval).Should(Succeed())
-		Eventually(gone(&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}}), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
+		Eventually(claimReleased(claim)).Should(Succeed())
+		Eventually(gone(&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}})).Should(BeTrue())
 	})
 
 	It("keeps the claim when a Job fails, retries after a backoff, and deletes it after a later success", func() {
@@ -211,7 +211,7 @@ var _ = Describe("Claim lifecycle", func() {
 
 		first := drainJob(claim, 1)
 		failJob(ctx, first)
-		Eventually(func() []string { return eventReasons(claim) }, fixtures.Timeout, fixtures.Interval).Should(ContainElement(v1alpha1.EventReasonDrainFailed))
+		Eventually(func() []string { return eventReasons(claim) }).Should(ContainElement(v1alpha1.EventReasonDrainFailed))
 		claimHeld(claim)
 
 		second := drainJob(claim, 2)
@@ -220,15 +220,15 @@ var _ = Describe("Claim lifecycle", func() {
 			b = binding(claim)(g)
 			g.Expect(b.Status.DrainAttempts).To(BeEquivalentTo(2))
 			g.Expect(b.Status.LastDrainFailureTime).NotTo(BeNil())
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		}).Should(Succeed())
 		Expect(second.CreationTimestamp.Sub(b.Status.LastDrainFailureTime.Time)).To(BeNumerically(">=", testOptions.DrainBackoffBase),
 			"the retry waits for the backoff")
-		Eventually(gone(first), fixtures.Timeout, fixtures.Interval).Should(BeTrue(), "the failed Job is replaced")
+		Eventually(gone(first)).Should(BeTrue(), "the failed Job is replaced")
 		claimHeld(claim)
 
 		completeJob(ctx, second)
-		Eventually(claimReleased(claim), fixtures.Timeout, fixtures.Interval).Should(Succeed())
-		Eventually(gone(&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}}), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
+		Eventually(claimReleased(claim)).Should(Succeed())
+		Eventually(gone(&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}})).Should(BeTrue())
 	})
 
 	DescribeTable("acts on a terminated sidecar",
@@ -241,16 +241,16 @@ var _ = Describe("Claim lifecycle", func() {
 					f := &v1alpha1.FluentPVC{}
 					g.Expect(mgr.GetClient().Get(ctx, client.ObjectKeyFromObject(fpvc), f)).To(Succeed())
 					g.Expect(f.Spec.DeletePodOnSidecarFailure()).To(BeFalse())
-				}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+				}).Should(Succeed())
 			}
 			pod, claim := admit("sidecar")
 			updatePodStatus(ctx, pod, setStatus)
 			if wantDeleted {
-				Eventually(gone(pod), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
-				Eventually(func() []string { return eventReasons(pod.Name) }, fixtures.Timeout, fixtures.Interval).Should(ContainElement(v1alpha1.EventReasonSidecarFailed))
-				Eventually(func() []string { return eventReasons(claim) }, fixtures.Timeout, fixtures.Interval).Should(ContainElement(v1alpha1.EventReasonSidecarFailed))
+				Eventually(gone(pod)).Should(BeTrue())
+				Eventually(func() []string { return eventReasons(pod.Name) }).Should(ContainElement(v1alpha1.EventReasonSidecarFailed))
+				Eventually(func() []string { return eventReasons(claim) }).Should(ContainElement(v1alpha1.EventReasonSidecarFailed))
 			} else {
-				Consistently(gone(pod), fixtures.ConsistentlyFor, fixtures.Interval).Should(BeFalse())
+				Consistently(gone(pod)).Should(BeFalse())
 			}
 		},
 		Entry("exit 1: the pod is deleted", true, sidecarTerminated(1, false), true),
@@ -266,10 +266,10 @@ var _ = Describe("Claim lifecycle", func() {
 		b := &v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 		Expect(k8sClient.Create(ctx, objects.Claim(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutMiss, time.Now()))).To(Succeed())
 
-		Eventually(phaseOf(name), fixtures.Timeout, fixtures.Interval).Should(Equal(v1alpha1.BindingPhasePending))
+		Eventually(phaseOf(name)).Should(Equal(v1alpha1.BindingPhasePending))
 		claimHeld(name)
-		Eventually(claimReleased(name), fixtures.LongTimeout, fixtures.Interval).Should(Succeed())
-		Eventually(gone(b), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
+		Eventually(claimReleased(name)).WithTimeout(fixtures.LongTimeout).Should(Succeed())
+		Eventually(gone(b)).Should(BeTrue())
 		Expect(jobs()).To(BeEmpty(), "a claim no pod used is not drained")
 	})
 
@@ -283,30 +283,30 @@ var _ = Describe("Claim lifecycle", func() {
 			f := &v1alpha1.FluentPVC{}
 			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(fpvc), f)).To(Succeed())
 			g.Expect(meta(f.Status.Conditions, v1alpha1.FluentPVCConditionReady)).To(HaveField("Reason", v1alpha1.FluentPVCReadyReasonDeleting))
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		}).Should(Succeed())
 		Eventually(func() error {
 			return k8sClient.Create(ctx, fixtures.MakePod("late", ns).FluentPVC(fpvc.Name).Obj())
-		}, fixtures.Timeout, fixtures.Interval).Should(MatchError(ContainSubstring("is being deleted")))
-		Consistently(gone(fpvc), fixtures.ConsistentlyFor, fixtures.Interval).Should(BeFalse())
+		}).Should(MatchError(ContainSubstring("is being deleted")))
+		Consistently(gone(fpvc)).Should(BeFalse())
 
 		completeJob(ctx, job)
-		Eventually(gone(fpvc), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
-		Eventually(claimReleased(claim), fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		Eventually(gone(fpvc)).Should(BeTrue())
+		Eventually(claimReleased(claim)).Should(Succeed())
 	})
 
 	It("finishes a drain after a restart with exactly one Job", func() {
 		pod, claim := admit("restart")
 		Expect(k8sClient.Delete(ctx, pod)).To(Succeed())
 		drainJob(claim, 1)
-		Eventually(phaseOf(claim), fixtures.Timeout, fixtures.Interval).Should(Equal(v1alpha1.BindingPhaseDraining))
+		Eventually(phaseOf(claim)).Should(Equal(v1alpha1.BindingPhaseDraining))
 
 		stop()
 		mgr, stop = startOperator()
-		Consistently(jobs, fixtures.ConsistentlyFor, fixtures.Interval).Should(HaveLen(1))
+		Consistently(jobs).Should(HaveLen(1))
 
 		completeJob(ctx, drainJob(claim, 1))
-		Eventually(claimReleased(claim), fixtures.Timeout, fixtures.Interval).Should(Succeed())
-		Eventually(gone(&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}}), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
+		Eventually(claimReleased(claim)).Should(Succeed())
+		Eventually(gone(&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}})).Should(BeTrue())
 		Expect(jobs()).To(HaveLen(1))
 		Expect(jobs()[0].Name).To(Equal(objects.DrainJobName(claim, 1)))
 	})
@@ -317,7 +317,7 @@ var _ = Describe("Claim lifecycle", func() {
 		// envtest has no namespace controller: delete the binding as it would.
 		Expect(k8sClient.Delete(ctx, &v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}})).To(Succeed())
 
-		Eventually(gone(&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}}), fixtures.Timeout, fixtures.Interval).Should(BeTrue())
+		Eventually(gone(&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}})).Should(BeTrue())
 		abandoned(claim)
 		Expect(jobs()).To(BeEmpty())
 
@@ -358,7 +358,7 @@ var _ = Describe("Claim lifecycle", func() {
 				g.Expect(p.Labels).To(HaveKey(v1alpha1.FluentPVCNameLabelKey))
 				g.Expect(p.ManagedFields).To(BeEmpty())
 			}
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		}).Should(Succeed())
 	})
 })
 

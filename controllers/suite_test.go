@@ -46,8 +46,9 @@ var (
 	scheme    = runtime.NewScheme()
 )
 
-func TestSuite(t *testing.T) {
+func TestIntegration(t *testing.T) {
 	RegisterFailHandler(Fail)
+	fixtures.SetEnvtestDefaults()
 	RunSpecs(t, "Lifecycle controllers suite")
 }
 
@@ -100,10 +101,10 @@ func startOperator() (manager.Manager, func()) {
 	// The webhook serves once the server is up.
 	Eventually(func() error {
 		return mgr.GetWebhookServer().StartedChecker()(nil)
-	}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+	}).Should(Succeed())
 	return mgr, func() {
 		cancel()
-		Eventually(done, fixtures.Timeout).Should(BeClosed())
+		Eventually(done).Should(BeClosed())
 	}
 }
 

@@ -81,7 +81,7 @@ var _ = Describe("Checkout", func() {
 						}
 					}
 					g.Expect(bound).To(Equal(warmPerRound))
-				}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+				}).Should(Succeed())
 			}
 
 			var (

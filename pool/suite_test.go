@@ -24,8 +24,9 @@ var (
 	scheme    = runtime.NewScheme()
 )
 
-func TestSuite(t *testing.T) {
+func TestIntegration(t *testing.T) {
 	RegisterFailHandler(Fail)
+	fixtures.SetEnvtestDefaults()
 	RunSpecs(t, "Pool checkout suite")
 }
 

@@ -39,7 +39,7 @@ var _ = Describe("Pod admission", func() {
 		})
 		Eventually(func() error {
 			return mgrClient.Get(ctx, client.ObjectKeyFromObject(f), &v1alpha1.FluentPVC{})
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		}).Should(Succeed())
 		return f
 	}
 	claims := func() []corev1.PersistentVolumeClaim {
@@ -190,13 +190,13 @@ var _ = Describe("Pod admission", func() {
 				}
 				controllerutil.RemoveFinalizer(f, "test.example.com/hold")
 				return k8sClient.Update(context.Background(), f)
-			}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+			}).Should(Succeed())
 		})
 		Eventually(func(g Gomega) {
 			f := &v1alpha1.FluentPVC{}
 			g.Expect(mgrClient.Get(ctx, client.ObjectKeyFromObject(deleting), f)).To(Succeed())
 			g.Expect(f.DeletionTimestamp).NotTo(BeNil())
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		}).Should(Succeed())
 
 		err := k8sClient.Create(ctx, fixtures.MakePod("p", ns).FluentPVC(deleting.Name).Obj())
 		Expect(err).To(MatchError(ContainSubstring(`FluentPVC "` + deleting.Name + `" is being deleted and admits no new pods`)))
@@ -210,7 +210,7 @@ var _ = Describe("Pod admission", func() {
 		Expect(pod.Labels).To(HaveKey(v1alpha1.BindingNameLabelKey))
 		Expect(pod.Spec.Containers).To(ContainElement(HaveField("Name", "sidecar")))
 		Expect(pod.Spec.Volumes).To(ContainElement(HaveField("Name", "fluent-pvc")))
-		Consistently(claims, fixtures.ConsistentlyFor, fixtures.Interval).Should(BeEmpty())
+		Consistently(claims).Should(BeEmpty())
 		Expect(bindings()).To(BeEmpty())
 		Expect(apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{}))).To(BeTrue())
 	})
@@ -256,7 +256,7 @@ var _ = Describe("Pod admission", func() {
 		// run shows when, without side effects.
 		Eventually(func() error {
 			return k8sClient.Create(ctx, rejected(), client.DryRunAll)
-		}, fixtures.Timeout, fixtures.Interval).Should(MatchError(ContainSubstring("rejected by the test policy")))
+		}).Should(MatchError(ContainSubstring("rejected by the test policy")))
 
 		Expect(k8sClient.Create(ctx, rejected())).To(MatchError(ContainSubstring("rejected by the test policy")))
 		Expect(apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "rejected"}, &corev1.Pod{}))).To(BeTrue())

@@ -38,8 +38,9 @@ var (
 	mutator   *webhook.PodMutator
 )
 
-func TestSuite(t *testing.T) {
+func TestIntegration(t *testing.T) {
 	RegisterFailHandler(Fail)
+	fixtures.SetEnvtestDefaults()
 	RunSpecs(t, "Pod webhook suite")
 }
 

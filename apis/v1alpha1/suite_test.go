@@ -24,8 +24,9 @@ var (
 	kubeconfig string // a cluster-admin kubeconfig for bin/kubectl
 )
 
-func TestAPI(t *testing.T) {
+func TestIntegration(t *testing.T) {
 	RegisterFailHandler(Fail)
+	fixtures.SetEnvtestDefaults()
 	RunSpecs(t, "v1alpha1 API Suite")
 }
 

@@ -79,7 +79,7 @@ func expectCreated(obj client.Object) {
 		Eventually(func(g Gomega) {
 			err := k8sClient.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "got: %v", err)
-		}, fixtures.Timeout, fixtures.Interval).Should(Succeed())
+		}).Should(Succeed())
 	})
 }
 
@@ -303,7 +303,7 @@ var _ = Describe("CRD install with kubectl apply", func() {
 				"-f", fixtures.Path("config", "crd", "bases", file), "--kubeconfig", kubeconfig)
 			session, err := gexec.Start(cmd, GinkgoWriter, GinkgoWriter)
 			Expect(err).NotTo(HaveOccurred())
-			Eventually(session, fixtures.Timeout).Should(gexec.Exit(0),
+			Eventually(session).Should(gexec.Exit(0),
 				"kubectl apply -f %s failed: %s", file, session.Err.Contents())
 
 			crd := &apiextensionsv1.CustomResourceDefinition{}

@@ -32,7 +32,7 @@ func newNamespace(prefix string) string {
 			var bs v1alpha1.FluentPVCBindingList
 			g.Expect(k8s.List(ctx, &bs, client.InNamespace(ns.Name))).To(Succeed())
 			g.Expect(names(bs.Items)).To(BeEmpty(), "bindings left in %s", ns.Name)
-		}, timeout, interval).Should(Succeed())
+		}).Should(Succeed())
 		Expect(k8s.Delete(ctx, ns)).To(Succeed())
 	})
 	return ns.Name
@@ -85,7 +85,7 @@ func running(ns, name string) *corev1.Pod {
 	EventuallyWithOffset(1, func(g Gomega) {
 		pod = getPod(ns, name)(g)
 		g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning))
-	}, timeout, interval).Should(Succeed())
+	}).Should(Succeed())
 	return pod
 }
 
@@ -110,7 +110,7 @@ func drained(ns, name string) {
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "PVC %s/%s is gone: %v", ns, name, err)
 		err = k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &v1alpha1.FluentPVCBinding{})
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "binding %s/%s is gone: %v", ns, name, err)
-	}, longTimeout, interval).Should(Succeed())
+	}).WithTimeout(longTimeout).Should(Succeed())
 }
 
 // podsOf lists the pods of ns with label app=app.

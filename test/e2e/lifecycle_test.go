@@ -35,19 +35,19 @@ var _ = Describe("Claims on a simulated cluster", func() {
 		claim := claimOf(pod)
 		Eventually(func(g Gomega) {
 			g.Expect(getPVC(ns, claim)(g).Status.Phase).To(Equal(corev1.ClaimBound))
-		}, timeout, interval).Should(Succeed())
+		}).Should(Succeed())
 		Eventually(func(g Gomega) {
 			b := &v1alpha1.FluentPVCBinding{}
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, b)).To(Succeed())
 			g.Expect(b.Status.Phase).To(Equal(v1alpha1.BindingPhaseInUse))
-		}, timeout, interval).Should(Succeed())
+		}).Should(Succeed())
 
 		jobs := countJobs(ns)
 		kubectl("delete", "pod", "-n", ns, "sample-pod", "--wait=false")
 		// The finalizer Job runs and completes (kwok completes Job pods);
 		// the informer sees it even if it is gone a moment later with its
 		// binding.
-		Eventually(jobs.succeededNames, timeout, interval).Should(ConsistOf(claim + "-drain-1"))
+		Eventually(jobs.succeededNames).Should(ConsistOf(claim + "-drain-1"))
 		drained(ns, claim)
 	})
 
@@ -66,7 +66,7 @@ var _ = Describe("Claims on a simulated cluster", func() {
 				g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning))
 				claims = append(claims, p.Labels[v1alpha1.BindingNameLabelKey])
 			}
-		}, longTimeout, interval).Should(Succeed())
+		}).WithTimeout(longTimeout).Should(Succeed())
 		Expect(sets.New(claims...)).To(HaveLen(10))
 
 		Eventually(func() error {
@@ -76,7 +76,7 @@ var _ = Describe("Claims on a simulated cluster", func() {
 			}
 			d.Spec.Replicas = ptr.To[int32](0)
 			return k8s.Update(ctx, d)
-		}, timeout, interval).Should(Succeed())
+		}).Should(Succeed())
 		for _, c := range claims {
 			drained(ns, c)
 		}
@@ -94,7 +94,7 @@ var _ = Describe("Claims on a simulated cluster", func() {
 			pods := podsOf(g, ns, "flaky")
 			g.Expect(pods).NotTo(BeEmpty())
 			first = pods[0]
-		}, timeout, interval).Should(Succeed())
+		}).Should(Succeed())
 		firstClaim := claimOf(&first)
 
 		// kwok terminates the sidecar with exit code 1; the operator deletes
@@ -108,7 +108,7 @@ var _ = Describe("Claims on a simulated cluster", func() {
 			}
 			g.Expect(replacement).NotTo(BeEmpty())
 			g.Expect(replacement).NotTo(ContainElement(firstClaim))
-		}, timeout, interval).Should(Succeed())
+		}).Should(Succeed())
 		Eventually(func(g Gomega) []string {
 			var l corev1.EventList
 			g.Expect(k8s.List(ctx, &l, client.InNamespace(ns))).To(Succeed())
@@ -119,7 +119,7 @@ var _ = Describe("Claims on a simulated cluster", func() {
 				}
 			}
 			return reasons
-		}, timeout, interval).Should(ContainElement(v1alpha1.EventReasonSidecarFailed))
+		}).Should(ContainElement(v1alpha1.EventReasonSidecarFailed))
 		drained(ns, firstClaim)
 
 		Expect(k8s.Delete(ctx, deploy, client.PropagationPolicy(metav1.DeletePropagationForeground))).To(Succeed())
@@ -142,7 +142,7 @@ var _ = Describe("Claims on a simulated cluster", func() {
 			g.Expect(b.Status.DrainAttempts).To(BeNumerically(">=", 2))
 			pvc := getPVC(ns, claim)(g)
 			g.Expect(pvc.DeletionTimestamp).To(BeNil())
-		}, timeout, interval).Should(Succeed())
+		}).Should(Succeed())
 
 		updateFluentPVC(fpvc, func(f *v1alpha1.FluentPVC) { f.Spec.PVCFinalizerJobSpecTemplate.Template.Labels = nil })
 		drained(ns, claim)
@@ -165,12 +165,12 @@ var _ = Describe("Claims on a simulated cluster", func() {
 		claim := claimOf(pod)
 		running(ns, "app")
 		Expect(k8s.Delete(ctx, pod)).To(Succeed())
-		Eventually(func() []string { return jobs.names() }, timeout, interval).ShouldNot(BeEmpty())
+		Eventually(func() []string { return jobs.names() }).ShouldNot(BeEmpty())
 
 		Expect(op.Stop()).To(Succeed())
 		Expect(op.Restart(ctx)).To(Succeed())
 		drained(ns, claim)
-		Consistently(func() []string { return jobs.names() }, stillFor, interval).Should(Equal([]string{claim + "-drain-1"}))
+		Consistently(func() []string { return jobs.names() }).Should(Equal([]string{claim + "-drain-1"}))
 	})
 })
 
@@ -207,7 +207,7 @@ func rejectAfterWebhook(ns string) {
 	})
 	Eventually(func() error {
 		return k8s.Create(ctx, fixtures.MakePod("probe", ns).Label("reject", "yes").Obj(), client.DryRunAll)
-	}, timeout, interval).Should(MatchError(ContainSubstring("rejected by the e2e policy")))
+	}).Should(MatchError(ContainSubstring("rejected by the e2e policy")))
 }
 
 // admitRejected creates a labelled pod that rejectAfterWebhook's policy
@@ -222,7 +222,7 @@ func admitRejected(ns, fluentPVC string) string {
 		g.Expect(k8s.List(ctx, &l, client.InNamespace(ns))).To(Succeed())
 		g.Expect(l.Items).To(HaveLen(1))
 		orphan = l.Items[0].Name
-	}, timeout, interval).Should(Succeed())
+	}).Should(Succeed())
 	return orphan
 }
 
@@ -238,12 +238,12 @@ func updateFluentPVC(fpvc *v1alpha1.FluentPVC, change func(*v1alpha1.FluentPVC))
 		change(f)
 		written = f
 		return k8s.Update(ctx, f)
-	}, timeout, interval).Should(Succeed())
+	}).Should(Succeed())
 	EventuallyWithOffset(1, func(g Gomega) {
 		f := &v1alpha1.FluentPVC{}
 		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(fpvc), f)).To(Succeed())
 		g.Expect(f.Generation).To(BeNumerically(">=", written.Generation))
-	}, timeout, interval).Should(Succeed())
+	}).Should(Succeed())
 }
 
 // jobCounter records the name of every Job created in a namespace, seen by

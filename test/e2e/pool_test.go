@@ -47,7 +47,7 @@ var _ = Describe("Warm pool on a simulated cluster", func() {
 				g.Expect(c.Annotations).To(HaveKey(v1alpha1.ZonesAnnotationKey))
 			}
 			g.Expect(f.Status.Warm).To(BeEquivalentTo(n))
-		}, longTimeout, interval).Should(Succeed())
+		}).WithTimeout(longTimeout).Should(Succeed())
 		return cs
 	}
 	binders := func(g Gomega) []string {
@@ -101,7 +101,7 @@ var _ = Describe("Warm pool on a simulated cluster", func() {
 		Expect(k8s.Delete(ctx, &remaining[0])).To(Succeed())
 		Eventually(func(g Gomega) {
 			g.Expect(names(warm(g))).NotTo(ContainElement(remaining[0].Name))
-		}, timeout, interval).Should(Succeed())
+		}).Should(Succeed())
 		full(6)
 
 		Expect(k8s.Delete(ctx, pod)).To(Succeed())
@@ -124,8 +124,8 @@ var _ = Describe("Warm pool on a simulated cluster", func() {
 		setPool(func(f *v1alpha1.FluentPVC) { f.Spec.Pool.Size = 1 })
 		full(1)
 		setPool(func(f *v1alpha1.FluentPVC) { f.Spec.Pool.Size = 0 })
-		Eventually(warm, timeout, interval).Should(BeEmpty())
-		Eventually(binders, timeout, interval).Should(BeEmpty())
+		Eventually(warm).Should(BeEmpty())
+		Eventually(binders).Should(BeEmpty())
 	})
 
 	It("returns an orphan claim to the pool, and deletes the warm PVCs with the FluentPVC", func() {
@@ -139,9 +139,9 @@ var _ = Describe("Warm pool on a simulated cluster", func() {
 			var l v1alpha1.FluentPVCBindingList
 			g.Expect(k8s.List(ctx, &l, client.InNamespace(ns))).To(Succeed())
 			g.Expect(l.Items).To(BeEmpty())
-		}, timeout, interval).Should(Succeed())
+		}).Should(Succeed())
 
 		Expect(k8s.Delete(ctx, fpvc)).To(Succeed())
-		Eventually(warm, timeout, interval).Should(BeEmpty())
+		Eventually(warm).Should(BeEmpty())
 	})
 })

@@ -22,6 +22,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
 // Waits on the simulated cluster; they include the provisioner's delay.
@@ -45,8 +46,9 @@ var (
 	ctx      = context.Background()
 )
 
-func TestSuite(t *testing.T) {
+func TestE2E(t *testing.T) {
 	RegisterFailHandler(Fail)
+	fixtures.SetDefaults(timeout, interval, stillFor)
 	RunSpecs(t, "End-to-end suite on a simulated cluster")
 }
 

@@ -1,7 +1,7 @@
 // Module k8s builds the Kubernetes control-plane binaries the tests run on.
 // It is kept apart from the operator's module so that k8s.io/kubernetes and
 // its replaces never leak into the operator's dependency graph.
-module github.com/st-tech/fluent-pvc-operator/test/tools/k8s
+module github.com/st-tech/fluent-pvc-operator/hack/tools/k8s
 
 go 1.26.0
 

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Builds one control-plane binary into bin/ unless it is already there.
-# Usage: test/tools/build-bin.sh NAME
-# The Kubernetes binaries take minutes and ~3 GB of build cache when cold, so
-# this script never rebuilds a binary that exists.
+# Usage: hack/build-bin.sh NAME
+# The Kubernetes binaries take minutes and ~3 GB of build cache when cold
+# (kube-apiserver alone took 15 min on a 2-core machine), so this script
+# never rebuilds a binary that exists, and says every 20 s that it is still
+# working.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/.." && pwd)
 bin="$root/bin"
 name=$1
 out="$bin/$name"
@@ -28,14 +30,28 @@ pkg_version() {
 }
 
 start=$(date +%s)
-echo ">> building $name into bin/ (only once; a cold Kubernetes build takes several minutes)"
+echo ">> building bin/$name (only once; a cold Kubernetes build takes minutes)"
+
+# A progress line every 20 s, so that a cold build never looks hung. The
+# ticker is this script's own child, ended by its PID on any exit.
+(
+  trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+  while :; do
+    sleep 20 & nap=$!
+    wait "$nap"
+    echo ">> still building bin/$name ($(( $(date +%s) - start ))s so far)"
+  done
+) &
+ticker=$!
+trap 'kill "$ticker" 2>/dev/null; wait "$ticker" 2>/dev/null || true' EXIT
+
 case "$name" in
   kube-apiserver|kube-controller-manager|kube-scheduler|kubectl)
-    (cd "$root/test/tools/k8s" && CGO_ENABLED=0 go build -trimpath \
+    (cd "$root/hack/tools/k8s" && CGO_ENABLED=0 go build -trimpath \
       -ldflags "-s -w $(pkg_version $K8S_VERSION)" -o "$out.tmp" "k8s.io/kubernetes/cmd/$name")
     ;;
   etcd)
-    (cd "$root/test/tools/etcd" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out.tmp" .)
+    (cd "$root/hack/tools/etcd" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out.tmp" .)
     ;;
   kwok|kwokctl)
     GOBIN="$bin/.gobin" CGO_ENABLED=0 go install "sigs.k8s.io/kwok/cmd/$name@$KWOK_VERSION"

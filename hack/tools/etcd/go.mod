@@ -1,5 +1,5 @@
 // Module etcd builds the etcd server that the test control plane stores into.
-module github.com/st-tech/fluent-pvc-operator/test/tools/etcd
+module github.com/st-tech/fluent-pvc-operator/hack/tools/etcd
 
 go 1.26.0
 
