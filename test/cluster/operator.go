@@ -85,6 +85,7 @@ func RunOperator(ctx context.Context, c *Cluster, opts OperatorOptions) (*Operat
 	if built {
 		c.progress("built bin/manager in %s", since(start))
 	}
+	start = time.Now()
 	ports, err := freePorts(3)
 	if err != nil {
 		return nil, err
@@ -114,7 +115,7 @@ func RunOperator(ctx context.Context, c *Cluster, opts OperatorOptions) (*Operat
 	if err := o.registerWebhook(ctx, caPEM); err != nil {
 		return nil, errors.Join(err, o.Stop())
 	}
-	c.progress("operator is ready in %s (webhook https://127.0.0.1:%d, metrics %s, log %s)", since(start), o.WebhookPort, o.MetricsURL(), o.LogPath)
+	c.progress("operator is ready: %s from its start to its webhook answering (webhook https://127.0.0.1:%d, metrics %s, log %s)", since(start), o.WebhookPort, o.MetricsURL(), o.LogPath)
 	return o, nil
 }
 

@@ -40,6 +40,7 @@ func main() {
 		fs.PrintDefaults()
 	}
 	_ = fs.Parse(os.Args[1:])
+	cluster.SetCommandLogger(os.Stderr)
 	if fs.NArg() < 1 {
 		fs.Usage()
 		os.Exit(2)
