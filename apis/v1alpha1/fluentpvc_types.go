@@ -71,6 +71,7 @@ type FluentPVCSpec struct {
 	// finalizer Job. Names must be DNS-1123 labels; mount paths must be absolute
 	// and must not contain ':'.
 	// +optional
+	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:XValidation:rule="size(self.name) <= 63 && self.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="a volume mount's name must be a DNS-1123 label: lower-case letters, digits and '-', at most 63 characters",fieldPath=".name"
 	// +kubebuilder:validation:items:XValidation:rule="self.mountPath.startsWith('/') && !self.mountPath.contains(':')",message="a mount path must be absolute and must not contain ':'",fieldPath=".mountPath"
@@ -111,15 +112,15 @@ type PoolSpec struct {
 
 // FluentPVCStatus is the observed state of a FluentPVC.
 type FluentPVCStatus struct {
-	// observedGeneration is the generation the status was computed from.
-	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-
 	// conditions are the FluentPVC's conditions, e.g. Ready.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// observedGeneration is the generation the status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// bindings counts the FluentPVC's bindings by phase.
 	// +optional
@@ -187,7 +188,9 @@ type BindingCounts struct {
 // FluentPVC gives every pod labelled with its name a disposable PVC, a sidecar
 // and common settings, and drains each PVC with a Job after its pod is gone.
 type FluentPVC struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	// spec is the desired state.
@@ -234,7 +237,3 @@ const (
 	// PoolReadyReasonNoNamespaces: no namespace has been listed or learned yet.
 	PoolReadyReasonNoNamespaces = "NoNamespaces"
 )
-
-func init() {
-	SchemeBuilder.Register(&FluentPVC{}, &FluentPVCList{})
-}

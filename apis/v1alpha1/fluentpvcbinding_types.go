@@ -55,6 +55,12 @@ const (
 
 // FluentPVCBindingStatus is the observed state of a binding.
 type FluentPVCBindingStatus struct {
+	// conditions detail the phase: PodReady, Drained.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
 	// phase is where the binding is in its life.
 	// +optional
 	Phase FluentPVCBindingPhase `json:"phase,omitempty"`
@@ -62,12 +68,6 @@ type FluentPVCBindingStatus struct {
 	// observedGeneration is the generation the status was computed from.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-
-	// conditions detail the phase: PodReady, Drained.
-	// +optional
-	// +listType=map
-	// +listMapKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
 	// drainAttempts counts the finalizer Jobs started for the claim.
 	// +optional
@@ -100,7 +100,9 @@ type FluentPVCBindingStatus struct {
 // FluentPVCBinding records that one pod was given one PVC from a FluentPVC,
 // and tracks that PVC until it has been drained and deleted.
 type FluentPVCBinding struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	// spec links the pod, the PVC and the FluentPVC.
@@ -150,7 +152,3 @@ const (
 	// DrainedReasonNamespaceDeleted: the namespace is going away; the data was not drained.
 	DrainedReasonNamespaceDeleted = "NamespaceDeleted"
 )
-
-func init() {
-	SchemeBuilder.Register(&FluentPVCBinding{}, &FluentPVCBindingList{})
-}

@@ -7,8 +7,9 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
@@ -16,8 +17,19 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "fluent-pvc-operator.tech.zozo.com", Version: "v1alpha1"}
 
 	// SchemeBuilder registers the kinds of this package with a scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds the kinds of this package to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+// addKnownTypes registers the kinds of this package and the meta/v1 options
+// types under GroupVersion.
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion,
+		&FluentPVC{}, &FluentPVCList{},
+		&FluentPVCBinding{}, &FluentPVCBindingList{},
+	)
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

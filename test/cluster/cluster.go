@@ -226,7 +226,7 @@ func (c *Cluster) up(ctx context.Context, o Options, start time.Time) error {
 		return err
 	}
 	c.progress("starting the test provisioner (delay %s, log %s)", o.ProvisionerDelay, c.ProvisionerLog())
-	if err := c.startProvisioner(ctx, o.ProvisionerDelay); err != nil {
+	if err := c.startProvisioner(o.ProvisionerDelay); err != nil {
 		return err
 	}
 	c.progress("waiting for nodes to be Ready and the default ServiceAccount")
@@ -413,7 +413,7 @@ func (c *Cluster) createStorageClasses(ctx context.Context) error {
 
 func (c *Cluster) provisionerPIDFile() string { return filepath.Join(c.Dir, "provisioner.pid") }
 
-func (c *Cluster) startProvisioner(ctx context.Context, delay time.Duration) error {
+func (c *Cluster) startProvisioner(delay time.Duration) error {
 	p, err := startBackground(c.bin("test-provisioner"),
 		[]string{"--kubeconfig", c.Kubeconfig, "--delay", delay.String()},
 		c.ProvisionerLog(), c.provisionerPIDFile())

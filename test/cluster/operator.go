@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
-	"k8s.io/client-go/tools/clientcmd"
 	"net"
 	"net/http"
 	"os"
@@ -20,8 +18,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
+
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
 // WebhookConfigurationName is the MutatingWebhookConfiguration that

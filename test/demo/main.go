@@ -117,8 +117,8 @@ func run(name string, delay time.Duration, poolSize int32, n int) error {
 
 	fmt.Printf(">> starting %d labelled pods at once\n", n)
 	type result struct {
-		pod, claim, checkout string
-		created              time.Time
+		pod, claim string
+		created    time.Time
 	}
 	results := make([]result, n)
 	var wg sync.WaitGroup

@@ -121,8 +121,7 @@ func podsOf(g Gomega, ns, app string) []corev1.Pod {
 }
 
 // kubectl runs bin/kubectl against the cluster.
-func kubectl(args ...string) string {
-	out, err := kc.Kubectl(ctx, nil, args...)
+func kubectl(args ...string) {
+	_, err := kc.Kubectl(ctx, nil, args...)
 	ExpectWithOffset(1, err).NotTo(HaveOccurred())
-	return string(out)
 }
