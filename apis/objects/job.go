@@ -19,9 +19,15 @@ func DrainJobName(claimName string, attempt int32) string {
 
 // DrainJob is the attempt-th finalizer Job of binding b: fpvc's
 // pvcFinalizerJobSpecTemplate with the claim mounted at pvcVolumeMountPath
-// and the common volumes, mounts and envs. It is owned by the binding.
+// and the common volumes, mounts and envs, without the template's
+// ttlSecondsAfterFinished. It is owned by the binding.
 func DrainJob(fpvc *v1alpha1.FluentPVC, b *v1alpha1.FluentPVCBinding, attempt int32) *batchv1.Job {
 	spec := fpvc.Spec.PVCFinalizerJobSpecTemplate.DeepCopy()
+	// The binding owns its Jobs' lifetime: a Job its TTL removed before the
+	// operator saw the result would count as vanished, so a drain that
+	// succeeded would run again and a failure be retried without backoff.
+	// The garbage collector removes the Jobs with their binding.
+	spec.TTLSecondsAfterFinished = nil
 	if spec.Template.Spec.RestartPolicy == "" {
 		spec.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
 	}

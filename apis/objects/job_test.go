@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -16,18 +17,27 @@ func TestDrainJob(t *testing.T) {
 	b := Binding(Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch), fpvc.UID)
 	cases := map[string]struct {
 		restartPolicy corev1.RestartPolicy
+		ttl           *int32
 		attempt       int32
 		wantName      string
 		wantRestart   corev1.RestartPolicy
 	}{
 		"first attempt, template's policy kept": {restartPolicy: corev1.RestartPolicyOnFailure, attempt: 1, wantName: "f-abc-drain-1", wantRestart: corev1.RestartPolicyOnFailure},
 		"unset policy becomes Never":            {attempt: 3, wantName: "f-abc-drain-3", wantRestart: corev1.RestartPolicyNever},
+		// A Job removed by its TTL before the operator saw its result would
+		// count as vanished: a good drain run again, a failure retried
+		// without backoff. The binding owns the Job's lifetime instead.
+		"template's ttlSecondsAfterFinished dropped": {ttl: ptr.To[int32](0), attempt: 1, wantName: "f-abc-drain-1", wantRestart: corev1.RestartPolicyNever},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			f := fpvc.DeepCopy()
 			f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.RestartPolicy = tc.restartPolicy
+			f.Spec.PVCFinalizerJobSpecTemplate.TTLSecondsAfterFinished = tc.ttl
 			job := DrainJob(f, b, tc.attempt)
+			if job.Spec.TTLSecondsAfterFinished != nil {
+				t.Errorf("ttlSecondsAfterFinished = %d, want unset", *job.Spec.TTLSecondsAfterFinished)
+			}
 			if job.Name != tc.wantName {
 				t.Errorf("name = %q, want %q", job.Name, tc.wantName)
 			}
