@@ -49,6 +49,9 @@ var (
 func TestE2E(t *testing.T) {
 	RegisterFailHandler(Fail)
 	fixtures.SetDefaults(timeout, interval, stillFor)
+	// The suite's informers log through controller-runtime; errors go to
+	// the spec's output, and nothing warns that no logger was set.
+	cluster.SetCommandLogger(GinkgoWriter)
 	RunSpecs(t, "End-to-end suite on a simulated cluster")
 }
 
