@@ -3,11 +3,13 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -157,6 +159,21 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 			o.pod = &pods.Items[i]
 		}
 	}
+	if o.pod != nil && b.Spec.Pod.UID != "" && o.pod.UID != b.Spec.Pod.UID {
+		o.pod = nil // a pod that copied the label is not ours
+	}
+	if o.pod == nil && b.Spec.Pod.UID != "" && !drainDecided(b.Status.Phase) {
+		// The cache holds only pods with the opt-in label: a pod whose label
+		// was removed drops out of it while it still runs and writes. Only
+		// a live read by name and UID proves that the recorded pod is gone.
+		live := &corev1.Pod{}
+		switch err := r.apiReader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.Pod.Name}, live); {
+		case err == nil && live.UID == b.Spec.Pod.UID:
+			o.pod, o.podUncached = live, true
+		case err != nil && !apierrors.IsNotFound(err):
+			return o, fmt.Errorf("reading pod %s: %w", b.Spec.Pod.Name, err)
+		}
+	}
 
 	pvc := &corev1.PersistentVolumeClaim{}
 	key := client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.PVC.Name}
@@ -184,6 +201,19 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 		return o, fmt.Errorf("listing Jobs: %w", err)
 	}
 	o.jobs = jobs.Items
+	if n := b.Status.DrainAttempts; n > 0 && !slices.ContainsFunc(o.jobs, func(j batchv1.Job) bool { return jobAttempt(&j) == n }) {
+		// The status names attempt n, written only after its Job was
+		// created, but the Job cache may not show that Job yet. A live read
+		// tells a Job not yet seen from one that is gone, so that attempt
+		// n+1 never starts beside a running attempt n.
+		job := &batchv1.Job{}
+		switch err := r.apiReader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: objects.DrainJobName(b.Name, n)}, job); {
+		case err == nil && metav1.IsControlledBy(job, b):
+			o.jobs = append(o.jobs, *job)
+		case err != nil && !apierrors.IsNotFound(err):
+			return o, fmt.Errorf("reading finalizer Job %s: %w", objects.DrainJobName(b.Name, n), err)
+		}
+	}
 
 	if !b.DeletionTimestamp.IsZero() {
 		ns := &corev1.Namespace{}

@@ -32,7 +32,14 @@ type observed struct {
 	// poolAccepts is true when the claim may go back to its FluentPVC's warm
 	// pool: the pool is on and the claim was made from the current template.
 	poolAccepts bool
+	// podUncached is true when pod was read live because the cache did not
+	// hold it: its opt-in label was removed, so no event tells when it ends.
+	podUncached bool
 }
+
+// uncachedPodRecheck is how often the pod of a binding is read again while
+// it runs without its opt-in label, out of the cache's sight.
+const uncachedPodRecheck = 10 * time.Second
 
 // plan is what one reconcile does, decided from observed by decide.
 type plan struct {
@@ -141,6 +148,9 @@ func decide(o observed, now time.Time, opts Options) plan {
 		p.status.Phase = v1alpha1.BindingPhaseInUse
 		setPod(metav1.ConditionTrue, v1alpha1.PodReadyReasonRunning, fmt.Sprintf("pod %s uses the claim", pod.Name))
 		setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonNotStarted, "the claim is in use")
+		if o.podUncached {
+			p.requeueAfter = uncachedPodRecheck
+		}
 		return p
 	}
 
@@ -268,6 +278,12 @@ func backoff(attempt int32, opts Options) time.Duration {
 		d *= 2
 	}
 	return min(d, opts.DrainBackoffMax)
+}
+
+// drainDecided is true once a binding has moved past its pod: it drains, or
+// its claim was let go of. The pod's absence no longer changes anything.
+func drainDecided(phase v1alpha1.FluentPVCBindingPhase) bool {
+	return phase == v1alpha1.BindingPhaseDraining || isFinal(phase)
 }
 
 func isFinal(phase v1alpha1.FluentPVCBindingPhase) bool {

@@ -88,6 +88,11 @@ func TestDecide(t *testing.T) {
 			now:  admitted.Add(time.Hour),
 			want: want{phase: v1alpha1.BindingPhaseInUse, drainedReas: v1alpha1.DrainedReasonNotStarted},
 		},
+		"a running pod read live, out of the cache: InUse, and read again later": {
+			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, pod: pod(corev1.PodRunning, false), podUncached: true},
+			now:  admitted.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseInUse, drainedReas: v1alpha1.DrainedReasonNotStarted, requeueAfter: uncachedPodRecheck},
+		},
 		"pod gone: start the first finalizer Job": {
 			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc},
 			now:  admitted.Add(time.Hour),

@@ -171,6 +171,24 @@ var _ = Describe("Claim lifecycle", func() {
 		Eventually(gone(&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}})).Should(BeTrue())
 	})
 
+	It("keeps draining off while a pod whose opt-in label was removed still runs, and drains once it is gone", func() {
+		// Issue 12, hole 3: the cache holds only labelled pods, so removing
+		// the label made a running pod look gone and its drain started.
+		pod, claim := admit("app")
+		patch := client.MergeFrom(pod.DeepCopy())
+		delete(pod.Labels, v1alpha1.FluentPVCNameLabelKey)
+		Expect(k8sClient.Patch(ctx, pod, patch)).To(Succeed())
+
+		Consistently(jobs).Should(BeEmpty())
+		Expect(phaseOf(claim)()).To(Equal(v1alpha1.BindingPhaseInUse))
+		claimHeld(claim)
+
+		Expect(k8sClient.Delete(ctx, pod)).To(Succeed())
+		Eventually(gone(pod)).Should(BeTrue())
+		drainJob(claim, 1)
+		Expect(phaseOf(claim)()).To(Equal(v1alpha1.BindingPhaseDraining))
+	})
+
 	It("makes the binding of an admitted pod's claim, and makes it again if it is lost by hand", func() {
 		pod, claim := admit("app")
 		b := binding(claim)(Default)
