@@ -20,6 +20,7 @@ const (
 	reasonFluentPVCDeleting = "FluentPVCDeleting"
 	reasonConflict          = "Conflict"
 	reasonUndecodable       = "Undecodable"
+	reasonCopied            = "CopiedClaim"
 )
 
 var (

@@ -62,6 +62,9 @@ func NewPodMutator(cache, apiReader client.Reader, w client.Writer, d admission.
 // +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcs,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=create;update
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get
+// +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcbindings,verbs=get
 
 // PodMutator admits pods that carry the opt-in label: it hands the pod a
 // claim, checked out of the warm pool or created, and patches the pod to use
@@ -71,7 +74,8 @@ func NewPodMutator(cache, apiReader client.Reader, w client.Writer, d admission.
 type PodMutator struct {
 	// Reader reads FluentPVCs, from the manager's cache.
 	Reader client.Reader
-	// APIReader reads nodes, for pods that name one; it bypasses the cache.
+	// APIReader reads nodes, for pods that name one, and what an already
+	// injected pod's claim is; it bypasses the cache.
 	APIReader client.Reader
 	// Writer creates and checks out claims.
 	Writer  client.Writer
@@ -117,6 +121,17 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 		return admission.Denied(fmt.Sprintf("FluentPVC %q is being deleted and admits no new pods: point the pod's label %s at another FluentPVC", name, v1alpha1.FluentPVCNameLabelKey)), resultDenied, reasonFluentPVCDeleting
 	}
 	if objects.PodInjected(pod, &fpvc.Spec) {
+		// A reinvocation on this webhook's own output, or a pod created from
+		// a copy of another pod's manifest, which would share its claim.
+		why, err := m.claimTaken(ctx, pod, ptr.Deref(req.DryRun, false))
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
+		}
+		if why != "" {
+			return admission.Denied(fmt.Sprintf("the pod looks like a copy of another pod's manifest: it carries claim %s, which %s. "+
+				"Remove the label %s, the volume %q and the finalizer %s, so that the pod gets a claim of its own",
+				pod.Labels[v1alpha1.BindingNameLabelKey], why, v1alpha1.BindingNameLabelKey, fpvc.Spec.PVCVolumeName, v1alpha1.PodProtectionFinalizer)), resultDenied, reasonCopied
+		}
 		return admission.Allowed("the pod already has its claim"), resultSkipped, reasonNone
 	}
 	if errs := objects.PodConflicts(pod, &fpvc.Spec); len(errs) > 0 {
@@ -138,6 +153,44 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 		return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
 	}
 	return admission.PatchResponseFromRaw(req.Object.Raw, raw), resultMutated, reasonNone
+}
+
+// claimTaken says why the claim of pod, which already carries one, is not
+// the one this admission just gave it ("" when it is): the webhook is
+// reinvoked on its own output before the pod exists, so the claim must be a
+// live, claimed one whose binding records no pod and that no pod carries.
+// Everything is read live: a claim made moments ago may not be cached yet,
+// and the cache holds no pod whose opt-in label was removed. A dry run
+// creates no claim, so only the other two are checked.
+func (m *PodMutator) claimTaken(ctx context.Context, pod *corev1.Pod, dryRun bool) (string, error) {
+	name := pod.Labels[v1alpha1.BindingNameLabelKey]
+	var pods corev1.PodList
+	if err := m.APIReader.List(ctx, &pods, client.InNamespace(pod.Namespace), client.MatchingLabels{v1alpha1.BindingNameLabelKey: name}); err != nil {
+		return "", fmt.Errorf("listing the pods of claim %s: %w", name, err)
+	}
+	if len(pods.Items) > 0 {
+		return fmt.Sprintf("pod %s already uses", pods.Items[0].Name), nil
+	}
+	b := &v1alpha1.FluentPVCBinding{}
+	switch err := m.APIReader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: name}, b); {
+	case err == nil && b.Spec.Pod.UID != "":
+		return fmt.Sprintf("was used by pod %s", b.Spec.Pod.Name), nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return "", fmt.Errorf("reading binding %s: %w", name, err)
+	}
+	if dryRun {
+		return "", nil
+	}
+	claim := &corev1.PersistentVolumeClaim{}
+	switch err := m.APIReader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: name}, claim); {
+	case apierrors.IsNotFound(err):
+		return "does not exist in this namespace", nil
+	case err != nil:
+		return "", fmt.Errorf("reading claim %s: %w", name, err)
+	case !objects.Claimed(claim) || claim.Labels[v1alpha1.BindingNameLabelKey] != name || !claim.DeletionTimestamp.IsZero():
+		return "is not a claim handed out for a new pod", nil
+	}
+	return "", nil
 }
 
 // provision hands the pod a claim, from the warm pool when one fits (a hit)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	jsonpatch "github.com/evanphx/json-patch/v5"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
@@ -215,16 +217,60 @@ var _ = Describe("Pod admission", func() {
 		Expect(apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{}))).To(BeTrue())
 	})
 
-	It("gives an empty patch and creates nothing when called again on its own output", func() {
+	It("gives an empty patch and creates nothing when reinvoked on its own output", func() {
 		pod := fixtures.MakePod("twice", ns).FluentPVC(fpvc.Name).Obj()
-		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+		resp := mutator.Handle(ctx, createRequest(pod, false))
+		Expect(resp.Allowed).To(BeTrue())
+		mutated := applyPatch(pod, resp)
 		Expect(claims()).To(HaveLen(1))
 
+		// The API server reinvokes the webhook on its own output, within the
+		// same admission, before the pod exists.
 		for _, dryRun := range []bool{false, true} {
-			resp := mutator.Handle(ctx, createRequest(pod, dryRun))
-			Expect(resp.Allowed).To(BeTrue())
+			resp := mutator.Handle(ctx, createRequest(mutated, dryRun))
+			Expect(resp.Allowed).To(BeTrue(), "%v", resp.Result)
 			Expect(resp.Patches).To(BeEmpty())
 			Expect(resp.Patch).To(BeEmpty())
+		}
+		Expect(claims()).To(HaveLen(1))
+	})
+
+	It("denies a pod created from a copy of another pod's manifest, which would share its claim", func() {
+		// Issue 12, hole 6: the copy carries the binding label and the claim
+		// volume, so it looked already admitted.
+		pod := fixtures.MakePod("original", ns).FluentPVC(fpvc.Name).Obj()
+		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+		claim := pod.Labels[v1alpha1.BindingNameLabelKey]
+		// The binding as the operator (not running in this suite) makes it
+		// once it sees the pod.
+		pvc := &corev1.PersistentVolumeClaim{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, pvc)).To(Succeed())
+		b := objects.Binding(pvc, fpvc.UID)
+		b.Spec.Pod = v1alpha1.ObjectIdentity{Name: pod.Name, UID: pod.UID}
+		Expect(k8sClient.Create(ctx, b)).To(Succeed())
+
+		for name, mutate := range map[string]func(*corev1.Pod){
+			"a copy under a new name":                 func(p *corev1.Pod) { p.Name = "copy" },
+			"the same manifest after the pod is gone": func(*corev1.Pod) {},
+		} {
+			By(name)
+			copied := pod.DeepCopy()
+			copied.ResourceVersion, copied.UID, copied.CreationTimestamp = "", "", metav1.Time{}
+			mutate(copied)
+			if copied.Name == pod.Name {
+				Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, pod, client.GracePeriodSeconds(0)))).To(Succeed())
+				Eventually(func(g Gomega) {
+					p := &corev1.Pod{}
+					err := k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), p)
+					if err == nil && controllerutil.RemoveFinalizer(p, v1alpha1.PodProtectionFinalizer) {
+						g.Expect(client.IgnoreNotFound(k8sClient.Update(ctx, p))).To(Succeed())
+					}
+					g.Expect(apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{}))).To(BeTrue())
+				}).Should(Succeed())
+			}
+			err := k8sClient.Create(ctx, copied)
+			Expect(err).To(MatchError(ContainSubstring("copy of another pod")), "%v", err)
+			Expect(err).To(MatchError(ContainSubstring(claim)))
 		}
 		Expect(claims()).To(HaveLen(1))
 	})
@@ -283,6 +329,21 @@ func createRequest(pod *corev1.Pod, dryRun bool) admission.Request {
 		Object:    runtime.RawExtension{Raw: raw},
 		DryRun:    ptr.To(dryRun),
 	}}
+}
+
+// applyPatch is pod as the webhook's response patches it.
+func applyPatch(pod *corev1.Pod, resp admission.Response) *corev1.Pod {
+	raw, err := json.Marshal(pod)
+	Expect(err).NotTo(HaveOccurred())
+	ops, err := json.Marshal(resp.Patches)
+	Expect(err).NotTo(HaveOccurred())
+	p, err := jsonpatch.DecodePatch(ops)
+	Expect(err).NotTo(HaveOccurred())
+	patched, err := p.Apply(raw)
+	Expect(err).NotTo(HaveOccurred())
+	out := &corev1.Pod{}
+	Expect(json.Unmarshal(patched, out)).To(Succeed())
+	return out
 }
 
 // admissionCount is the number of admissions the webhook has handled.
