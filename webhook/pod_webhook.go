@@ -111,7 +111,13 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	}
 
 	fpvc := &v1alpha1.FluentPVC{}
-	if err := m.Reader.Get(ctx, client.ObjectKey{Name: name}, fpvc); err != nil {
+	err := m.Reader.Get(ctx, client.ObjectKey{Name: name}, fpvc)
+	if apierrors.IsNotFound(err) {
+		// A FluentPVC applied together with its pods may not be cached yet:
+		// deny only what a live read does not find either.
+		err = m.APIReader.Get(ctx, client.ObjectKey{Name: name}, fpvc)
+	}
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return admission.Denied(fmt.Sprintf("FluentPVC %q does not exist: create it, or fix the pod's label %s", name, v1alpha1.FluentPVCNameLabelKey)), resultDenied, reasonFluentPVCNotFound
 		}

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -24,6 +25,7 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+	"github.com/st-tech/fluent-pvc-operator/webhook"
 )
 
 var _ = Describe("Pod admission", func() {
@@ -275,6 +277,17 @@ var _ = Describe("Pod admission", func() {
 		Expect(claims()).To(HaveLen(1))
 	})
 
+	It("admits a pod whose FluentPVC was applied with it, before the cache has seen it", func() {
+		m := webhook.NewPodMutator(unsyncedCache{mgrClient}, k8sClient, k8sClient, admission.NewDecoder(scheme), clock.RealClock{})
+		resp := m.Handle(ctx, createRequest(fixtures.MakePod("early", ns).FluentPVC(fpvc.Name).Obj(), true))
+		Expect(resp.Allowed).To(BeTrue(), "%v", resp.Result)
+		Expect(resp.Patches).NotTo(BeEmpty())
+
+		resp = m.Handle(ctx, createRequest(fixtures.MakePod("typo", ns).FluentPVC("no-such-"+fpvc.Name).Obj(), true))
+		Expect(resp.Allowed).To(BeFalse())
+		Expect(resp.Result.Message).To(ContainSubstring("does not exist"))
+	})
+
 	It("works for a FluentPVC with a 60-character name", func() {
 		long := createFluentPVC(fixtures.MakeFluentPVC(strings.Repeat("l", 60-len(ns)-1) + "-" + ns).Obj())
 		Expect(long.Name).To(HaveLen(60))
@@ -329,6 +342,16 @@ func createRequest(pod *corev1.Pod, dryRun bool) admission.Request {
 		Object:    runtime.RawExtension{Raw: raw},
 		DryRun:    ptr.To(dryRun),
 	}}
+}
+
+// unsyncedCache is a cache that has not seen any FluentPVC yet.
+type unsyncedCache struct{ client.Reader }
+
+func (c unsyncedCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*v1alpha1.FluentPVC); ok {
+		return apierrors.NewNotFound(v1alpha1.GroupVersion.WithResource("fluentpvcs").GroupResource(), key.Name)
+	}
+	return c.Reader.Get(ctx, key, obj, opts...)
 }
 
 // applyPatch is pod as the webhook's response patches it.
