@@ -96,7 +96,11 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 	if err := r.List(ctx, &pods, client.InNamespace(pvc.Namespace), client.MatchingFields{podBindingIndex: b.Name}); err != nil {
 		return fmt.Errorf("listing pods: %w", err)
 	}
-	if len(pods.Items) == 1 {
+	switch used, _ := objects.ClaimPod(pvc); {
+	case used.UID != "":
+		// Made again after it was lost: the claim remembers its pod.
+		b.Spec.Pod = used
+	case len(pods.Items) == 1:
 		b.Spec.Pod = v1alpha1.ObjectIdentity{Name: pods.Items[0].Name, UID: pods.Items[0].UID}
 	}
 	err := r.Create(ctx, b)
@@ -191,6 +195,18 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 		return o, fmt.Errorf("reading PVC %s: %w", key, err)
 	}
 
+	if o.pvc != nil && o.pod == nil && b.Spec.Pod.UID == "" && !admissionTime(b).Add(r.opts.OrphanGracePeriod).After(r.clock.Now()) {
+		// About to be reclaimed as an orphan, without a drain: only on
+		// positive proof that no pod used the claim. The cache holds no
+		// pod whose opt-in label was removed, so pods are listed live.
+		if used, tracked := objects.ClaimPod(o.pvc); tracked && used.UID == "" {
+			var live corev1.PodList
+			if err := r.apiReader.List(ctx, &live, client.InNamespace(b.Namespace), client.MatchingLabels{v1alpha1.BindingNameLabelKey: b.Name}); err != nil {
+				return o, fmt.Errorf("listing the pods of claim %s: %w", b.Spec.PVC.Name, err)
+			}
+			o.claimUnused = len(live.Items) == 0
+		}
+	}
 	if o.pvc != nil && o.fluentPVC != nil {
 		o.poolAccepts = o.fluentPVC.Spec.Pool.Size > 0 && o.fluentPVC.DeletionTimestamp.IsZero() &&
 			o.pvc.Labels[v1alpha1.TemplateHashLabelKey] == pool.TemplateHash(&o.fluentPVC.Spec.PVCSpecTemplate)
@@ -240,6 +256,18 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl
 		}
 		if err := r.Update(ctx, b); err != nil {
 			return ctrl.Result{}, fmt.Errorf("recording the pod in the binding: %w", err)
+		}
+	}
+	if p.recordOnClaim != nil && o.pvc != nil {
+		// Before the pod is let go: this record is what proves, should
+		// the binding be lost, that the claim holds a pod's data.
+		patch := client.MergeFromWithOptions(o.pvc.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		if o.pvc.Annotations == nil {
+			o.pvc.Annotations = map[string]string{}
+		}
+		o.pvc.Annotations[v1alpha1.UsedByPodAnnotationKey] = objects.UsedByPod(*p.recordOnClaim)
+		if err := r.Patch(ctx, o.pvc, patch); err != nil {
+			return ctrl.Result{}, fmt.Errorf("recording pod %s on claim %s: %w", p.recordOnClaim.Name, o.pvc.Name, err)
 		}
 	}
 	if p.releasePod {

@@ -32,6 +32,11 @@ type observed struct {
 	// poolAccepts is true when the claim may go back to its FluentPVC's warm
 	// pool: the pool is on and the claim was made from the current template.
 	poolAccepts bool
+	// claimUnused is true on positive proof that no pod ever used the
+	// claim: it tracks its pod (see objects.ClaimPod), records none, and a
+	// live list finds no pod carrying it. Read only once the orphan grace
+	// period is over; false means keep and drain.
+	claimUnused bool
 	// podUncached is true when pod was read live because the cache did not
 	// hold it: its opt-in label was removed, so no event tells when it ends.
 	podUncached bool
@@ -48,6 +53,9 @@ type plan struct {
 	// recordPod and recordPVCUID are written into the binding's spec.
 	recordPod    *v1alpha1.ObjectIdentity
 	recordPVCUID types.UID
+	// recordOnClaim is written on the claim (used-by-pod) before the pod is
+	// released, so that the record outlives a lost binding.
+	recordOnClaim *v1alpha1.ObjectIdentity
 	// releasePod removes the pod-protection finalizer from the pod.
 	releasePod bool
 	// createJob is the attempt number of a finalizer Job to create; 0 for none.
@@ -98,6 +106,13 @@ func decide(o observed, now time.Time, opts Options) plan {
 	if o.pvc != nil && b.Spec.PVC.UID == "" {
 		p.recordPVCUID = o.pvc.UID
 	}
+	if o.pvc != nil && b.Spec.Pod.UID == "" && p.recordPod == nil {
+		// A binding made again after it was lost learns its pod from the
+		// claim, even when the pod is gone.
+		if used, _ := objects.ClaimPod(o.pvc); used.UID != "" {
+			p.recordPod = &used
+		}
+	}
 	podSeen := b.Spec.Pod.UID != "" || p.recordPod != nil
 	admittedAt := admissionTime(b)
 	graceLeft := admittedAt.Add(opts.OrphanGracePeriod).Sub(now)
@@ -143,6 +158,16 @@ func decide(o observed, now time.Time, opts Options) plan {
 		return p
 	}
 
+	if podSeen {
+		seen := b.Spec.Pod
+		if p.recordPod != nil {
+			seen = *p.recordPod
+		}
+		if o.pvc.Annotations[v1alpha1.UsedByPodAnnotationKey] != objects.UsedByPod(seen) && !isFinal(p.status.Phase) {
+			p.recordOnClaim = &seen
+		}
+	}
+
 	// The pod exists and has not finished.
 	if pod != nil && !podFinished(pod) {
 		p.status.Phase = v1alpha1.BindingPhaseInUse
@@ -161,6 +186,14 @@ func decide(o observed, now time.Time, opts Options) plan {
 			setPod(metav1.ConditionFalse, v1alpha1.PodReadyReasonNotSeen, "waiting for the pod to appear")
 			setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonNotStarted, "the claim has not been used")
 			p.requeueAfter = graceLeft
+			return p
+		}
+		if !o.claimUnused {
+			// No pod is recorded, but nothing proves that none used the
+			// claim (its record predates this version, or a pod still
+			// carries it unseen): keep its data and drain it.
+			setPod(metav1.ConditionFalse, v1alpha1.PodReadyReasonNotSeen, "no pod is recorded, but the claim's history is unknown: it is drained")
+			decideDrain(o, now, opts, &p)
 			return p
 		}
 		fate := "deleted"

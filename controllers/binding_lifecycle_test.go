@@ -28,9 +28,15 @@ func TestDecide(t *testing.T) {
 		}
 		return b
 	}
-	recorded := func(b *v1alpha1.FluentPVCBinding) { b.Spec.Pod.UID = "pod-uid" }
-	pvc := objects.Claim(fpvc, "ns", claim, "h", v1alpha1.CheckoutMiss, admitted)
-	pvc.UID = "pvc-uid"
+	recorded := func(b *v1alpha1.FluentPVCBinding) { b.Spec.Pod = v1alpha1.ObjectIdentity{Name: "p", UID: "pod-uid"} }
+	// fresh is a claim as the webhook hands it out; pvc is one whose pod
+	// the operator recorded on it.
+	fresh := objects.Claim(fpvc, "ns", claim, "h", v1alpha1.CheckoutMiss, admitted)
+	fresh.UID = "pvc-uid"
+	pvc := fresh.DeepCopy()
+	pvc.Annotations[v1alpha1.UsedByPodAnnotationKey] = "p/pod-uid"
+	legacy := fresh.DeepCopy()
+	delete(legacy.Annotations, v1alpha1.UsedByPodAnnotationKey)
 	pod := func(phase corev1.PodPhase, finalizer bool) *corev1.Pod {
 		p := fixtures.MakePod("p", "ns").Obj()
 		p.UID, p.Status.Phase = "pod-uid", phase
@@ -49,19 +55,20 @@ func TestDecide(t *testing.T) {
 	failedAt := admitted.Add(time.Hour)
 
 	type want struct {
-		phase        v1alpha1.FluentPVCBindingPhase
-		drainedReas  string
-		recordPod    bool
-		releasePod   bool
-		createJob    int32
-		deleteJobs   []string
-		releaseClaim bool
-		deleteClaim  bool
-		finish       bool
-		requeueAfter time.Duration
-		newFailure   bool
-		attempts     int32
-		events       []string
+		phase         v1alpha1.FluentPVCBindingPhase
+		drainedReas   string
+		recordPod     bool
+		recordOnClaim bool
+		releasePod    bool
+		createJob     int32
+		deleteJobs    []string
+		releaseClaim  bool
+		deleteClaim   bool
+		finish        bool
+		requeueAfter  time.Duration
+		newFailure    bool
+		attempts      int32
+		events        []string
 	}
 	cases := map[string]struct {
 		obs  observed
@@ -74,14 +81,14 @@ func TestDecide(t *testing.T) {
 			want: want{requeueAfter: 2*time.Minute - time.Second},
 		},
 		"claim exists, no pod yet: Pending until the grace period ends": {
-			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: pvc},
+			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: fresh},
 			now:  admitted.Add(time.Minute),
 			want: want{phase: v1alpha1.BindingPhasePending, drainedReas: v1alpha1.DrainedReasonNotStarted, requeueAfter: time.Minute},
 		},
 		"first sight of a running pod: record it, release it, InUse": {
-			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: pvc, pod: pod(corev1.PodRunning, true)},
+			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: fresh, pod: pod(corev1.PodRunning, true)},
 			now:  admitted.Add(time.Second),
-			want: want{phase: v1alpha1.BindingPhaseInUse, drainedReas: v1alpha1.DrainedReasonNotStarted, recordPod: true, releasePod: true},
+			want: want{phase: v1alpha1.BindingPhaseInUse, drainedReas: v1alpha1.DrainedReasonNotStarted, recordPod: true, recordOnClaim: true, releasePod: true},
 		},
 		"a pending pod still counts as in use": {
 			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, pod: pod(corev1.PodPending, false)},
@@ -162,8 +169,23 @@ func TestDecide(t *testing.T) {
 			now:  failedAt.Add(time.Hour),
 			want: want{phase: v1alpha1.BindingPhaseDrained, finish: true},
 		},
-		"no pod within the grace period: reclaim the orphan without a Job": {
+		"a recorded pod not yet on the claim: record it there too": {
+			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: fresh, pod: pod(corev1.PodRunning, true)},
+			now:  admitted.Add(time.Second),
+			want: want{phase: v1alpha1.BindingPhaseInUse, drainedReas: v1alpha1.DrainedReasonNotStarted, recordOnClaim: true, releasePod: true},
+		},
+		"binding made again after its pod is gone: the claim names the pod, drain": {
 			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: pvc},
+			now:  admitted.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, recordPod: true, createJob: 1, attempts: 1, events: []string{v1alpha1.EventReasonDrainStarted}},
+		},
+		"no pod recorded, history unknown (no record on the claim): drain, never reclaim": {
+			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: legacy},
+			now:  admitted.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1, events: []string{v1alpha1.EventReasonDrainStarted}},
+		},
+		"no pod within the grace period: reclaim the orphan without a Job": {
+			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: fresh, claimUnused: true},
 			now:  admitted.Add(2 * time.Minute),
 			want: want{phase: v1alpha1.BindingPhaseOrphaned, drainedReas: v1alpha1.DrainedReasonNotNeeded, releaseClaim: true, deleteClaim: true, events: []string{v1alpha1.EventReasonOrphanReclaimed}},
 		},
@@ -191,7 +213,7 @@ func TestDecide(t *testing.T) {
 				events = append(events, e.reason)
 			}
 			got := want{
-				phase: p.status.Phase, recordPod: p.recordPod != nil, releasePod: p.releasePod,
+				phase: p.status.Phase, recordPod: p.recordPod != nil, recordOnClaim: p.recordOnClaim != nil, releasePod: p.releasePod,
 				createJob: p.createJob, deleteJobs: p.deleteJobs, releaseClaim: p.releaseClaim, deleteClaim: p.deleteClaim,
 				finish: p.finish, requeueAfter: p.requeueAfter, newFailure: p.newFailure, attempts: p.status.DrainAttempts, events: events,
 			}

@@ -212,6 +212,42 @@ var _ = Describe("Claim lifecycle", func() {
 		claimHeld(claim)
 	})
 
+	It("drains, never reclaims undrained, a used claim whose binding was lost after its pod was gone", func() {
+		// Issue 12, hole 1: the remade binding recorded no pod, so once the
+		// grace period passed the claim counted as an orphan and was
+		// deleted undrained, with the pod's data on it.
+		pod, claim := admit("app")
+		stop()
+		b := binding(claim)(Default)
+		b.Finalizers = nil
+		Expect(k8sClient.Update(ctx, b)).To(Succeed())
+		Expect(k8sClient.Delete(ctx, b)).To(Succeed())
+		Expect(k8sClient.Delete(ctx, pod)).To(Succeed())
+		Eventually(gone(pod)).Should(BeTrue())
+		Eventually(gone(b)).Should(BeTrue())
+
+		mgr, stop = startOperator()
+		job := drainJob(claim, 1)
+		Expect(binding(claim)(Default).Spec.Pod).To(Equal(v1alpha1.ObjectIdentity{Name: "app", UID: pod.UID}))
+		claimHeld(claim)
+		completeJob(ctx, job)
+		Eventually(claimReleased(claim)).Should(Succeed())
+	})
+
+	It("drains a claim whose history is unknown: no pod recorded on it and none left", func() {
+		// A claim left by an earlier version, without the record of its
+		// pod, and whose binding is lost: no proof that no pod used it.
+		name := objects.ClaimName(fpvc.Name)
+		c := objects.Claim(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutMiss, time.Now().Add(-time.Hour))
+		delete(c.Annotations, v1alpha1.UsedByPodAnnotationKey)
+		Expect(k8sClient.Create(ctx, c)).To(Succeed())
+
+		job := drainJob(name, 1)
+		claimHeld(name)
+		completeJob(ctx, job)
+		Eventually(claimReleased(name)).Should(Succeed())
+	})
+
 	It("drains the claim of a pod that Succeeded while its object is still there", func() {
 		pod, claim := admit("done")
 		updatePodStatus(ctx, pod, func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded })

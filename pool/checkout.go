@@ -59,6 +59,7 @@ func CheckedOut(c *corev1.PersistentVolumeClaim, admittedAt time.Time) *corev1.P
 	}
 	out.Annotations[v1alpha1.AdmittedAtAnnotationKey] = admittedAt.UTC().Format(time.RFC3339)
 	out.Annotations[v1alpha1.CheckoutAnnotationKey] = v1alpha1.CheckoutHit
+	out.Annotations[v1alpha1.UsedByPodAnnotationKey] = ""
 	controllerutil.AddFinalizer(out, v1alpha1.PVCProtectionFinalizer)
 	return out
 }
@@ -71,6 +72,7 @@ func Returned(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	delete(out.Labels, v1alpha1.BindingNameLabelKey)
 	delete(out.Annotations, v1alpha1.AdmittedAtAnnotationKey)
 	delete(out.Annotations, v1alpha1.CheckoutAnnotationKey)
+	delete(out.Annotations, v1alpha1.UsedByPodAnnotationKey)
 	controllerutil.RemoveFinalizer(out, v1alpha1.PVCProtectionFinalizer)
 	return out
 }

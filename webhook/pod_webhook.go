@@ -196,6 +196,9 @@ func (m *PodMutator) claimTaken(ctx context.Context, pod *corev1.Pod, dryRun boo
 	case !objects.Claimed(claim) || claim.Labels[v1alpha1.BindingNameLabelKey] != name || !claim.DeletionTimestamp.IsZero():
 		return "is not a claim handed out for a new pod", nil
 	}
+	if used, _ := objects.ClaimPod(claim); used.UID != "" {
+		return fmt.Sprintf("was used by pod %s", used.Name), nil
+	}
 	return "", nil
 }
 

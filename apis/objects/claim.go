@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -63,6 +64,7 @@ func Claim(fpvc *v1alpha1.FluentPVC, namespace, name, templateHash, checkout str
 			Annotations: map[string]string{
 				v1alpha1.AdmittedAtAnnotationKey: now.UTC().Format(time.RFC3339),
 				v1alpha1.CheckoutAnnotationKey:   checkout,
+				v1alpha1.UsedByPodAnnotationKey:  "",
 			},
 			Finalizers: []string{v1alpha1.PVCProtectionFinalizer},
 		},
@@ -89,4 +91,19 @@ func ClaimVolume(name, claimName string) corev1.Volume {
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName},
 		},
 	}
+}
+
+// ClaimPod is the pod recorded on claim as having used it, and whether the
+// claim's history is tracked at all: false for a claim without the
+// used-by-pod annotation (made by an earlier version). A tracked claim
+// with an empty identity was used by no pod the operator has seen.
+func ClaimPod(claim *corev1.PersistentVolumeClaim) (v1alpha1.ObjectIdentity, bool) {
+	v, tracked := claim.Annotations[v1alpha1.UsedByPodAnnotationKey]
+	name, uid, _ := strings.Cut(v, "/")
+	return v1alpha1.ObjectIdentity{Name: name, UID: types.UID(uid)}, tracked
+}
+
+// UsedByPod is the used-by-pod annotation's value for pod.
+func UsedByPod(pod v1alpha1.ObjectIdentity) string {
+	return pod.Name + "/" + string(pod.UID)
 }

@@ -4,9 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
@@ -67,6 +67,37 @@ func TestClaimed(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if got := Claimed(tc.claim); got != tc.want {
 				t.Errorf("Claimed = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestClaimPod(t *testing.T) {
+	withAnnotation := func(v *string) *corev1.PersistentVolumeClaim {
+		c := Claim(fixtures.MakeFluentPVC("f").Obj(), "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
+		if v == nil {
+			delete(c.Annotations, v1alpha1.UsedByPodAnnotationKey)
+		} else {
+			c.Annotations[v1alpha1.UsedByPodAnnotationKey] = *v
+		}
+		return c
+	}
+	pod := v1alpha1.ObjectIdentity{Name: "app", UID: "uid-1"}
+	recorded := UsedByPod(pod)
+	cases := map[string]struct {
+		claim       *corev1.PersistentVolumeClaim
+		wantPod     v1alpha1.ObjectIdentity
+		wantTracked bool
+	}{
+		"as handed out: tracked, no pod":       {claim: Claim(fixtures.MakeFluentPVC("f").Obj(), "ns", "f-abc", "h", v1alpha1.CheckoutHit, fixtures.Epoch), wantTracked: true},
+		"pod recorded":                         {claim: withAnnotation(&recorded), wantPod: pod, wantTracked: true},
+		"from an earlier version: not tracked": {claim: withAnnotation(nil)},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, tracked := ClaimPod(tc.claim)
+			if diff := cmp.Diff(tc.wantPod, got); diff != "" || tracked != tc.wantTracked {
+				t.Errorf("ClaimPod = %v, %v; want %v, %v", got, tracked, tc.wantPod, tc.wantTracked)
 			}
 		})
 	}

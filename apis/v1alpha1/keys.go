@@ -56,6 +56,15 @@ const (
 	// once the orphan grace period has passed since this time.
 	AdmittedAtAnnotationKey = keyPrefix + "admitted-at"
 
+	// UsedByPodAnnotationKey records on a claim the pod that used it, as
+	// "<name>/<uid>". The operator writes it before it lets the pod go, so
+	// that the record outlives the claim's binding. The webhook hands every
+	// claim out with the key present and empty: no pod recorded yet. A claim
+	// without the key (made by an earlier version) has an unknown history.
+	// A claim is reclaimed without draining only when the key is present
+	// and empty and no pod carries the claim; otherwise it is drained.
+	UsedByPodAnnotationKey = keyPrefix + "used-by-pod"
+
 	// CheckoutAnnotationKey records on a claim and its binding whether the
 	// claim came from the warm pool ("hit") or was created at admission ("miss").
 	CheckoutAnnotationKey = keyPrefix + "checkout"
