@@ -61,6 +61,12 @@ func kwokctlConfig(kubectl string, stages []string) string {
 	var b strings.Builder
 	b.WriteString("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokctlConfiguration\noptions:\n")
 	b.WriteString("  kubectlBinary: " + quote(kubectl) + "\n")
+	// OpenShift and other hardened clusters run this plugin: an owner
+	// reference that blocks its owner's deletion needs update on the
+	// owner's finalizers subresource. The e2e operator runs with the RBAC
+	// of config/default, so a missing verb fails a spec here first.
+	b.WriteString("componentsPatches:\n- name: kube-apiserver\n  extraArgs:\n")
+	b.WriteString("  - key: enable-admission-plugins\n    value: OwnerReferencesPermissionEnforcement\n")
 	for _, s := range stages {
 		b.WriteString("---\n")
 		b.WriteString(strings.TrimSpace(s))
