@@ -128,11 +128,36 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 		if slices.ContainsFunc(claimed.Items, func(c corev1.PersistentVolumeClaim) bool { return objects.Claimed(&c) }) {
 			return result, nil
 		}
+		// Another webhook replica, whose cache has not yet seen the deletion,
+		// may have just admitted a pod, and this cache may not show its claim
+		// or binding yet. Without the FluentPVC that binding could never be
+		// drained: only live reads may let it go.
+		if waiting, err := r.claimsWaitLive(ctx, f); err != nil || waiting {
+			return result, err
+		}
 		if err := removeFinalizer(ctx, r.Client, f, v1alpha1.FluentPVCProtectionFinalizer); err != nil {
 			return ctrl.Result{}, fmt.Errorf("removing the finalizer: %w", err)
 		}
 	}
 	return result, nil
+}
+
+// claimsWaitLive is true when a live read finds a binding or a claimed PVC
+// of f.
+func (r *FluentPVCReconciler) claimsWaitLive(ctx context.Context, f *v1alpha1.FluentPVC) (bool, error) {
+	ofF := client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name}
+	var bindings v1alpha1.FluentPVCBindingList
+	if err := r.apiReader.List(ctx, &bindings, ofF); err != nil {
+		return false, fmt.Errorf("listing bindings: %w", err)
+	}
+	if len(bindings.Items) > 0 {
+		return true, nil
+	}
+	var claimed corev1.PersistentVolumeClaimList
+	if err := r.apiReader.List(ctx, &claimed, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name, v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed}); err != nil {
+		return false, fmt.Errorf("listing claims: %w", err)
+	}
+	return slices.ContainsFunc(claimed.Items, func(c corev1.PersistentVolumeClaim) bool { return objects.Claimed(&c) }), nil
 }
 
 // statusCountsInterval is the shortest time between two status writes of a
