@@ -39,12 +39,7 @@ func TestReconcileJobCacheLag(t *testing.T) {
 	b.Status.DrainStartTime = &metav1.Time{Time: now.Add(-time.Second)}
 	running := objects.DrainJob(fpvc, b, 1)
 
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
+	scheme := newScheme(t)
 	byBindingLabel := func(obj client.Object) []string { return []string{obj.GetLabels()[v1alpha1.BindingNameLabelKey]} }
 	live := fake.NewClientBuilder().WithScheme(scheme).
 		WithObjects(fpvc, pvc, b, running).
@@ -78,4 +73,16 @@ func TestReconcileJobCacheLag(t *testing.T) {
 	if len(names) != 1 || names[0] != running.Name {
 		t.Errorf("drain Jobs = %v, want only %s", names, running.Name)
 	}
+}
+
+// newScheme is a scheme with the core kinds and this operator's.
+func newScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return scheme
 }

@@ -7,8 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -37,12 +35,7 @@ func TestReconcileDeletedFluentPVCStaleCache(t *testing.T) {
 		return objects.Claim(f, "ns", f.Name+"-abc", "h", v1alpha1.CheckoutMiss, now)
 	}
 
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
+	scheme := newScheme(t)
 	cases := map[string]struct {
 		objs          []client.Object
 		wantFinalizer bool
