@@ -388,7 +388,7 @@ func logDecisions(ctx context.Context, b *v1alpha1.FluentPVCBinding, p plan) {
 	}
 	for _, e := range p.events {
 		if e.reason == v1alpha1.EventReasonClaimLost || e.reason == v1alpha1.EventReasonFluentPVCMissing {
-			log.Info(e.message, "reason", e.reason)
+			log.Info("claim waits for the user", "reason", e.reason, "detail", e.message)
 		}
 	}
 }
