@@ -190,10 +190,18 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 		// Never conclude from the cache alone that a claim is gone.
 		err = r.apiReader.Get(ctx, key, pvc)
 	}
+	if err == nil && !objects.SameCheckout(b, pvc) && (b.Spec.PVC.UID == "" || pvc.UID == b.Spec.PVC.UID) {
+		// The cache may lag behind a binding made from a live read of its
+		// claim: only a live read may say the checkout is over.
+		err = r.apiReader.Get(ctx, key, pvc)
+	}
 	switch {
 	case err == nil:
-		if b.Spec.PVC.UID == "" || pvc.UID == b.Spec.PVC.UID {
+		switch {
+		case objects.SameCheckout(b, pvc):
 			o.pvc = pvc
+		case b.Spec.PVC.UID == "" || pvc.UID == b.Spec.PVC.UID:
+			o.checkoutOver = true
 		}
 	case !apierrors.IsNotFound(err):
 		return o, fmt.Errorf("reading PVC %s: %w", key, err)
@@ -296,20 +304,20 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl
 		}
 	}
 	if p.releaseClaim && o.pvc != nil {
-		if err := removeFinalizer(ctx, r.Client, o.pvc, v1alpha1.PVCProtectionFinalizer); err != nil {
-			return ctrl.Result{}, fmt.Errorf("releasing PVC %s: %w", o.pvc.Name, err)
+		if err := r.letGo(ctx, b, o.pvc, releaseClaim); err != nil {
+			return ctrl.Result{}, err
 		}
 	}
 	if p.returnClaim && o.pvc != nil {
-		if err := r.Update(ctx, pool.Returned(o.pvc)); err != nil {
-			return ctrl.Result{}, fmt.Errorf("returning PVC %s to the pool: %w", o.pvc.Name, err)
+		if err := r.letGo(ctx, b, o.pvc, returnClaim); err != nil {
+			return ctrl.Result{}, err
 		}
 		o.pvc = nil // no longer this binding's claim
 		p.finish = true
 	}
 	if p.deleteClaim && o.pvc != nil && o.pvc.DeletionTimestamp.IsZero() {
-		if err := r.Delete(ctx, o.pvc, client.Preconditions{UID: &o.pvc.UID}); client.IgnoreNotFound(err) != nil {
-			return ctrl.Result{}, fmt.Errorf("deleting PVC %s: %w", o.pvc.Name, err)
+		if err := r.letGo(ctx, b, o.pvc, deleteClaim); err != nil {
+			return ctrl.Result{}, err
 		}
 	}
 
@@ -354,7 +362,9 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl
 			return ctrl.Result{}, fmt.Errorf("releasing the binding: %w", err)
 		}
 		if b.DeletionTimestamp.IsZero() {
-			if err := r.Delete(ctx, b); client.IgnoreNotFound(err) != nil {
+			// Its successor of the same name, made for the claim's next
+			// checkout, is not this binding.
+			if err := r.Delete(ctx, b, client.Preconditions{UID: &b.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 				return ctrl.Result{}, fmt.Errorf("deleting the binding: %w", err)
 			}
 		}
@@ -380,6 +390,9 @@ func logDecisions(ctx context.Context, b *v1alpha1.FluentPVCBinding, p plan) {
 	if p.drained {
 		log.V(1).Info("claim drained; deleting it", "job", p.status.DrainJobName)
 	}
+	if p.checkoutOver {
+		log.V(1).Info("the claim went back to the pool and was handed out again: this binding's record is done")
+	}
 	if p.orphaned {
 		log.V(1).Info("no pod appeared within the grace period: claim reclaimed undrained", "returnedToPool", p.returnClaim)
 	}
@@ -391,6 +404,42 @@ func logDecisions(ctx context.Context, b *v1alpha1.FluentPVCBinding, p plan) {
 			log.Info("claim waits for the user", "reason", e.reason, "detail", e.message)
 		}
 	}
+}
+
+// claimWrite is one of the three writes that let go of a claim.
+type claimWrite string
+
+const (
+	// releaseClaim removes the claim's finalizer, so that it may be deleted.
+	releaseClaim claimWrite = "release"
+	// returnClaim gives the claim back to the warm pool.
+	returnClaim claimWrite = "return to the pool"
+	// deleteClaim deletes the (released) claim.
+	deleteClaim claimWrite = "delete"
+)
+
+// letGo is the one place where a binding lets go of its claim. Every such
+// write is conditioned on the claim being the checkout b records (its UID
+// and checkout token, see objects.SameCheckout) and on the resourceVersion
+// pvc was read at, so that a stale binding or a stale read fails instead of
+// taking a claim that another pod holds now.
+func (r *BindingReconciler) letGo(ctx context.Context, b *v1alpha1.FluentPVCBinding, pvc *corev1.PersistentVolumeClaim, w claimWrite) error {
+	if !objects.SameCheckout(b, pvc) {
+		return fmt.Errorf("refusing to %s claim %s: it is no longer the checkout binding %s records", w, pvc.Name, b.Name)
+	}
+	var err error
+	switch w {
+	case releaseClaim:
+		err = removeFinalizer(ctx, r.Client, pvc, v1alpha1.PVCProtectionFinalizer)
+	case returnClaim:
+		err = r.Update(ctx, pool.Returned(pvc))
+	case deleteClaim:
+		err = client.IgnoreNotFound(r.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID, ResourceVersion: &pvc.ResourceVersion}))
+	}
+	if err != nil {
+		return fmt.Errorf("%s claim %s: %w", w, pvc.Name, err)
+	}
+	return nil
 }
 
 // removeFinalizer removes finalizer from obj with an optimistic-lock patch.

@@ -5,8 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -19,6 +22,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -40,7 +44,6 @@ func TestReconcileJobCacheLag(t *testing.T) {
 	running := objects.DrainJob(fpvc, b, 1)
 
 	scheme := newScheme(t)
-	byBindingLabel := func(obj client.Object) []string { return []string{obj.GetLabels()[v1alpha1.BindingNameLabelKey]} }
 	live := fake.NewClientBuilder().WithScheme(scheme).
 		WithObjects(fpvc, pvc, b, running).
 		WithStatusSubresource(&v1alpha1.FluentPVCBinding{}).
@@ -85,4 +88,73 @@ func newScheme(t *testing.T) *runtime.Scheme {
 		}
 	}
 	return scheme
+}
+
+// TestReconcileStaleBindingAfterReturn reconciles a binding whose claim went
+// back to the pool (issue 12, hole 2): the binding outlived the return, by
+// a SIGKILL between the return and its removal or by cache lag. The claim,
+// whatever became of it since, must be left alone, and the binding end.
+func TestReconcileStaleBindingAfterReturn(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	fpvc := fixtures.MakeFluentPVC("f").PoolSize(3).Obj()
+	hash := pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate)
+	first := objects.Claim(fpvc, "ns", "f-abc", hash, v1alpha1.CheckoutHit, fixtures.Epoch)
+	first.UID = "pvc-uid"
+	stale := objects.Binding(first, fpvc.UID)
+	stale.UID = "stale-binding-uid"
+	stale.Status.Phase = v1alpha1.BindingPhasePending
+	returned := pool.Returned(first)
+
+	cases := map[string]struct {
+		claim *corev1.PersistentVolumeClaim
+	}{
+		"back in the pool":                           {claim: returned},
+		"checked out again, its pod not created yet": {claim: pool.CheckedOut(returned, now)},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			claim := tc.claim.DeepCopy()
+			live := fake.NewClientBuilder().WithScheme(newScheme(t)).
+				WithObjects(fpvc, claim, stale.DeepCopy()).
+				WithStatusSubresource(&v1alpha1.FluentPVCBinding{}).
+				WithIndex(&corev1.Pod{}, podBindingIndex, byBindingLabel).
+				WithIndex(&batchv1.Job{}, jobBindingIndex, byBindingLabel).
+				Build()
+			r := NewBindingReconciler(live, live, events.NewFakeRecorder(10), clocktesting.NewFakePassiveClock(now),
+				Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute})
+			ctx := context.Background()
+			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(stale)}); err != nil {
+				t.Fatalf("Reconcile: %v", err)
+			}
+
+			got := &corev1.PersistentVolumeClaim{}
+			if err := live.Get(ctx, client.ObjectKeyFromObject(claim), got); err != nil {
+				t.Fatalf("the claim is gone: %v", err)
+			}
+			if diff := cmp.Diff(claim.Labels, got.Labels); diff != "" {
+				t.Errorf("claim labels changed (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(claim.Annotations, got.Annotations, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("claim annotations changed (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(claim.Finalizers, got.Finalizers, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("claim finalizers changed (-want +got):\n%s", diff)
+			}
+			var jobs batchv1.JobList
+			if err := live.List(ctx, &jobs); err != nil {
+				t.Fatal(err)
+			}
+			if len(jobs.Items) != 0 {
+				t.Errorf("%d drain Jobs were created for a claim that is not the binding's", len(jobs.Items))
+			}
+			err := live.Get(ctx, client.ObjectKeyFromObject(stale), &v1alpha1.FluentPVCBinding{})
+			if !apierrors.IsNotFound(err) {
+				t.Errorf("the stale binding is still there (err %v)", err)
+			}
+		})
+	}
+}
+
+func byBindingLabel(obj client.Object) []string {
+	return []string{obj.GetLabels()[v1alpha1.BindingNameLabelKey]}
 }

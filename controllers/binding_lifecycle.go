@@ -37,6 +37,10 @@ type observed struct {
 	// live list finds no pod carrying it. Read only once the orphan grace
 	// period is over; false means keep and drain.
 	claimUnused bool
+	// checkoutOver is true when the claim the binding records went back to
+	// the pool and carries another checkout's token (or none): it is no
+	// longer this binding's, and pvc is nil.
+	checkoutOver bool
 	// podUncached is true when pod was read live because the cache did not
 	// hold it: its opt-in label was removed, so no event tells when it ends.
 	podUncached bool
@@ -69,6 +73,8 @@ type plan struct {
 	returnClaim bool
 	// finish removes the binding's finalizer and deletes it.
 	finish bool
+	// checkoutOver: the binding finishes because its checkout ended.
+	checkoutOver bool
 	// requeueAfter is set for timers: a grace period or a backoff.
 	requeueAfter time.Duration
 
@@ -92,6 +98,14 @@ func decide(o observed, now time.Time, opts Options) plan {
 	p := plan{status: *b.Status.DeepCopy()}
 	p.status.ObservedGeneration = b.Generation
 	gen := b.Generation
+
+	// The claim went back to the pool after this binding's checkout ended:
+	// it and any pod carrying it now belong to another checkout, with its
+	// own binding. Record nothing and release nothing.
+	if o.checkoutOver {
+		p.checkoutOver, p.finish = true, true
+		return p
+	}
 
 	pod := o.pod
 	if pod != nil && b.Spec.Pod.UID != "" && pod.UID != b.Spec.Pod.UID {

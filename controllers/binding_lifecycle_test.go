@@ -204,6 +204,16 @@ func TestDecide(t *testing.T) {
 			now:  admitted.Add(time.Hour),
 			want: want{finish: true, events: []string{v1alpha1.EventReasonClaimLost}},
 		},
+		"claim back in the pool after this checkout: finish quietly, touch nothing": {
+			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, checkoutOver: true},
+			now:  admitted.Add(time.Hour),
+			want: want{finish: true},
+		},
+		"claim checked out again while its next pod runs: finish quietly, leave the pod": {
+			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, checkoutOver: true, pod: pod(corev1.PodRunning, true)},
+			now:  admitted.Add(time.Hour),
+			want: want{finish: true},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
 
@@ -60,6 +61,7 @@ func CheckedOut(c *corev1.PersistentVolumeClaim, admittedAt time.Time) *corev1.P
 	out.Annotations[v1alpha1.AdmittedAtAnnotationKey] = admittedAt.UTC().Format(time.RFC3339)
 	out.Annotations[v1alpha1.CheckoutAnnotationKey] = v1alpha1.CheckoutHit
 	out.Annotations[v1alpha1.UsedByPodAnnotationKey] = ""
+	out.Annotations[v1alpha1.CheckoutIDAnnotationKey] = objects.NewCheckoutID()
 	controllerutil.AddFinalizer(out, v1alpha1.PVCProtectionFinalizer)
 	return out
 }
@@ -73,6 +75,7 @@ func Returned(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	delete(out.Annotations, v1alpha1.AdmittedAtAnnotationKey)
 	delete(out.Annotations, v1alpha1.CheckoutAnnotationKey)
 	delete(out.Annotations, v1alpha1.UsedByPodAnnotationKey)
+	delete(out.Annotations, v1alpha1.CheckoutIDAnnotationKey)
 	controllerutil.RemoveFinalizer(out, v1alpha1.PVCProtectionFinalizer)
 	return out
 }

@@ -23,6 +23,7 @@ func Binding(claim *corev1.PersistentVolumeClaim, fpvcUID types.UID) *v1alpha1.F
 			Annotations: map[string]string{
 				v1alpha1.AdmittedAtAnnotationKey: claim.Annotations[v1alpha1.AdmittedAtAnnotationKey],
 				v1alpha1.CheckoutAnnotationKey:   claim.Annotations[v1alpha1.CheckoutAnnotationKey],
+				v1alpha1.CheckoutIDAnnotationKey: claim.Annotations[v1alpha1.CheckoutIDAnnotationKey],
 			},
 			Finalizers: []string{v1alpha1.BindingProtectionFinalizer},
 		},

@@ -17,6 +17,7 @@ func TestBindingFor(t *testing.T) {
 	fpvc.UID = "fpvc-uid"
 	claim := Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutHit, fixtures.Epoch)
 	claim.UID = "claim-uid"
+	claim.Annotations[v1alpha1.CheckoutIDAnnotationKey] = "token"
 	want := &v1alpha1.FluentPVCBinding{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "f-abc", Namespace: "ns",
@@ -24,6 +25,7 @@ func TestBindingFor(t *testing.T) {
 			Annotations: map[string]string{
 				v1alpha1.AdmittedAtAnnotationKey: fixtures.Epoch.UTC().Format(time.RFC3339),
 				v1alpha1.CheckoutAnnotationKey:   v1alpha1.CheckoutHit,
+				v1alpha1.CheckoutIDAnnotationKey: "token",
 			},
 			Finalizers: []string{v1alpha1.BindingProtectionFinalizer},
 		},

@@ -65,11 +65,45 @@ func Claim(fpvc *v1alpha1.FluentPVC, namespace, name, templateHash, checkout str
 				v1alpha1.AdmittedAtAnnotationKey: now.UTC().Format(time.RFC3339),
 				v1alpha1.CheckoutAnnotationKey:   checkout,
 				v1alpha1.UsedByPodAnnotationKey:  "",
+				v1alpha1.CheckoutIDAnnotationKey: NewCheckoutID(),
 			},
 			Finalizers: []string{v1alpha1.PVCProtectionFinalizer},
 		},
 		Spec: *fpvc.Spec.PVCSpecTemplate.DeepCopy(),
 	}
+}
+
+// checkoutIDLen is the length of a checkout token: 16 characters from
+// utilrand's 27-letter alphabet, about 76 bits.
+const checkoutIDLen = 16
+
+// NewCheckoutID is a fresh token for one checkout of a claim (see
+// v1alpha1.CheckoutIDAnnotationKey).
+func NewCheckoutID() string {
+	return utilrand.String(checkoutIDLen)
+}
+
+// SameCheckout is true when claim is still the checkout that binding b
+// records: the claim b recorded (its UID, once known), not back in the
+// pool, not labelled for another binding, and carrying b's checkout token.
+// A binding without a token (made by an earlier version) is matched
+// without it. A false result means that b's checkout is over: the claim
+// went back to the pool, the only writer that removes the token, and may
+// have been handed to another pod since, so b must neither release,
+// return nor delete it. A claim whose binding label was removed by hand
+// still matches: no other checkout can hold it, and it keeps its drain.
+func SameCheckout(b *v1alpha1.FluentPVCBinding, claim *corev1.PersistentVolumeClaim) bool {
+	if b.Spec.PVC.UID != "" && claim.UID != b.Spec.PVC.UID {
+		return false
+	}
+	if claim.Labels[v1alpha1.ClaimRoleLabelKey] == v1alpha1.ClaimRoleWarm {
+		return false
+	}
+	if l := claim.Labels[v1alpha1.BindingNameLabelKey]; l != "" && l != b.Name {
+		return false
+	}
+	id, ok := b.Annotations[v1alpha1.CheckoutIDAnnotationKey]
+	return !ok || id == claim.Annotations[v1alpha1.CheckoutIDAnnotationKey]
 }
 
 // Claimed is true when claim is a pod's claim that needs a binding: claimed

@@ -102,3 +102,66 @@ func TestClaimPod(t *testing.T) {
 		})
 	}
 }
+
+func TestSameCheckout(t *testing.T) {
+	fpvc := fixtures.MakeFluentPVC("f").Obj()
+	claim := Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
+	claim.UID = "pvc-uid"
+	b := Binding(claim, fpvc.UID)
+	with := func(mutate func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
+		c := claim.DeepCopy()
+		mutate(c)
+		return c
+	}
+	// What pool.Returned does to a claim.
+	returned := func(c *corev1.PersistentVolumeClaim) {
+		c.Labels[v1alpha1.ClaimRoleLabelKey] = v1alpha1.ClaimRoleWarm
+		delete(c.Labels, v1alpha1.BindingNameLabelKey)
+		delete(c.Annotations, v1alpha1.CheckoutIDAnnotationKey)
+	}
+	legacy := b.DeepCopy()
+	delete(legacy.Annotations, v1alpha1.CheckoutIDAnnotationKey)
+	cases := map[string]struct {
+		binding *v1alpha1.FluentPVCBinding
+		claim   *corev1.PersistentVolumeClaim
+		want    bool
+	}{
+		"the claim it was made from": {b, claim, true},
+		"checked out again: another token": {b, with(func(c *corev1.PersistentVolumeClaim) {
+			c.Annotations[v1alpha1.CheckoutIDAnnotationKey] = "another"
+		}), false},
+		"back in the pool":          {b, with(returned), false},
+		"another object, same name": {b, with(func(c *corev1.PersistentVolumeClaim) { c.UID = "other-uid" }), false},
+		"labelled for another binding": {b, with(func(c *corev1.PersistentVolumeClaim) {
+			c.Labels[v1alpha1.BindingNameLabelKey] = "f-xyz"
+		}), false},
+		"binding label removed by hand: still drained under its binding": {b, with(func(c *corev1.PersistentVolumeClaim) {
+			delete(c.Labels, v1alpha1.BindingNameLabelKey)
+		}), true},
+		"checked out again by an earlier version: token gone": {b, with(func(c *corev1.PersistentVolumeClaim) {
+			delete(c.Annotations, v1alpha1.CheckoutIDAnnotationKey)
+		}), false},
+		"binding from an earlier version":                         {legacy, claim, true},
+		"binding from an earlier version, claim back in the pool": {legacy, with(returned), false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := SameCheckout(tc.binding, tc.claim); got != tc.want {
+				t.Errorf("SameCheckout = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestClaimTokens(t *testing.T) {
+	fpvc := fixtures.MakeFluentPVC("f").Obj()
+	a := Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
+	c := Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
+	ta, tc := a.Annotations[v1alpha1.CheckoutIDAnnotationKey], c.Annotations[v1alpha1.CheckoutIDAnnotationKey]
+	if len(ta) != checkoutIDLen || ta == tc {
+		t.Errorf("checkout tokens %q and %q: want two different tokens of %d characters", ta, tc, checkoutIDLen)
+	}
+	if got := Binding(a, fpvc.UID).Annotations[v1alpha1.CheckoutIDAnnotationKey]; got != ta {
+		t.Errorf("binding's token = %q, want the claim's %q", got, ta)
+	}
+}

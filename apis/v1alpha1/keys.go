@@ -65,6 +65,16 @@ const (
 	// and empty and no pod carries the claim; otherwise it is drained.
 	UsedByPodAnnotationKey = keyPrefix + "used-by-pod"
 
+	// CheckoutIDAnnotationKey is a random token that names one checkout of a
+	// claim: the webhook writes a new one each time it hands the claim to a
+	// pod, and the binding made for that pod copies it. A warm PVC that went
+	// back to the pool keeps its name and UID, so only this token tells its
+	// next checkout from the one a stale binding remembers. The operator
+	// releases, returns or deletes a claim only under a binding whose token
+	// is the claim's. A binding made by an earlier version has none and is
+	// matched by the claim's UID alone.
+	CheckoutIDAnnotationKey = keyPrefix + "checkout-id"
+
 	// CheckoutAnnotationKey records on a claim and its binding whether the
 	// claim came from the warm pool ("hit") or was created at admission ("miss").
 	CheckoutAnnotationKey = keyPrefix + "checkout"
