@@ -151,7 +151,13 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 	o := observed{binding: b}
 
 	fpvc := &v1alpha1.FluentPVC{}
-	switch err := r.Get(ctx, client.ObjectKey{Name: b.Spec.FluentPVC.Name}, fpvc); {
+	err := r.Get(ctx, client.ObjectKey{Name: b.Spec.FluentPVC.Name}, fpvc)
+	if apierrors.IsNotFound(err) {
+		// A FluentPVC missing for long lets its claims go: never on the
+		// word of a cache that may not have seen it made again.
+		err = r.apiReader.Get(ctx, client.ObjectKey{Name: b.Spec.FluentPVC.Name}, fpvc)
+	}
+	switch {
 	case err == nil:
 		o.fluentPVC = fpvc
 	case !apierrors.IsNotFound(err):
@@ -185,7 +191,7 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 
 	pvc := &corev1.PersistentVolumeClaim{}
 	key := client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.PVC.Name}
-	err := r.Get(ctx, key, pvc)
+	err = r.Get(ctx, key, pvc)
 	if apierrors.IsNotFound(err) {
 		// Never conclude from the cache alone that a claim is gone.
 		err = r.apiReader.Get(ctx, key, pvc)
@@ -341,8 +347,13 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl
 	if p.orphaned {
 		orphansReclaimed.WithLabelValues(fpvcName).Inc()
 	}
-	if p.abandoned {
+	if p.abandoned || p.releasedUndrained {
 		claimsAbandoned.WithLabelValues(fpvcName).Inc()
+	}
+	if p.releasedUndrained && o.pvc != nil {
+		// The binding goes away; the claim it let go of stays, for the user.
+		r.recorder.Eventf(o.pvc, b, corev1.EventTypeWarning, v1alpha1.EventReasonReleasedUndrained, v1alpha1.EventReasonReleasedUndrained,
+			"FluentPVC %s stayed gone for %s: fluent-pvc-operator let go of this claim without draining it; drain and delete it by hand", b.Spec.FluentPVC.Name, r.opts.FluentPVCMissingTimeout)
 	}
 
 	for _, e := range p.events {
@@ -398,6 +409,9 @@ func logDecisions(ctx context.Context, b *v1alpha1.FluentPVCBinding, p plan) {
 	}
 	if p.abandoned {
 		log.Info("namespace is being deleted: claim released undrained", "namespace", b.Namespace)
+	}
+	if p.releasedUndrained {
+		log.Info("FluentPVC stayed gone: claim let go of undrained and kept", "fluentPVC", b.Spec.FluentPVC.Name)
 	}
 	for _, e := range p.events {
 		if e.reason == v1alpha1.EventReasonClaimLost || e.reason == v1alpha1.EventReasonFluentPVCMissing {

@@ -80,8 +80,9 @@ type plan struct {
 
 	// events to send once the status is written.
 	events []note
-	// observe metrics: a new Job failure, a finished drain, a reclaimed orphan.
-	newFailure, drained, orphaned, abandoned bool
+	// observe metrics: a new Job failure, a finished drain, a reclaimed
+	// orphan, a claim let go of undrained for its namespace or its FluentPVC.
+	newFailure, drained, orphaned, abandoned, releasedUndrained bool
 }
 
 type note struct {
@@ -272,14 +273,8 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 	if p.status.DrainStartTime == nil {
 		p.status.DrainStartTime = &metav1.Time{Time: now}
 	}
-	if o.fluentPVC == nil {
-		setDrained(metav1.ConditionFalse, v1alpha1.EventReasonFluentPVCMissing,
-			fmt.Sprintf("FluentPVC %s is gone, so no finalizer Job can be built; recreate it to drain the claim", b.Spec.FluentPVC.Name))
-		if !conditionHasReason(b.Status.Conditions, v1alpha1.BindingConditionDrained, v1alpha1.EventReasonFluentPVCMissing) {
-			p.events = append(p.events, note{warning: true, reason: v1alpha1.EventReasonFluentPVCMissing,
-				message: fmt.Sprintf("FluentPVC %s is gone: recreate it so that claim %s can be drained", b.Spec.FluentPVC.Name, b.Spec.PVC.Name)})
-		}
-		return
+	if o.fluentPVC != nil {
+		p.status.FluentPVCMissingSince = nil
 	}
 
 	switch {
@@ -310,11 +305,51 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 		p.createJob = attempts + 1
 		p.deleteJobs = []string{current.Name}
 	}
+	if o.fluentPVC == nil {
+		// A Job is due, but its template went with the FluentPVC.
+		p.createJob, p.deleteJobs = 0, nil
+		decideFluentPVCMissing(o, now, opts, p)
+		return
+	}
 	p.status.DrainAttempts = p.createJob
 	p.status.DrainJobName = objects.DrainJobName(b.Name, p.createJob)
 	setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonRunning, fmt.Sprintf("finalizer Job %s (attempt %d) runs", p.status.DrainJobName, p.createJob))
 	p.events = append(p.events, note{reason: v1alpha1.EventReasonDrainStarted,
 		message: fmt.Sprintf("started finalizer Job %s (attempt %d) for claim %s", p.status.DrainJobName, p.createJob, b.Spec.PVC.Name)})
+}
+
+// decideFluentPVCMissing is a drain that needs a Job whose template went
+// with the FluentPVC. Its finalizer keeps a FluentPVC while bindings
+// drain, so only a finalizer removed by hand gets here. The binding waits
+// for the FluentPVC to be made again, but not forever: then it lets go of
+// the claim, which is kept with its data.
+func decideFluentPVCMissing(o observed, now time.Time, opts Options, p *plan) {
+	b := o.binding
+	setDrained := func(status metav1.ConditionStatus, reason, msg string) {
+		setCondition(&p.status, v1alpha1.BindingConditionDrained, status, reason, msg, b.Generation, now)
+	}
+	if p.status.FluentPVCMissingSince == nil {
+		p.status.FluentPVCMissingSince = &metav1.Time{Time: now}
+	}
+	left := p.status.FluentPVCMissingSince.Add(opts.FluentPVCMissingTimeout).Sub(now)
+	if left <= 0 {
+		p.status.Phase = v1alpha1.BindingPhaseAbandoned
+		setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonReleasedUndrained,
+			fmt.Sprintf("FluentPVC %s stayed gone for %s: the claim was let go of undrained and kept", b.Spec.FluentPVC.Name, opts.FluentPVCMissingTimeout))
+		p.releasedUndrained = true
+		p.events = append(p.events, note{warning: true, reason: v1alpha1.EventReasonReleasedUndrained,
+			message: fmt.Sprintf("FluentPVC %s stayed gone for %s, so no finalizer Job could drain claim %s: the operator let go of it undrained; the PVC and its data are kept for you to drain and delete", b.Spec.FluentPVC.Name, opts.FluentPVCMissingTimeout, b.Spec.PVC.Name)})
+		p.releaseClaim, p.finish = true, true
+		return
+	}
+	setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonFluentPVCMissing,
+		fmt.Sprintf("FluentPVC %s is gone, so no finalizer Job can be built; recreate it before %s to drain the claim",
+			b.Spec.FluentPVC.Name, p.status.FluentPVCMissingSince.Add(opts.FluentPVCMissingTimeout).UTC().Format(time.RFC3339)))
+	if !conditionHasReason(b.Status.Conditions, v1alpha1.BindingConditionDrained, v1alpha1.DrainedReasonFluentPVCMissing) {
+		p.events = append(p.events, note{warning: true, reason: v1alpha1.EventReasonFluentPVCMissing,
+			message: fmt.Sprintf("FluentPVC %s is gone: recreate it within %s so that claim %s can be drained; after that the claim is let go of undrained", b.Spec.FluentPVC.Name, opts.FluentPVCMissingTimeout, b.Spec.PVC.Name)})
+	}
+	p.requeueAfter = left
 }
 
 // backoff is how long to wait after the attempt-th failed Job: the base,

@@ -16,7 +16,7 @@ import (
 )
 
 func TestDecide(t *testing.T) {
-	opts := Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute}
+	opts := Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute, FluentPVCMissingTimeout: time.Hour}
 	admitted := fixtures.Epoch
 	fpvc := fixtures.MakeFluentPVC("f").Obj()
 	claim := "f-abc"
@@ -197,7 +197,33 @@ func TestDecide(t *testing.T) {
 		"FluentPVC gone while draining: wait for it, with a warning": {
 			obs:  observed{binding: mkBinding(recorded), pvc: pvc},
 			now:  admitted.Add(time.Hour),
-			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.EventReasonFluentPVCMissing, events: []string{v1alpha1.EventReasonFluentPVCMissing}},
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonFluentPVCMissing, requeueAfter: time.Hour, events: []string{v1alpha1.EventReasonFluentPVCMissing}},
+		},
+		"FluentPVC gone for less than the timeout: keep waiting, no second warning": {
+			obs: observed{binding: mkBinding(func(b *v1alpha1.FluentPVCBinding) {
+				recorded(b)
+				b.Status.FluentPVCMissingSince = &metav1.Time{Time: admitted.Add(time.Hour)}
+				setCondition(&b.Status, v1alpha1.BindingConditionDrained, metav1.ConditionFalse, v1alpha1.DrainedReasonFluentPVCMissing, "", 0, admitted)
+			}), pvc: pvc},
+			now:  admitted.Add(90 * time.Minute),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonFluentPVCMissing, requeueAfter: 30 * time.Minute},
+		},
+		"FluentPVC gone past the timeout: let go of the claim undrained, keep it, warn": {
+			obs: observed{binding: mkBinding(func(b *v1alpha1.FluentPVCBinding) {
+				recorded(b)
+				b.Status.FluentPVCMissingSince = &metav1.Time{Time: admitted.Add(time.Hour)}
+			}), pvc: pvc},
+			now: admitted.Add(2 * time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseAbandoned, drainedReas: v1alpha1.DrainedReasonReleasedUndrained, releaseClaim: true, finish: true,
+				events: []string{v1alpha1.EventReasonReleasedUndrained}},
+		},
+		"FluentPVC made again after it was missing: drain": {
+			obs: observed{binding: mkBinding(func(b *v1alpha1.FluentPVCBinding) {
+				recorded(b)
+				b.Status.FluentPVCMissingSince = &metav1.Time{Time: admitted.Add(time.Hour)}
+			}), fluentPVC: fpvc, pvc: pvc},
+			now:  admitted.Add(2 * time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1, events: []string{v1alpha1.EventReasonDrainStarted}},
 		},
 		"claim lost while in use: finish with a warning": {
 			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pod: pod(corev1.PodRunning, false)},

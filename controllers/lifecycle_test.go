@@ -348,6 +348,31 @@ var _ = Describe("Claim lifecycle", func() {
 		Eventually(claimReleased(claim)).Should(Succeed())
 	})
 
+	It("lets go of a claim whose FluentPVC's finalizer was stripped, once the timeout passes, keeping the PVC", func() {
+		pod, claim := admit("stripped")
+		Expect(k8sClient.Delete(ctx, pod)).To(Succeed())
+		drainJob(claim, 1)
+		// The FluentPVC is removed by force: its finalizer stripped by hand.
+		f := &v1alpha1.FluentPVC{}
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(fpvc), f)).To(Succeed())
+		f.Finalizers = nil
+		Expect(k8sClient.Update(ctx, f)).To(Succeed())
+		Expect(k8sClient.Delete(ctx, f)).To(Succeed())
+		Eventually(gone(f)).Should(BeTrue())
+		// The running Job needs no template; a retry does.
+		failJob(ctx, drainJob(claim, 1))
+
+		Eventually(func() []string { return eventReasons(claim) }).Should(ContainElement(v1alpha1.EventReasonFluentPVCMissing))
+		Eventually(func(g Gomega) {
+			pvc := &corev1.PersistentVolumeClaim{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, pvc)).To(Succeed())
+			g.Expect(pvc.Finalizers).NotTo(ContainElement(v1alpha1.PVCProtectionFinalizer))
+			g.Expect(pvc.DeletionTimestamp).To(BeNil(), "the undrained claim is kept for the user")
+		}).WithTimeout(fixtures.LongTimeout).Should(Succeed())
+		Eventually(gone(&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}})).Should(BeTrue())
+		Eventually(func() []string { return eventReasons(claim) }).Should(ContainElement(v1alpha1.EventReasonReleasedUndrained))
+	})
+
 	It("finishes a drain after a restart with exactly one Job", func() {
 		pod, claim := admit("restart")
 		Expect(k8sClient.Delete(ctx, pod)).To(Succeed())

@@ -32,6 +32,10 @@ type Options struct {
 	// between failed finalizer Jobs.
 	DrainBackoffBase time.Duration
 	DrainBackoffMax  time.Duration
+	// FluentPVCMissingTimeout is how long a binding that must drain waits
+	// for its deleted FluentPVC to come back before it lets go of its claim
+	// undrained. The PVC itself, with its data, is kept.
+	FluentPVCMissingTimeout time.Duration
 	// BinderImage is the image of the pool's binder Jobs.
 	BinderImage string
 	// PoolBindMode is how warm PVCs of WaitForFirstConsumer classes get
@@ -47,6 +51,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.OrphanGracePeriod, "orphan-grace-period", 2*time.Minute, "How long a claim waits for its pod to appear before it is reclaimed without draining.")
 	fs.DurationVar(&o.DrainBackoffBase, "drain-backoff-base", 10*time.Second, "Wait before retrying a failed finalizer Job; doubles with each failure.")
 	fs.DurationVar(&o.DrainBackoffMax, "drain-backoff-max", 10*time.Minute, "Longest wait between finalizer Job attempts.")
+	fs.DurationVar(&o.FluentPVCMissingTimeout, "fluentpvc-missing-timeout", time.Hour, "How long a claim that must be drained waits for its deleted FluentPVC (and so its finalizer Job template) to be recreated before the operator lets go of it undrained. The PVC and its data are kept, with a Warning Event, for the user to drain by hand.")
 	fs.StringVar(&o.BinderImage, "binder-image", "registry.k8s.io/pause:3.10", "Image of the short-lived pods that bind warm PVCs of WaitForFirstConsumer StorageClasses.")
 	fs.StringVar(&o.PoolBindMode, "pool-bind-mode", PoolBindSelectNode, "How warm PVCs of WaitForFirstConsumer StorageClasses get their volumes: \""+PoolBindSelectNode+"\" names a Ready, untainted node (spread over zones) on the PVC so that the provisioner starts at once; \""+PoolBindBinderJob+"\" runs a binder Job per PVC and lets the scheduler choose, slower but aware of everything the scheduler checks (e.g. CSI storage capacity).")
 	fs.DurationVar(&o.PoolIdleNamespaceTTL, "pool-idle-namespace-ttl", time.Hour, "How long a namespace learned from admissions keeps its warm pool without a new admission.")

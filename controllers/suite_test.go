@@ -31,12 +31,13 @@ import (
 
 // Short timers so that grace periods and backoffs pass within a spec.
 var testOptions = controllers.Options{
-	OrphanGracePeriod:    3 * time.Second,
-	DrainBackoffBase:     time.Second,
-	DrainBackoffMax:      4 * time.Second,
-	BinderImage:          "registry.k8s.io/pause:3.10",
-	PoolBindMode:         controllers.PoolBindSelectNode,
-	PoolIdleNamespaceTTL: time.Hour,
+	OrphanGracePeriod:       3 * time.Second,
+	DrainBackoffBase:        time.Second,
+	DrainBackoffMax:         4 * time.Second,
+	FluentPVCMissingTimeout: 5 * time.Second,
+	BinderImage:             "registry.k8s.io/pause:3.10",
+	PoolBindMode:            controllers.PoolBindSelectNode,
+	PoolIdleNamespaceTTL:    time.Hour,
 }
 
 var (

@@ -48,8 +48,10 @@ const (
 	// BindingPhaseOrphaned: no pod ever appeared for the claim, so it is
 	// reclaimed without draining.
 	BindingPhaseOrphaned FluentPVCBindingPhase = "Orphaned"
-	// BindingPhaseAbandoned: the namespace is being deleted, so the claim was
-	// released without a successful drain.
+	// BindingPhaseAbandoned: the claim was released without a successful
+	// drain, because the namespace is being deleted, or because the
+	// FluentPVC stayed gone for longer than --fluentpvc-missing-timeout (the
+	// PVC is then kept, with its data).
 	BindingPhaseAbandoned FluentPVCBindingPhase = "Abandoned"
 )
 
@@ -85,6 +87,13 @@ type FluentPVCBindingStatus struct {
 	// attempt starts after an exponential backoff from it.
 	// +optional
 	LastDrainFailureTime *metav1.Time `json:"lastDrainFailureTime,omitempty"`
+
+	// fluentPVCMissingSince is when the binding found its FluentPVC gone while
+	// the claim had to be drained. Once the operator's
+	// --fluentpvc-missing-timeout has passed since then, the claim is let go
+	// of undrained and kept, with a Warning Event.
+	// +optional
+	FluentPVCMissingSince *metav1.Time `json:"fluentPVCMissingSince,omitempty"`
 }
 
 // +kubebuilder:object:root=true
@@ -149,6 +158,10 @@ const (
 	DrainedReasonSucceeded = "JobSucceeded"
 	// DrainedReasonNotNeeded: no pod ever used the claim.
 	DrainedReasonNotNeeded = "NotNeeded"
+	// DrainedReasonFluentPVCMissing: the FluentPVC is gone, so no finalizer Job can be built.
+	DrainedReasonFluentPVCMissing = "FluentPVCMissing"
+	// DrainedReasonReleasedUndrained: the FluentPVC stayed gone; the claim was let go of undrained and kept.
+	DrainedReasonReleasedUndrained = "ReleasedUndrained"
 	// DrainedReasonNamespaceDeleted: the namespace is going away; the data was not drained.
 	DrainedReasonNamespaceDeleted = "NamespaceDeleted"
 )
