@@ -1,0 +1,28 @@
+// Package oracle is the independent judge of the chaos suite: from a
+// kube-apiserver audit log (JSON lines of audit.k8s.io/v1 Events, written
+// under Policy) and a dump of the final cluster state, it counts the
+// violations of the operator's safety invariants:
+//
+//   - I1: a claim (one PVC object: namespace, name and UID) is used by two
+//     created pods with no drain of it in between;
+//   - I2: a claim a created pod used is let go of (its pvc-protection
+//     finalizer removed, turned warm, or deleted) before a drain Job of it
+//     succeeded, unless its namespace's deletion was requested first;
+//   - I3: the settled final state still holds claims, bindings, drain or
+//     binder Jobs and pods, or pods with the pod-protection finalizer;
+//   - I4: a pod of the final state is stuck Terminating.
+//
+// It shares no code with the operator's decisions: it reads the log and
+// the dump only, and imports nothing of the repository but the API's keys
+// and types. Nothing here talks to an API server.
+//
+// What it cannot see: a write the API server committed but did not log
+// (killed between the commit and the audit event) is missing, so a lost
+// drain success reads as a violation and a lost release is noticed only at
+// the claim's next logged write; the log's objects are ordered by their
+// resourceVersions, which kube-apiserver on one etcd sets to the commit
+// revision (Options.OrderByTime for anything else); a drain counts if its
+// Job was created after the pod and succeeded in time, whether or not the
+// pod was gone by then; and what a drain Job's pod did is taken from the
+// Job's Complete condition alone.
+package oracle

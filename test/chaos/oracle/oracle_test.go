@@ -1,0 +1,510 @@
+package oracle
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+)
+
+// counts is the number of violations per invariant; absent means zero.
+type counts map[string]int
+
+func (c counts) of(r Report) counts {
+	got := counts{}
+	for _, inv := range Invariants {
+		if n := r.Count(inv.ID); n > 0 {
+			got[inv.ID] = n
+		}
+	}
+	return got
+}
+
+func equalCounts(a, b counts) bool {
+	for _, inv := range Invariants {
+		if a[inv.ID] != b[inv.ID] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestCheckAudit covers I1 and I2: each case logs a history and tells how
+// many violations of each invariant it holds.
+func TestCheckAudit(t *testing.T) {
+	cases := []struct {
+		name  string
+		log   func(l *auditLog)
+		opts  Options
+		want  counts
+		check func(t *testing.T, r Report)
+	}{
+		{
+			name: "claim created at admission, drained, released and deleted",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.drainAndDelete(c, 1)
+			},
+			want: counts{},
+			check: func(t *testing.T, r Report) {
+				s := r.Stats
+				if s.PodsCreated != 1 || s.ClaimsReferenced != 1 || s.DrainsSucceeded != 1 || s.ReleasesChecked != 1 || s.NotReleased != 0 {
+					t.Errorf("stats = %+v", s)
+				}
+			},
+		},
+		{
+			name: "I1 ok: warm claim used by a second pod after a drain of it succeeded",
+			log: func(l *auditLog) {
+				w := l.warmPVC("ns", "w")
+				l.checkout(w)
+				l.pod("ns", "a", "w")
+				l.complete(l.drainJob(w, 1))
+				l.returnWarm(w)
+				l.checkout(w)
+				l.pod("ns", "b", "w")
+				l.drainAndDelete(w, 2)
+			},
+			want: counts{},
+		},
+		{
+			name: "I1 violation: warm claim used by a second pod with no drain between",
+			log: func(l *auditLog) {
+				w := l.warmPVC("ns", "w")
+				l.checkout(w)
+				l.pod("ns", "a", "w")
+				l.returnWarm(w) // also I2: a's data was never drained
+				l.checkout(w)
+				l.pod("ns", "b", "w")
+				l.drainAndDelete(w, 1)
+			},
+			want: counts{InvariantSharedClaim: 1, InvariantUndrainedRelease: 1},
+			check: func(t *testing.T, r Report) {
+				for _, v := range r.Violations {
+					if v.Invariant == InvariantSharedClaim && !strings.Contains(v.Detail, "ns/a") {
+						t.Errorf("I1 detail does not name the first pod: %s", v.Detail)
+					}
+					if v.Invariant == InvariantUndrainedRelease && !strings.Contains(v.Detail, "returned to the pool") {
+						t.Errorf("I2 detail does not say how the claim was let go of: %s", v.Detail)
+					}
+				}
+			},
+		},
+		{
+			name: "I1 violation: a claim held by a pod handed to a second one",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.pod("ns", "b", "c")
+				l.drainAndDelete(c, 1)
+			},
+			want: counts{InvariantSharedClaim: 1},
+		},
+		{
+			name: "I1 violation: the drain between the pods was started before the first",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				j := l.drainJob(c, 1)
+				l.pod("ns", "a", "c")
+				l.complete(j)
+				l.pod("ns", "b", "c")
+				l.drainAndDelete(c, 2)
+			},
+			want: counts{InvariantSharedClaim: 1},
+		},
+		{
+			name: "I1 ok: a failed drain between the pods is no drain, but denied and dry-run pods are no pods",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.deniedPod("ns", "b", "c")
+				l.dryRunPod("ns", "b", "c")
+				l.fail(l.drainJob(c, 1))
+				l.drainAndDelete(c, 2)
+			},
+			want: counts{},
+			check: func(t *testing.T, r Report) {
+				if r.Stats.PodsCreated != 1 || r.Stats.DrainsSucceeded != 1 {
+					t.Errorf("stats = %+v", r.Stats)
+				}
+			},
+		},
+		{
+			name: "I1 ok: a new PVC under the name of a deleted one is another claim",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.drainAndDelete(c, 1)
+				c2 := l.claim("ns", "c")
+				l.pod("ns", "b", "c")
+				l.drainAndDelete(c2, 1)
+			},
+			want: counts{},
+			check: func(t *testing.T, r Report) {
+				if r.Stats.ClaimsReferenced != 2 {
+					t.Errorf("ClaimsReferenced = %d, want 2", r.Stats.ClaimsReferenced)
+				}
+			},
+		},
+		{
+			name: "I1 ok: a PVC of the user's mounted by two labelled pods is no claim",
+			log: func(l *auditLog) {
+				l.userPVC("ns", "data")
+				c1, c2 := l.claim("ns", "c1"), l.claim("ns", "c2")
+				l.pod("ns", "a", "c1", "data")
+				l.pod("ns", "b", "c2", "data")
+				l.drainAndDelete(c1, 1)
+				l.drainAndDelete(c2, 1)
+			},
+			want: counts{},
+		},
+		{
+			name: "I2 violation: finalizer removed before the drain succeeded",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				j := l.drainJob(c, 1)
+				l.release(c)
+				l.complete(j)
+				l.deletePVC(c)
+			},
+			want: counts{InvariantUndrainedRelease: 1},
+		},
+		{
+			name: "I2 violation: deleted (last finalizer removed) with no drain",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.deletePVC(c) // marked only: still held
+				l.release(c)   // the last finalizer goes: the PVC goes
+			},
+			want: counts{InvariantUndrainedRelease: 1},
+			check: func(t *testing.T, r Report) {
+				if d := r.Violations[0].Detail; !strings.Contains(d, "deleted") || !strings.Contains(d, "audit-") {
+					t.Errorf("detail = %s", d)
+				}
+			},
+		},
+		{
+			name: "I2 violation: turned warm, even with the finalizer kept",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				c.Labels[v1alpha1.ClaimRoleLabelKey] = v1alpha1.ClaimRoleWarm
+				l.write("update", "", "persistentvolumeclaims", "", c)
+				l.complete(l.drainJob(c, 1))
+			},
+			want: counts{InvariantUndrainedRelease: 1},
+		},
+		{
+			name: "I2 violation: removed by a delete answered with a Status",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.deleteAnsweredByStatus(c)
+				l.complete(l.drainJob(c, 1))
+			},
+			want: counts{InvariantUndrainedRelease: 1},
+		},
+		{
+			name: "I2 excused: a namespace's deletecollection marks a claim, which is released later",
+			log: func(l *auditLog) {
+				w := l.warmPVC("ns", "w")
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.deleteNamespace("ns")
+				l.deleteCollection("ns", w, c) // w goes at once, c is marked: still held
+				l.release(c)
+			},
+			want: counts{},
+			check: func(t *testing.T, r Report) {
+				if r.Stats.ReleasesExcused != 1 || r.Stats.Undecodable != 0 {
+					t.Errorf("stats = %+v", r.Stats)
+				}
+			},
+		},
+		{
+			name: "I2 violation: a deletecollection that removes a claim outright, with no namespace deletion",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				c.Finalizers = nil // as if the finalizer had been lost unlogged
+				l.deleteCollection("ns", c)
+			},
+			want: counts{InvariantUndrainedRelease: 1},
+		},
+		{
+			name: "I2 violation: only a Job that is not a drain succeeded",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.complete(l.job("ns", "copy", "c", ""))
+				l.release(c)
+				l.deletePVC(c)
+			},
+			want: counts{InvariantUndrainedRelease: 1},
+		},
+		{
+			name: "I2 violation: only a drain of another claim succeeded",
+			log: func(l *auditLog) {
+				c1, c2 := l.claim("ns", "c1"), l.claim("ns", "c2")
+				l.pod("ns", "a", "c1")
+				l.complete(l.drainJob(c2, 1))
+				l.release(c1)
+			},
+			want: counts{InvariantUndrainedRelease: 1},
+		},
+		{
+			name: "I2 violation: the operator did not hold the claim when the pod was created",
+			log: func(l *auditLog) {
+				l.warmPVC("pool", "w2")
+				l.pod("pool", "a", "w2")
+			},
+			want: counts{InvariantUndrainedRelease: 1},
+			check: func(t *testing.T, r Report) {
+				if d := r.Violations[0].Detail; !strings.Contains(d, "did not hold") {
+					t.Errorf("detail = %s", d)
+				}
+			},
+		},
+		{
+			name: "I2 excused: released undrained after its namespace's deletion, with a Warning",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.deleteNamespace("ns")
+				l.abandoned(c)
+				l.release(c)
+			},
+			want: counts{},
+			check: func(t *testing.T, r Report) {
+				s := r.Stats
+				if s.ReleasesExcused != 1 || s.AbandonWarnings != 1 || s.NamespacesDeleted != 1 {
+					t.Errorf("stats = %+v", s)
+				}
+				if len(r.Excused) != 1 || !r.Excused[0].Warned {
+					t.Errorf("excused = %+v", r.Excused)
+				}
+			},
+		},
+		{
+			name: "I2 excused, without a Warning",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.abandoned(l.claim("ns", "other"))
+				l.pod("ns", "a", "c")
+				l.deleteNamespace("ns")
+				l.release(c)
+			},
+			want: counts{},
+			check: func(t *testing.T, r Report) {
+				if len(r.Excused) != 1 || r.Excused[0].Warned {
+					t.Errorf("excused = %+v", r.Excused)
+				}
+			},
+		},
+		{
+			name: "I2 violation: a deletion of another namespace, or of this one before it was made again, excuses nothing",
+			log: func(l *auditLog) {
+				l.deleteNamespace("ns")
+				l.createNamespace("ns")
+				l.deleteNamespace("other")
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.release(c)
+			},
+			want: counts{InvariantUndrainedRelease: 1},
+		},
+		{
+			name: "order: by resourceVersion a drain committed before the release is before it, whatever the timestamps",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.complete(l.drainJob(c, 1))
+				l.events[len(l.events)-1].StageTimestamp = t0.Add(time.Hour) // the Complete write's audit was stamped late
+				l.release(c)
+			},
+			want: counts{},
+		},
+		{
+			name: "order: by time alone the same log has the release first",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.complete(l.drainJob(c, 1))
+				l.events[len(l.events)-1].StageTimestamp = t0.Add(time.Hour)
+				l.release(c)
+			},
+			opts: Options{OrderByTime: true},
+			want: counts{InvariantUndrainedRelease: 1},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newAuditLog()
+			tc.log(l)
+			r := Check(l.events, State{}, tc.opts)
+			if got := counts(nil).of(r); !equalCounts(got, tc.want) {
+				t.Errorf("violations = %v, want %v:\n%s", got, tc.want, strings.Join(r.Markdown(), "\n"))
+			}
+			if tc.check != nil {
+				tc.check(t, r)
+			}
+		})
+	}
+}
+
+// TestCheckVanishedClaim: a used claim the log never lets go of must still
+// be in the final state (where I3 reports it).
+func TestCheckVanishedClaim(t *testing.T) {
+	l := newAuditLog()
+	c := l.claim("ns", "c")
+	l.pod("ns", "a", "c")
+	cases := []struct {
+		name  string
+		final State
+		want  counts
+	}{
+		{"no final state given", State{}, counts{}},
+		{"gone from the final state", State{At: t0.Add(time.Hour)}, counts{InvariantUndrainedRelease: 1}},
+		{"still in the final state", State{At: t0.Add(time.Hour), PVCs: []corev1.PersistentVolumeClaim{*c}}, counts{InvariantLeftover: 1}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Check(l.events, tc.final, Options{})
+			if got := counts(nil).of(r); !equalCounts(got, tc.want) {
+				t.Errorf("violations = %v, want %v:\n%s", got, tc.want, strings.Join(r.Markdown(), "\n"))
+			}
+		})
+	}
+}
+
+// TestCheckFinalState covers I3 and I4.
+func TestCheckFinalState(t *testing.T) {
+	at := t0.Add(time.Hour)
+	meta := func(name string, labels map[string]string, finalizers ...string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), Labels: labels, Finalizers: finalizers}
+	}
+	component := func(c string) map[string]string { return map[string]string{v1alpha1.ComponentLabelKey: c} }
+	deleting := func(p corev1.Pod, ago time.Duration) corev1.Pod {
+		p.DeletionTimestamp = &metav1.Time{Time: at.Add(-ago)}
+		return p
+	}
+	plainPod := corev1.Pod{ObjectMeta: meta("web", map[string]string{"app": "web"})}
+	cases := []struct {
+		name  string
+		final State
+		opts  Options
+		want  counts
+	}{
+		{
+			name: "settled: warm PVCs, the user's PVCs, pods and Jobs",
+			final: State{
+				PVCs: []corev1.PersistentVolumeClaim{
+					{ObjectMeta: meta("w", map[string]string{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm})},
+					{ObjectMeta: meta("data", nil, "kubernetes.io/pvc-protection")},
+				},
+				Pods: []corev1.Pod{plainPod},
+				Jobs: []batchv1.Job{{ObjectMeta: meta("backup", nil)}},
+			},
+			want: counts{},
+		},
+		{
+			name: "leftovers: one violation per object",
+			final: State{
+				PVCs: []corev1.PersistentVolumeClaim{
+					{ObjectMeta: meta("c", map[string]string{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed}, v1alpha1.PVCProtectionFinalizer)},
+					{ObjectMeta: meta("w", map[string]string{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm}, v1alpha1.PVCProtectionFinalizer)},
+				},
+				Bindings: []v1alpha1.FluentPVCBinding{{ObjectMeta: meta("c", nil, v1alpha1.BindingProtectionFinalizer)}},
+				Jobs: []batchv1.Job{
+					{ObjectMeta: meta("c-drain-1", component(v1alpha1.ComponentDrain))},
+					{ObjectMeta: meta("w-bind", component(v1alpha1.ComponentBinder))},
+				},
+				Pods: []corev1.Pod{
+					{ObjectMeta: meta("w-bind-x", component(v1alpha1.ComponentBinder))},
+					{ObjectMeta: meta("c-drain-1-x", component(v1alpha1.ComponentDrain))},
+					{ObjectMeta: meta("app", map[string]string{v1alpha1.FluentPVCNameLabelKey: "fpvc"}, v1alpha1.PodProtectionFinalizer)},
+					{ObjectMeta: meta("unlabelled", nil, v1alpha1.PodProtectionFinalizer)},
+				},
+			},
+			want: counts{InvariantLeftover: 9},
+		},
+		{
+			name:  "a pod Terminating for 10 min is stuck",
+			final: State{Pods: []corev1.Pod{deleting(plainPod, 10*time.Minute)}},
+			want:  counts{InvariantStuckTerminating: 1},
+		},
+		{
+			name:  "a pod Terminating for 30 s is not",
+			final: State{Pods: []corev1.Pod{deleting(plainPod, 30*time.Second)}},
+			want:  counts{},
+		},
+		{
+			name:  "StuckAfter sets the limit",
+			final: State{Pods: []corev1.Pod{deleting(plainPod, 30*time.Second)}},
+			opts:  Options{StuckAfter: 10 * time.Second},
+			want:  counts{InvariantStuckTerminating: 1},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.final.At = at
+			r := Check(nil, tc.final, tc.opts)
+			if got := counts(nil).of(r); !equalCounts(got, tc.want) {
+				t.Errorf("violations = %v, want %v:\n%s", got, tc.want, strings.Join(r.Markdown(), "\n"))
+			}
+		})
+	}
+}
+
+// TestCheckLeftoverReasons: an object matching several rules is one
+// violation naming every reason.
+func TestCheckLeftoverReasons(t *testing.T) {
+	pvc := corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
+		Namespace: "ns", Name: "c", UID: "u1",
+		Labels:     map[string]string{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed},
+		Finalizers: []string{v1alpha1.PVCProtectionFinalizer},
+	}}
+	r := Check(nil, State{At: t0, PVCs: []corev1.PersistentVolumeClaim{pvc}}, Options{})
+	if len(r.Violations) != 1 {
+		t.Fatalf("violations = %+v, want one", r.Violations)
+	}
+	v := r.Violations[0]
+	if v.Object != "persistentvolumeclaim ns/c (uid u1)" || !strings.Contains(v.Detail, "claim-role is claimed") ||
+		!strings.Contains(v.Detail, "carries finalizer "+v1alpha1.PVCProtectionFinalizer) {
+		t.Errorf("violation = %+v", v)
+	}
+}
+
+// TestMarkdown checks the rendered tables and lists.
+func TestMarkdown(t *testing.T) {
+	l := newAuditLog()
+	c1, c2 := l.claim("ns", "c1"), l.claim("gone", "c2")
+	l.pod("ns", "a", "c1")
+	l.pod("gone", "b", "c2")
+	l.release(c1)
+	l.deleteNamespace("gone")
+	l.release(c2)
+	md := strings.Join(Check(l.events, State{}, Options{}).Markdown(), "\n")
+	for _, want := range []string{
+		"| I1 | a claim serves one pod until it is drained | 0 |",
+		"| I2 |",
+		"| labelled pods created | 2 |",
+		"| releases excused by namespace deletion | 1 |",
+		"- **I2** `persistentvolumeclaim ns/c1 (uid ",
+		"- `gone/c2 (uid ",
+		"no ClaimAbandoned Warning about it",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("markdown lacks %q:\n%s", want, md)
+		}
+	}
+}
