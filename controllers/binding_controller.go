@@ -72,8 +72,15 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	p := decide(o, r.clock.Now(), r.opts)
-	return r.apply(ctx, o, p)
+	res, err := r.apply(ctx, o, decide(o, r.clock.Now(), r.opts))
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) && !o.namespaceTerminating {
+		// The namespace began terminating before the binding was marked
+		// for deletion (observe reads the namespace only then): no Job can
+		// run there any more, so let go as for a terminating namespace.
+		o.namespaceTerminating = true
+		return r.apply(ctx, o, decide(o, r.clock.Now(), r.opts))
+	}
+	return res, err
 }
 
 // createBinding makes the binding of the claim named key.Name, if it is a
@@ -164,31 +171,6 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 		return o, fmt.Errorf("reading FluentPVC %s: %w", b.Spec.FluentPVC.Name, err)
 	}
 
-	var pods corev1.PodList
-	if err := r.List(ctx, &pods, client.InNamespace(b.Namespace), client.MatchingFields{podBindingIndex: b.Name}); err != nil {
-		return o, fmt.Errorf("listing pods: %w", err)
-	}
-	for i := range pods.Items {
-		if o.pod == nil || pods.Items[i].UID == b.Spec.Pod.UID {
-			o.pod = &pods.Items[i]
-		}
-	}
-	if o.pod != nil && b.Spec.Pod.UID != "" && o.pod.UID != b.Spec.Pod.UID {
-		o.pod = nil // a pod that copied the label is not ours
-	}
-	if o.pod == nil && b.Spec.Pod.UID != "" && !drainDecided(b.Status.Phase) {
-		// The cache holds only pods with the opt-in label: a pod whose label
-		// was removed drops out of it while it still runs and writes. Only
-		// a live read by name and UID proves that the recorded pod is gone.
-		live := &corev1.Pod{}
-		switch err := r.apiReader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.Pod.Name}, live); {
-		case err == nil && live.UID == b.Spec.Pod.UID:
-			o.pod, o.podUncached = live, true
-		case err != nil && !apierrors.IsNotFound(err):
-			return o, fmt.Errorf("reading pod %s: %w", b.Spec.Pod.Name, err)
-		}
-	}
-
 	pvc := &corev1.PersistentVolumeClaim{}
 	key := client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.PVC.Name}
 	err = r.Get(ctx, key, pvc)
@@ -213,16 +195,24 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 		return o, fmt.Errorf("reading PVC %s: %w", key, err)
 	}
 
-	if o.pvc != nil && o.pod == nil && b.Spec.Pod.UID == "" && !admissionTime(b).Add(r.opts.OrphanGracePeriod).After(r.clock.Now()) {
-		// About to be reclaimed as an orphan, without a drain: only on
-		// positive proof that no pod used the claim. The cache holds no
-		// pod whose opt-in label was removed, so pods are listed live.
-		if used, tracked := objects.ClaimPod(o.pvc); tracked && used.UID == "" {
-			var live corev1.PodList
-			if err := r.apiReader.List(ctx, &live, client.InNamespace(b.Namespace), client.MatchingLabels{v1alpha1.BindingNameLabelKey: b.Name}); err != nil {
-				return o, fmt.Errorf("listing the pods of claim %s: %w", b.Spec.PVC.Name, err)
-			}
-			o.claimUnused = len(live.Items) == 0
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(b.Namespace), client.MatchingFields{podBindingIndex: b.Name}); err != nil {
+		return o, fmt.Errorf("listing pods: %w", err)
+	}
+	for i := range pods.Items {
+		if o.pod == nil || pods.Items[i].UID == b.Spec.Pod.UID {
+			o.pod = &pods.Items[i]
+		}
+	}
+	if o.pod != nil && b.Spec.Pod.UID != "" && o.pod.UID != b.Spec.Pod.UID {
+		o.pod = nil // a pod that copied the label is not ours
+	}
+	if o.pod == nil && !drainDecided(b.Status.Phase) && (o.pvc != nil || b.Spec.Pod.UID != "") {
+		// The cache holds only pods with the opt-in label: a pod whose label
+		// was removed drops out of it while it still runs and writes. Only
+		// live reads prove that the claim's pod is gone, or never was.
+		if err := r.observeUncachedPod(ctx, &o); err != nil {
+			return o, err
 		}
 	}
 	if o.pvc != nil && o.fluentPVC != nil {
@@ -257,6 +247,46 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 		o.namespaceTerminating = !ns.DeletionTimestamp.IsZero() || ns.Status.Phase == corev1.NamespaceTerminating
 	}
 	return o, nil
+}
+
+// observeUncachedPod looks, with live reads, for the pod of a binding
+// whose pod the cache does not hold. A pod known by UID (recorded on the
+// binding, or on the claim by the binding's earlier self) is read by name.
+// A binding that never recorded its pod lists the pods carrying its
+// binding label once the orphan grace period is over: a pod found there
+// lost its opt-in label before the operator saw it, and is taken as the
+// binding's pod; none found, on a claim that tracks its pod and records
+// none, is the positive proof that no pod used the claim.
+func (r *BindingReconciler) observeUncachedPod(ctx context.Context, o *observed) error {
+	b := o.binding
+	id := b.Spec.Pod
+	if id.UID == "" && o.pvc != nil {
+		id, _ = objects.ClaimPod(o.pvc)
+	}
+	if id.UID != "" {
+		live := &corev1.Pod{}
+		switch err := r.apiReader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: id.Name}, live); {
+		case err == nil && live.UID == id.UID:
+			o.pod, o.podUncached = live, true
+		case err != nil && !apierrors.IsNotFound(err):
+			return fmt.Errorf("reading pod %s: %w", id.Name, err)
+		}
+		return nil
+	}
+	if o.pvc == nil || admissionTime(b).Add(r.opts.OrphanGracePeriod).After(r.clock.Now()) {
+		return nil
+	}
+	var live corev1.PodList
+	if err := r.apiReader.List(ctx, &live, client.InNamespace(b.Namespace), client.MatchingLabels{v1alpha1.BindingNameLabelKey: b.Name}); err != nil {
+		return fmt.Errorf("listing the pods of claim %s: %w", b.Spec.PVC.Name, err)
+	}
+	if len(live.Items) > 0 {
+		o.pod, o.podUncached = &live.Items[0], true
+		return nil
+	}
+	_, tracked := objects.ClaimPod(o.pvc)
+	o.claimUnused = tracked
+	return nil
 }
 
 // apply carries out a plan: spec records first, then the children, then one

@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -157,4 +159,114 @@ func TestReconcileStaleBindingAfterReturn(t *testing.T) {
 
 func byBindingLabel(obj client.Object) []string {
 	return []string{obj.GetLabels()[v1alpha1.BindingNameLabelKey]}
+}
+
+// TestReconcileUnlabelledBeforeRecorded reconciles a binding whose pod lost
+// its opt-in label before the operator recorded it: the pod is out of the
+// cache but runs, holding the pod-protection finalizer. Found by the chaos
+// suite: the claim was drained while the pod ran, and the pod, once
+// deleted, stayed Terminating forever.
+func TestReconcileUnlabelledBeforeRecorded(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	fpvc := fixtures.MakeFluentPVC("f").Obj()
+	claim := objects.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
+	claim.UID = "pvc-uid"
+	b := objects.Binding(claim, fpvc.UID)
+	b.Status.Phase = v1alpha1.BindingPhasePending
+	pod := fixtures.MakePod("app", "ns").Label(v1alpha1.BindingNameLabelKey, b.Name).Obj()
+	pod.UID, pod.Finalizers, pod.Status.Phase = "pod-uid", []string{v1alpha1.PodProtectionFinalizer}, corev1.PodRunning
+
+	live := fake.NewClientBuilder().WithScheme(newScheme(t)).
+		WithObjects(fpvc, claim, b, pod).
+		WithStatusSubresource(&v1alpha1.FluentPVCBinding{}).
+		WithIndex(&corev1.Pod{}, podBindingIndex, byBindingLabel).
+		WithIndex(&batchv1.Job{}, jobBindingIndex, byBindingLabel).
+		Build()
+	// The cache holds only pods with the opt-in label.
+	cached := interceptor.NewClient(live, interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*corev1.PodList); ok {
+				return nil
+			}
+			return c.List(ctx, list, opts...)
+		},
+	})
+	r := NewBindingReconciler(cached, live, events.NewFakeRecorder(10), clocktesting.NewFakePassiveClock(now),
+		Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute})
+	ctx := context.Background()
+	for range 2 {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)}); err != nil {
+			t.Fatalf("Reconcile: %v", err)
+		}
+	}
+
+	var jobs batchv1.JobList
+	if err := live.List(ctx, &jobs); err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs.Items) != 0 {
+		t.Errorf("a drain Job started while the pod runs: %s", jobs.Items[0].Name)
+	}
+	got := &corev1.Pod{}
+	if err := live.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Finalizers) != 0 {
+		t.Errorf("pod finalizers = %v, want none once the pod is recorded", got.Finalizers)
+	}
+	gotB := &v1alpha1.FluentPVCBinding{}
+	if err := live.Get(ctx, client.ObjectKeyFromObject(b), gotB); err != nil {
+		t.Fatal(err)
+	}
+	if gotB.Spec.Pod.UID != pod.UID || gotB.Status.Phase != v1alpha1.BindingPhaseInUse {
+		t.Errorf("binding records pod %q in phase %s, want %q in %s", gotB.Spec.Pod.UID, gotB.Status.Phase, pod.UID, v1alpha1.BindingPhaseInUse)
+	}
+}
+
+// TestReconcileNamespaceTerminatingBeforeBinding drains a claim whose
+// namespace began terminating while its binding is not yet marked for
+// deletion: the drain Job is refused. Found by the chaos suite: the binding
+// retried the Job forever and the namespace never went away.
+func TestReconcileNamespaceTerminatingBeforeBinding(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	fpvc := fixtures.MakeFluentPVC("f").Obj()
+	claim := objects.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
+	claim.UID = "pvc-uid"
+	claim.Annotations[v1alpha1.UsedByPodAnnotationKey] = "gone/pod-uid"
+	b := objects.Binding(claim, fpvc.UID)
+	b.Spec.Pod = v1alpha1.ObjectIdentity{Name: "gone", UID: "pod-uid"}
+	b.Status.Phase = v1alpha1.BindingPhaseInUse
+
+	live := fake.NewClientBuilder().WithScheme(newScheme(t)).
+		WithObjects(fpvc, claim, b).
+		WithStatusSubresource(&v1alpha1.FluentPVCBinding{}).
+		WithIndex(&corev1.Pod{}, podBindingIndex, byBindingLabel).
+		WithIndex(&batchv1.Job{}, jobBindingIndex, byBindingLabel).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				if _, ok := obj.(*batchv1.Job); ok {
+					err := apierrors.NewForbidden(batchv1.Resource("jobs"), obj.GetName(), fmt.Errorf("unable to create new content in namespace ns because it is being terminated"))
+					err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}
+					return err
+				}
+				return c.Create(ctx, obj, opts...)
+			},
+		}).
+		Build()
+	r := NewBindingReconciler(live, live, events.NewFakeRecorder(10), clocktesting.NewFakePassiveClock(now),
+		Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute})
+	ctx := context.Background()
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)}); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	got := &corev1.PersistentVolumeClaim{}
+	if err := live.Get(ctx, client.ObjectKeyFromObject(claim), got); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(got.Finalizers, v1alpha1.PVCProtectionFinalizer) {
+		t.Errorf("the claim is still held: finalizers %v", got.Finalizers)
+	}
+	if err := live.Get(ctx, client.ObjectKeyFromObject(b), &v1alpha1.FluentPVCBinding{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the binding is still there (err %v)", err)
+	}
 }

@@ -262,7 +262,12 @@ func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC
 				c.Annotations = map[string]string{pool.SelectedNodeAnnotationKey: nodes[i]}
 				zone = o.nodeZones[nodes[i]]
 			}
-			if err := r.Create(ctx, c); err != nil && !apierrors.IsAlreadyExists(err) {
+			err := r.Create(ctx, c)
+			if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+				// The namespace is going away: its pool goes with it.
+				return nil
+			}
+			if err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("creating warm PVC in %s: %w", ns, err)
 			}
 			r.expect.Created(f.Name, client.ObjectKeyFromObject(c), zone, r.clock.Now())
