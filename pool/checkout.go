@@ -130,8 +130,11 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, nam
 	hash := TemplateHash(&fpvc.Spec.PVCSpecTemplate)
 	lostRace := false
 	var warmSeen, candidates int
-	for _, r := range []client.Reader{c.Cache, c.Live} {
-		if r == nil || (r == c.Live && !lostRace) {
+	// Readers are told apart by position: interface comparison panics on
+	// readers of uncomparable types.
+	for i, r := range []client.Reader{c.Cache, c.Live} {
+		live := i == 1
+		if r == nil || (live && !lostRace) {
 			continue
 		}
 		var warm corev1.PersistentVolumeClaimList
@@ -139,7 +142,7 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, nam
 			v1alpha1.FluentPVCNameLabelKey: fpvc.Name,
 			v1alpha1.ClaimRoleLabelKey:     v1alpha1.ClaimRoleWarm,
 		}}
-		if r == c.Cache {
+		if !live {
 			// Candidates only reads, and CheckedOut copies the one taken, so
 			// the cache's objects are listed as they are, through the index.
 			opts = []client.ListOption{client.InNamespace(namespace), client.MatchingFields{WarmIndex: fpvc.Name}, client.UnsafeDisableDeepCopy}

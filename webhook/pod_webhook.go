@@ -7,11 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -105,6 +107,21 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	name := pod.Labels[v1alpha1.FluentPVCNameLabelKey]
 	if name == "" {
 		return admission.Allowed("the pod does not opt into a FluentPVC"), resultSkipped, reasonNone
+	}
+	// The API server sends JSON. The decoder would also take YAML, or
+	// numbers beyond float64, against which no JSON patch can be made once
+	// a claim was provisioned: refuse them first.
+	var doc map[string]any
+	if err := json.Unmarshal(req.Object.Raw, &doc); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the pod is not a JSON object: %w", err)), resultDenied, reasonUndecodable
+	}
+	// Labels are validated after the mutating webhooks: a value that can
+	// name no object is a user's error, not the operator's.
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return admission.Denied(fmt.Sprintf("the pod's label %s=%q cannot name a FluentPVC: %s", v1alpha1.FluentPVCNameLabelKey, name, strings.Join(errs, "; "))), resultDenied, reasonFluentPVCNotFound
+	}
+	if b, ok := pod.Labels[v1alpha1.BindingNameLabelKey]; ok && len(validation.IsDNS1123Subdomain(b)) > 0 {
+		return admission.Denied(fmt.Sprintf("the pod's label %s=%q names no claim: remove it, so that the pod gets a claim of its own", v1alpha1.BindingNameLabelKey, b)), resultDenied, reasonCopied
 	}
 	if pod.Namespace == "" {
 		pod.Namespace = req.Namespace
