@@ -130,21 +130,15 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 // pods' finalizers.
 func (r *BindingReconciler) abandonUnrecorded(ctx context.Context, pvc *corev1.PersistentVolumeClaim, fpvc *v1alpha1.FluentPVC) error {
 	name := pvc.Labels[v1alpha1.BindingNameLabelKey]
-	var pods corev1.PodList
-	if err := r.List(ctx, &pods, client.InNamespace(pvc.Namespace), client.MatchingFields{podBindingIndex: name}); err != nil {
-		return fmt.Errorf("listing pods: %w", err)
-	}
-	for i := range pods.Items {
-		if err := removeFinalizer(ctx, r.Client, &pods.Items[i], v1alpha1.PodProtectionFinalizer); err != nil {
-			return fmt.Errorf("releasing pod %s: %w", pods.Items[i].Name, err)
-		}
+	if err := r.releaseLabelledPods(ctx, pvc.Namespace, name); err != nil {
+		return err
 	}
 	if err := removeFinalizer(ctx, r.Client, pvc, v1alpha1.PVCProtectionFinalizer); err != nil {
 		return fmt.Errorf("releasing PVC %s: %w", pvc.Name, err)
 	}
 	claimsAbandoned.WithLabelValues(pvc.Labels[v1alpha1.FluentPVCNameLabelKey]).Inc()
 	ctrl.LoggerFrom(ctx).Info("namespace is being deleted before the claim's binding was made: claim released undrained",
-		"claim", klog.KObj(pvc), "pods", len(pods.Items))
+		"claim", klog.KObj(pvc))
 	if fpvc.UID != "" {
 		r.recorder.Eventf(fpvc, nil, corev1.EventTypeWarning, v1alpha1.EventReasonAbandoned, v1alpha1.EventReasonAbandoned,
 			"%s/%s: namespace %s is being deleted: claim %s was released without draining its data", pvc.Namespace, name, pvc.Namespace, pvc.Name)
@@ -289,6 +283,22 @@ func (r *BindingReconciler) observeUncachedPod(ctx context.Context, o *observed)
 	return nil
 }
 
+// releaseLabelledPods removes the pod-protection finalizer from every pod
+// that carries binding label name, listed live: the cache holds no pod
+// whose opt-in label was removed.
+func (r *BindingReconciler) releaseLabelledPods(ctx context.Context, namespace, name string) error {
+	var pods corev1.PodList
+	if err := r.apiReader.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{v1alpha1.BindingNameLabelKey: name}); err != nil {
+		return fmt.Errorf("listing the pods of claim %s: %w", name, err)
+	}
+	for i := range pods.Items {
+		if err := removeFinalizer(ctx, r.Client, &pods.Items[i], v1alpha1.PodProtectionFinalizer); err != nil {
+			return fmt.Errorf("releasing pod %s: %w", pods.Items[i].Name, err)
+		}
+	}
+	return nil
+}
+
 // apply carries out a plan: spec records first, then the children, then one
 // status write, then events.
 func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl.Result, error) {
@@ -399,6 +409,15 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl
 	}
 
 	if p.finish {
+		if !p.checkoutOver && (o.namespaceTerminating || b.Spec.Pod.UID == "") {
+			// A pod this binding never recorded, or one a terminating
+			// namespace must be rid of, may be out of the cache (its opt-in
+			// label removed) and still hold the pod-protection finalizer,
+			// which nothing would remove once the binding is gone.
+			if err := r.releaseLabelledPods(ctx, b.Namespace, b.Name); err != nil {
+				return ctrl.Result{}, err
+			}
+		}
 		if err := removeFinalizer(ctx, r.Client, b, v1alpha1.BindingProtectionFinalizer); client.IgnoreNotFound(err) != nil {
 			return ctrl.Result{}, fmt.Errorf("releasing the binding: %w", err)
 		}

@@ -270,3 +270,54 @@ func TestReconcileNamespaceTerminatingBeforeBinding(t *testing.T) {
 		t.Errorf("the binding is still there (err %v)", err)
 	}
 }
+
+// TestReconcileAbandonUnlabelledPod remakes the binding of a claim in a
+// terminating namespace (its binding was removed by hand), whose pod lost
+// its opt-in label. Found by the chaos suite: the claim was let go of but
+// the pod, out of the cache, kept the pod-protection finalizer and stayed
+// Terminating forever, and with it the namespace.
+func TestReconcileAbandonUnlabelledPod(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	fpvc := fixtures.MakeFluentPVC("f").Obj()
+	claim := objects.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
+	claim.UID = "pvc-uid"
+	pod := fixtures.MakePod("app", "ns").Label(v1alpha1.BindingNameLabelKey, claim.Name).Obj()
+	pod.UID, pod.Finalizers, pod.Status.Phase = "pod-uid", []string{v1alpha1.PodProtectionFinalizer}, corev1.PodRunning
+
+	live := fake.NewClientBuilder().WithScheme(newScheme(t)).
+		WithObjects(fpvc, claim, pod).
+		WithIndex(&corev1.Pod{}, podBindingIndex, byBindingLabel).
+		WithIndex(&batchv1.Job{}, jobBindingIndex, byBindingLabel).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				if _, ok := obj.(*v1alpha1.FluentPVCBinding); ok {
+					err := apierrors.NewForbidden(v1alpha1.GroupVersion.WithResource("fluentpvcbindings").GroupResource(), obj.GetName(), fmt.Errorf("namespace ns is being terminated"))
+					err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}
+					return err
+				}
+				return c.Create(ctx, obj, opts...)
+			},
+		}).
+		Build()
+	cached := interceptor.NewClient(live, interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*corev1.PodList); ok {
+				return nil // the cache holds only pods with the opt-in label
+			}
+			return c.List(ctx, list, opts...)
+		},
+	})
+	r := NewBindingReconciler(cached, live, events.NewFakeRecorder(10), clocktesting.NewFakePassiveClock(now),
+		Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute})
+	ctx := context.Background()
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "ns", Name: claim.Name}}); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	got := &corev1.Pod{}
+	if err := live.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Finalizers) != 0 {
+		t.Errorf("pod finalizers = %v, want none: the namespace must be able to go", got.Finalizers)
+	}
+}
