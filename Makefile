@@ -100,10 +100,11 @@ $(BIN)/%:
 	@hack/build-bin.sh $*
 
 .PHONY: test
-test: bins vet ## Run every suite: unit, integration (envtest), end-to-end (kwok), and a reduced benchmark.
+test: bins vet ## Run every suite: unit, integration (envtest), end-to-end (kwok), a reduced fault-injection run, and a reduced benchmark.
 	$(MAKE) test-unit
 	$(MAKE) test-integration
 	$(MAKE) test-e2e
+	$(MAKE) chaos-reduced
 	$(MAKE) bench-smoke
 
 # Every package's envtest suite is TestIntegration and the kwok suite is
@@ -119,6 +120,14 @@ test-integration: bins ## Run the envtest suites (a real kube-apiserver and etcd
 .PHONY: test-e2e
 test-e2e: bins ## Run the end-to-end suite on a simulated cluster (kwok).
 	go test ./test/e2e -count=1 -timeout 30m -v -run '^TestE2E$$' $(GINKGO_FLAGS)
+
+.PHONY: chaos
+chaos: bins ## Run the full fault-injection suite (two replicas, API faults, SIGKILLs; >= 300 pods, under 15 min); results in test/chaos/results/latest.md.
+	CHAOS=full go test ./test/chaos -count=1 -timeout 30m -v -run '^TestChaos$$'
+
+.PHONY: chaos-reduced
+chaos-reduced: bins ## Run a reduced fault-injection run (about 3 min); results in test/chaos/results/reduced.md (not tracked).
+	CHAOS=reduced go test ./test/chaos -count=1 -timeout 20m -v -run '^TestChaos$$'
 
 ##@ Benchmarks
 

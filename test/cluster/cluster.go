@@ -66,6 +66,9 @@ type Options struct {
 	Out io.Writer
 	// Timeout bounds Up once the binaries are built; 3 minutes if zero.
 	Timeout time.Duration
+	// AuditPolicy, when set, is kube-apiserver's audit policy; the log is
+	// then written to AuditLog().
+	AuditPolicy []byte
 }
 
 func (o Options) withDefaults() Options {
@@ -140,6 +143,10 @@ func (c *Cluster) workdir() string { return filepath.Join(c.RepoRoot, ".kwok") }
 // in <KwokctlDir>/logs, PIDs in <KwokctlDir>/pids.
 func (c *Cluster) KwokctlDir() string { return filepath.Join(c.workdir(), "clusters", c.Name) }
 
+// AuditLog is kube-apiserver's audit log, written when Options.AuditPolicy
+// was set.
+func (c *Cluster) AuditLog() string { return filepath.Join(c.KwokctlDir(), "logs", "audit.log") }
+
 // ProvisionerLog is the test provisioner's log file.
 func (c *Cluster) ProvisionerLog() string { return filepath.Join(c.Dir, "provisioner.log") }
 
@@ -197,7 +204,15 @@ func (c *Cluster) up(ctx context.Context, o Options, start time.Time) error {
 	if err := os.WriteFile(configPath, []byte(kwokctlConfig(c.bin("kubectl"), stages)), 0o644); err != nil {
 		return err
 	}
-	if err := c.kwokctl(ctx, "create", "cluster",
+	var audit []string
+	if len(o.AuditPolicy) > 0 {
+		policy := filepath.Join(c.Dir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, o.AuditPolicy, 0o644); err != nil {
+			return err
+		}
+		audit = []string{"--kube-audit-policy", policy}
+	}
+	if err := c.kwokctl(ctx, append([]string{"create", "cluster",
 		"--name", c.Name,
 		"--config", configPath,
 		"--runtime", "binary",
@@ -208,7 +223,7 @@ func (c *Cluster) up(ctx context.Context, o Options, start time.Time) error {
 		"--kwok-controller-binary", c.bin("kwok"),
 		"--disable-qps-limits",
 		"--kubeconfig", c.Kubeconfig,
-	); err != nil {
+	}, audit...)...); err != nil {
 		return err
 	}
 	c.progress("control plane started (kwokctl create cluster took %s)", since(createStart))
@@ -465,7 +480,8 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 func (c *Cluster) PIDs() map[string]int {
 	pids := map[string]int{}
 	files, _ := filepath.Glob(filepath.Join(c.KwokctlDir(), "pids", "*.pid"))
-	files = append(files, c.provisionerPIDFile(), filepath.Join(c.Dir, "operator.pid"))
+	operators, _ := filepath.Glob(filepath.Join(c.Dir, "operator*.pid"))
+	files = append(append(files, c.provisionerPIDFile()), operators...)
 	for _, f := range files {
 		if p := processFromPIDFile(f, ""); p != nil {
 			pids[strings.TrimSuffix(filepath.Base(f), ".pid")] = p.pid
@@ -474,15 +490,18 @@ func (c *Cluster) PIDs() map[string]int {
 	return pids
 }
 
-// Down stops the operator (if RunOperator started one) and the provisioner
+// Down stops the operators (any RunOperator started) and the provisioner
 // by their PIDs, deletes the cluster with kwokctl, and removes its state
 // (<Dir> and kwokctl's directory). It is safe to call more than once.
 func (c *Cluster) Down() error {
 	start := time.Now()
 	c.progress("deleting cluster %s", c.Name)
 	var errs []error
-	if p := processFromPIDFile(filepath.Join(c.Dir, "operator.pid"), c.bin("manager")); p != nil {
-		errs = append(errs, p.stop(operatorStopTimeout))
+	operators, _ := filepath.Glob(filepath.Join(c.Dir, "operator*.pid"))
+	for _, f := range operators {
+		if p := processFromPIDFile(f, c.bin("manager")); p != nil {
+			errs = append(errs, p.stop(operatorStopTimeout))
+		}
 	}
 	p := c.provisioner
 	if p == nil {

@@ -46,6 +46,20 @@ type OperatorOptions struct {
 	// admin kubeconfig impersonates the ServiceAccount), which proves the
 	// deploy manifests grant everything the operator does.
 	AsServiceAccount bool
+	// Instance names this manager's log and PID files
+	// (operator-<Instance>.log), so that several replicas run side by
+	// side; empty for the one operator (operator.log).
+	Instance string
+	// CertDir holds the serving certificate; <cluster>/certs if empty.
+	// A certificate already there is reused, so that replicas share it.
+	CertDir string
+	// Kubeconfig is the manager's kubeconfig instead of the admin one, e.g.
+	// one that goes through a proxy.
+	Kubeconfig string
+	// WebhookPort is the port on 127.0.0.1 that the webhook configuration
+	// points at instead of this manager's own, e.g. a load balancer in
+	// front of several replicas. -1 leaves the configuration alone.
+	WebhookPort int
 }
 
 // ServiceAccount is the operator's identity in config/default.
@@ -93,18 +107,26 @@ func RunOperator(ctx context.Context, c *Cluster, opts OperatorOptions) (*Operat
 	}
 	o := &Operator{
 		WebhookPort: ports[0], MetricsPort: ports[1], ProbePort: ports[2],
-		CertDir: filepath.Join(c.Dir, "certs"),
-		LogPath: filepath.Join(c.Dir, "operator.log"),
+		CertDir: opts.CertDir,
+		LogPath: filepath.Join(c.Dir, instanceFile(opts.Instance)+".log"),
 		cluster: c, opts: opts,
 	}
-	caPEM, err := WriteServingCert(o.CertDir)
-	if err != nil {
-		return nil, err
+	if o.CertDir == "" {
+		o.CertDir = filepath.Join(c.Dir, "certs")
+	}
+	caPEM, err := os.ReadFile(filepath.Join(o.CertDir, "ca.crt"))
+	if opts.CertDir == "" || err != nil {
+		if caPEM, err = WriteServingCert(o.CertDir); err != nil {
+			return nil, err
+		}
 	}
 	if err := c.InstallCRDs(ctx); err != nil {
 		return nil, err
 	}
 	o.kubeconfig = c.Kubeconfig
+	if opts.Kubeconfig != "" {
+		o.kubeconfig = opts.Kubeconfig
+	}
 	if opts.AsServiceAccount {
 		if o.kubeconfig, err = c.installRBAC(ctx); err != nil {
 			return nil, err
@@ -113,8 +135,14 @@ func RunOperator(ctx context.Context, c *Cluster, opts OperatorOptions) (*Operat
 	if err := o.start(ctx); err != nil {
 		return nil, err
 	}
-	if err := o.registerWebhook(ctx, caPEM); err != nil {
-		return nil, errors.Join(err, o.Stop())
+	if opts.WebhookPort >= 0 {
+		port := o.WebhookPort
+		if opts.WebhookPort > 0 {
+			port = opts.WebhookPort
+		}
+		if err := c.registerWebhook(ctx, port, caPEM); err != nil {
+			return nil, errors.Join(err, o.Stop())
+		}
 	}
 	c.progress("operator is ready: %s from its start to its webhook answering (webhook https://127.0.0.1:%d, metrics %s, log %s)", since(start), o.WebhookPort, o.MetricsURL(), o.LogPath)
 	return o, nil
@@ -133,7 +161,17 @@ func (o *Operator) PID() int {
 	return o.proc.pid
 }
 
-func (o *Operator) pidFile() string { return filepath.Join(o.cluster.Dir, "operator.pid") }
+func (o *Operator) pidFile() string {
+	return filepath.Join(o.cluster.Dir, instanceFile(o.opts.Instance)+".pid")
+}
+
+// instanceFile is the base name of an operator instance's log and PID files.
+func instanceFile(instance string) string {
+	if instance == "" {
+		return "operator"
+	}
+	return "operator-" + instance
+}
 
 func (o *Operator) args() []string {
 	return append([]string{
@@ -183,6 +221,18 @@ func (o *Operator) Stop() error {
 		return nil
 	}
 	err := o.proc.stop(operatorStopTimeout)
+	o.proc = nil
+	_ = os.Remove(o.pidFile())
+	return err
+}
+
+// Kill ends the manager with SIGKILL, as a node failure or an OOM kill
+// would, and waits for it to exit; Restart starts it again.
+func (o *Operator) Kill() error {
+	if o.proc == nil {
+		return nil
+	}
+	err := o.proc.kill()
 	o.proc = nil
 	_ = os.Remove(o.pidFile())
 	return err
@@ -333,8 +383,18 @@ func (c *Cluster) ensureNamespaces(ctx context.Context, manifests []byte) error 
 
 // registerWebhook creates or updates WebhookConfigurationName from
 // config/webhook/manifests.yaml and selectors.yaml, with a URL client config.
-func (o *Operator) registerWebhook(ctx context.Context, caPEM []byte) error {
-	c := o.cluster
+// RegisterWebhook points WebhookConfigurationName at port on 127.0.0.1,
+// trusting the CA in certDir/ca.crt: for a load balancer in front of
+// replicas started with OperatorOptions.WebhookPort -1.
+func (c *Cluster) RegisterWebhook(ctx context.Context, port int, certDir string) error {
+	caPEM, err := os.ReadFile(filepath.Join(certDir, "ca.crt"))
+	if err != nil {
+		return err
+	}
+	return c.registerWebhook(ctx, port, caPEM)
+}
+
+func (c *Cluster) registerWebhook(ctx context.Context, port int, caPEM []byte) error {
 	wh, err := fixtures.WebhookConfiguration()
 	if err != nil {
 		return err
@@ -346,7 +406,7 @@ func (o *Operator) registerWebhook(ctx context.Context, caPEM []byte) error {
 			path = *w.ClientConfig.Service.Path
 		}
 		w.ClientConfig = admissionregistrationv1.WebhookClientConfig{
-			URL:      ptr.To(fmt.Sprintf("https://127.0.0.1:%d%s", o.WebhookPort, path)),
+			URL:      ptr.To(fmt.Sprintf("https://127.0.0.1:%d%s", port, path)),
 			CABundle: caPEM,
 		}
 	}

@@ -121,6 +121,20 @@ func (p *process) stop(timeout time.Duration) error {
 	return fmt.Errorf("PID %d (%s) is still running after SIGKILL", p.pid, filepath.Base(p.path))
 }
 
+// kill sends SIGKILL and waits for the process to exit.
+func (p *process) kill() error {
+	if !p.alive() {
+		return nil
+	}
+	if err := syscall.Kill(p.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("killing PID %d: %w", p.pid, err)
+	}
+	if p.waitExit(5 * time.Second) {
+		return nil
+	}
+	return fmt.Errorf("PID %d (%s) is still running after SIGKILL", p.pid, filepath.Base(p.path))
+}
+
 func (p *process) waitExit(timeout time.Duration) bool {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()

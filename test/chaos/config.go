@@ -1,0 +1,54 @@
+package chaos
+
+import (
+	"fmt"
+	"time"
+)
+
+// mode sizes a run: how long the load lasts and how often each fault strikes.
+type mode struct {
+	Name string
+	// Load is how long pods are created and faults injected.
+	Load time.Duration
+	// Namespaces run the load at once; a deleted one is replaced.
+	Namespaces int
+	// BarePodEvery is the pace of bare pod creations; each lives
+	// BarePodLife (from, to).
+	BarePodEvery time.Duration
+	BarePodLife  [2]time.Duration
+	// MinPods is the fewest labelled pods a run must create to count.
+	MinPods int
+	// Every fault strikes at a random time within its interval.
+	KillEvery, NamespaceEvery, FluentPVCEvery, StripEvery, UnlabelEvery, CopyEvery, ScaleEvery [2]time.Duration
+	// Settle bounds the wait for the system to settle after the load.
+	Settle time.Duration
+}
+
+var (
+	reduced = mode{
+		Name: "reduced", Load: 70 * time.Second, Namespaces: 2,
+		BarePodEvery: 700 * time.Millisecond, BarePodLife: [2]time.Duration{3 * time.Second, 20 * time.Second}, MinPods: 60,
+		KillEvery: [2]time.Duration{10 * time.Second, 30 * time.Second}, NamespaceEvery: [2]time.Duration{25 * time.Second, 40 * time.Second},
+		FluentPVCEvery: [2]time.Duration{8 * time.Second, 15 * time.Second}, StripEvery: [2]time.Duration{4 * time.Second, 8 * time.Second},
+		UnlabelEvery: [2]time.Duration{6 * time.Second, 12 * time.Second}, CopyEvery: [2]time.Duration{5 * time.Second, 10 * time.Second},
+		ScaleEvery: [2]time.Duration{2 * time.Second, 5 * time.Second}, Settle: 4 * time.Minute,
+	}
+	full = mode{
+		Name: "full", Load: 8 * time.Minute, Namespaces: 4,
+		BarePodEvery: time.Second, BarePodLife: [2]time.Duration{3 * time.Second, 40 * time.Second}, MinPods: 300,
+		KillEvery: [2]time.Duration{10 * time.Second, 30 * time.Second}, NamespaceEvery: [2]time.Duration{40 * time.Second, 80 * time.Second},
+		FluentPVCEvery: [2]time.Duration{10 * time.Second, 25 * time.Second}, StripEvery: [2]time.Duration{5 * time.Second, 12 * time.Second},
+		UnlabelEvery: [2]time.Duration{8 * time.Second, 15 * time.Second}, CopyEvery: [2]time.Duration{6 * time.Second, 12 * time.Second},
+		ScaleEvery: [2]time.Duration{2 * time.Second, 6 * time.Second}, Settle: 5 * time.Minute,
+	}
+)
+
+func modeNamed(name string) (mode, error) {
+	switch name {
+	case reduced.Name:
+		return reduced, nil
+	case full.Name:
+		return full, nil
+	}
+	return mode{}, fmt.Errorf("CHAOS=%q: want %q or %q", name, reduced.Name, full.Name)
+}

@@ -1,0 +1,366 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/test/cluster"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+// fluentPVCName is the FluentPVC every load pod opts into.
+const fluentPVCName = "chaos"
+
+// deploymentsPerNamespace run in each load namespace.
+const deploymentsPerNamespace = 2
+
+// tally counts what the driver did, for the results.
+type tally struct {
+	BarePods, SidecarFailPods, ReplicaKills, ReplicaExits, NamespacesDeleted, PoolChanges, TemplateChanges,
+	BindingsStripped, LabelsRemoved, CopiesDenied, CopiesAdmitted, Scales, Errors atomic.Int64
+}
+
+// driver runs the load and the faults.
+type driver struct {
+	m   mode
+	c   client.Client
+	log io.Writer
+
+	mu         sync.Mutex
+	namespaces []string
+	nsSeq      int
+	// bare are the bare pods alive, with when each is to be deleted.
+	bare map[types.NamespacedName]time.Time
+
+	t tally
+}
+
+func newDriver(m mode, c client.Client, log io.Writer) *driver {
+	return &driver{m: m, c: c, log: log, bare: map[types.NamespacedName]time.Time{}}
+}
+
+func (d *driver) logf(format string, args ...any) {
+	fmt.Fprintf(d.log, time.Now().Format("15:04:05.000")+" "+format+"\n", args...)
+}
+
+// fail counts and logs an unexpected error of an actor; faults make some
+// errors normal (conflicts, objects gone), which are not counted.
+func (d *driver) fail(what string, err error) {
+	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		return
+	}
+	if strings.Contains(err.Error(), "being terminated") || strings.Contains(err.Error(), "is being deleted") {
+		return
+	}
+	d.t.Errors.Add(1)
+	d.logf("error: %s: %v", what, err)
+}
+
+// fluentPVC is the load's FluentPVC: a pool of 4, a sidecar that deletes
+// its pod when it fails, and drain Jobs that fail one time in four (the
+// flaky stages) without retries inside the Job.
+func fluentPVC() *v1alpha1.FluentPVC {
+	return fixtures.MakeFluentPVC(fluentPVCName).PoolSize(4).DeletePodOnSidecarFailure(true).
+		Mutate(func(f *v1alpha1.FluentPVC) {
+			f.Spec.CommonVolumes, f.Spec.CommonVolumeMounts = nil, nil
+			f.Spec.PVCFinalizerJobSpecTemplate.BackoffLimit = ptr.To[int32](0)
+			f.Spec.PVCFinalizerJobSpecTemplate.Template.Labels = map[string]string{flakyLabelKey: "true"}
+		}).Obj()
+}
+
+// addNamespace creates the next load namespace and its Deployments.
+func (d *driver) addNamespace(ctx context.Context) {
+	d.mu.Lock()
+	d.nsSeq++
+	name := fmt.Sprintf("chaos-%d", d.nsSeq)
+	d.mu.Unlock()
+	if err := d.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		d.fail("creating namespace "+name, err)
+		return
+	}
+	for i := range deploymentsPerNamespace {
+		labels := map[string]string{"app": fmt.Sprintf("app-%d", i), v1alpha1.FluentPVCNameLabelKey: fluentPVCName}
+		dep := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("app-%d", i), Namespace: name},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To[int32](2),
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": labels["app"]}},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec:       fixtures.MakePod("", name).Obj().Spec,
+				},
+			},
+		}
+		d.fail("creating a Deployment", d.c.Create(ctx, dep))
+	}
+	d.mu.Lock()
+	d.namespaces = append(d.namespaces, name)
+	d.mu.Unlock()
+}
+
+func (d *driver) randomNamespace() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.namespaces) == 0 {
+		return ""
+	}
+	return d.namespaces[rand.N(len(d.namespaces))]
+}
+
+// every calls f at random times within interval until ctx ends.
+func every(ctx context.Context, wg *sync.WaitGroup, interval [2]time.Duration, f func(context.Context)) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			wait := interval[0]
+			if interval[1] > interval[0] {
+				wait += rand.N(interval[1] - interval[0])
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			f(ctx)
+		}
+	}()
+}
+
+// createBarePod creates a labelled pod that lives for a random time; one
+// in ten has a sidecar that fails.
+func (d *driver) createBarePod(ctx context.Context) {
+	ns := d.randomNamespace()
+	if ns == "" {
+		return
+	}
+	w := fixtures.MakePod("", ns).GenerateName("bare-").FluentPVC(fluentPVCName)
+	sidecarFails := rand.N(10) == 0
+	if sidecarFails {
+		w = w.Label(cluster.SidecarFailLabelKey, "true")
+	}
+	pod := w.Obj()
+	if err := d.c.Create(ctx, pod); err != nil {
+		d.fail("creating a bare pod", err)
+		return
+	}
+	d.t.BarePods.Add(1)
+	if sidecarFails {
+		d.t.SidecarFailPods.Add(1)
+	}
+	life := d.m.BarePodLife[0] + rand.N(d.m.BarePodLife[1]-d.m.BarePodLife[0])
+	d.mu.Lock()
+	d.bare[client.ObjectKeyFromObject(pod)] = time.Now().Add(life)
+	d.mu.Unlock()
+}
+
+// reapBarePods deletes the bare pods whose time is up.
+func (d *driver) reapBarePods(ctx context.Context) {
+	now := time.Now()
+	var due []types.NamespacedName
+	d.mu.Lock()
+	for k, at := range d.bare {
+		if now.After(at) {
+			due = append(due, k)
+			delete(d.bare, k)
+		}
+	}
+	d.mu.Unlock()
+	for _, k := range due {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: k.Namespace, Name: k.Name}}
+		d.fail("deleting a bare pod", client.IgnoreNotFound(d.c.Delete(ctx, pod)))
+	}
+}
+
+// scale sets a random Deployment's replicas to 0-6.
+func (d *driver) scale(ctx context.Context) {
+	ns := d.randomNamespace()
+	if ns == "" {
+		return
+	}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("app-%d", rand.N(deploymentsPerNamespace))}}
+	patch := fmt.Sprintf(`{"spec":{"replicas":%d}}`, rand.N(7))
+	if err := d.c.Patch(ctx, dep, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		d.fail("scaling a Deployment", err)
+		return
+	}
+	d.t.Scales.Add(1)
+}
+
+// deleteNamespace deletes a random load namespace with its pods running
+// and puts a new one in its place.
+func (d *driver) deleteNamespace(ctx context.Context) {
+	d.mu.Lock()
+	if len(d.namespaces) == 0 {
+		d.mu.Unlock()
+		return
+	}
+	i := rand.N(len(d.namespaces))
+	ns := d.namespaces[i]
+	d.namespaces = append(d.namespaces[:i], d.namespaces[i+1:]...)
+	for k := range d.bare {
+		if k.Namespace == ns {
+			delete(d.bare, k)
+		}
+	}
+	d.mu.Unlock()
+	if err := d.c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		d.fail("deleting namespace "+ns, err)
+	} else {
+		d.t.NamespacesDeleted.Add(1)
+		d.logf("deleted namespace %s with its pods running", ns)
+	}
+	d.addNamespace(ctx)
+}
+
+// changeFluentPVC changes the pool size or a template at random.
+func (d *driver) changeFluentPVC(ctx context.Context) {
+	f := &v1alpha1.FluentPVC{}
+	if err := d.c.Get(ctx, client.ObjectKey{Name: fluentPVCName}, f); err != nil {
+		d.fail("reading the FluentPVC", err)
+		return
+	}
+	patch := client.MergeFrom(f.DeepCopy())
+	template := rand.N(3) == 0
+	if template {
+		size := "1Gi"
+		if f.Spec.PVCSpecTemplate.Resources.Requests.Storage().String() == "1Gi" {
+			size = "2Gi"
+		}
+		f.Spec.PVCSpecTemplate.Resources.Requests[corev1.ResourceStorage] = resource.MustParse(size)
+	} else {
+		f.Spec.Pool.Size = int32(rand.N(7))
+	}
+	if err := d.c.Patch(ctx, f, patch); err != nil {
+		d.fail("changing the FluentPVC", err)
+		return
+	}
+	if template {
+		d.t.TemplateChanges.Add(1)
+	} else {
+		d.t.PoolChanges.Add(1)
+	}
+}
+
+// stripBinding removes a binding's finalizers and deletes it, preferring
+// one whose claim is in use or draining: the operator must make it again
+// and still drain the claim.
+func (d *driver) stripBinding(ctx context.Context) {
+	var l v1alpha1.FluentPVCBindingList
+	if err := d.c.List(ctx, &l); err != nil {
+		d.fail("listing bindings", err)
+		return
+	}
+	var pick []v1alpha1.FluentPVCBinding
+	for _, b := range l.Items {
+		if b.Status.Phase == v1alpha1.BindingPhaseDraining || b.Status.Phase == v1alpha1.BindingPhaseInUse {
+			pick = append(pick, b)
+		}
+	}
+	if len(pick) == 0 {
+		pick = l.Items
+	}
+	if len(pick) == 0 {
+		return
+	}
+	b := pick[rand.N(len(pick))]
+	if err := d.c.Patch(ctx, &b, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))); err != nil {
+		d.fail("stripping a binding's finalizers", err)
+		return
+	}
+	if err := d.c.Delete(ctx, &b); client.IgnoreNotFound(err) != nil {
+		d.fail("deleting a binding", err)
+		return
+	}
+	d.t.BindingsStripped.Add(1)
+	d.logf("stripped and deleted binding %s/%s (%s)", b.Namespace, b.Name, b.Status.Phase)
+}
+
+// runningLabelled is a random Running pod that carries the opt-in label and
+// a claim, or nil.
+func (d *driver) runningLabelled(ctx context.Context, bareOnly bool) *corev1.Pod {
+	var l corev1.PodList
+	if err := d.c.List(ctx, &l, client.HasLabels{v1alpha1.FluentPVCNameLabelKey, v1alpha1.BindingNameLabelKey}); err != nil {
+		d.fail("listing pods", err)
+		return nil
+	}
+	var pick []*corev1.Pod
+	for i := range l.Items {
+		p := &l.Items[i]
+		if p.Status.Phase != corev1.PodRunning || !p.DeletionTimestamp.IsZero() || !strings.HasPrefix(p.Namespace, "chaos-") {
+			continue
+		}
+		if bareOnly && !strings.HasPrefix(p.Name, "bare-") {
+			continue
+		}
+		pick = append(pick, p)
+	}
+	if len(pick) == 0 {
+		return nil
+	}
+	return pick[rand.N(len(pick))]
+}
+
+// removeLabel removes the opt-in label from a running bare pod, which then
+// drops out of the operator's cache while it still uses its claim.
+func (d *driver) removeLabel(ctx context.Context) {
+	pod := d.runningLabelled(ctx, true)
+	if pod == nil {
+		return
+	}
+	patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/uid","value":%q},{"op":"remove","path":"/metadata/labels/%s"}]`,
+		pod.UID, strings.ReplaceAll(v1alpha1.FluentPVCNameLabelKey, "/", "~1"))
+	if err := d.c.Patch(ctx, pod, client.RawPatch(types.JSONPatchType, []byte(patch))); err != nil {
+		d.fail("removing a pod's opt-in label", err)
+		return
+	}
+	d.t.LabelsRemoved.Add(1)
+}
+
+// copyPod creates a pod from a running pod's manifest, claim volume and
+// finalizer included, as `kubectl get -o yaml | kubectl create` would.
+// The webhook must deny it.
+func (d *driver) copyPod(ctx context.Context) {
+	pod := d.runningLabelled(ctx, false)
+	if pod == nil {
+		return
+	}
+	cp := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: pod.Namespace, Name: pod.Name + "-copy",
+			Labels: pod.Labels, Annotations: pod.Annotations, Finalizers: pod.Finalizers,
+		},
+		Spec: *pod.Spec.DeepCopy(),
+	}
+	err := d.c.Create(ctx, cp)
+	switch {
+	case err == nil:
+		d.t.CopiesAdmitted.Add(1)
+		d.logf("a copy of pod %s/%s was admitted", pod.Namespace, pod.Name)
+		d.mu.Lock()
+		d.bare[client.ObjectKeyFromObject(cp)] = time.Now().Add(10 * time.Second)
+		d.mu.Unlock()
+	case apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) || strings.Contains(err.Error(), "denied the request"):
+		d.t.CopiesDenied.Add(1)
+	default:
+		d.fail("creating a copied pod", err)
+	}
+}
