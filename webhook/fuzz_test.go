@@ -14,7 +14,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/validation/path"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -189,7 +189,7 @@ func (e *fuzzEnv) cluster(t *testing.T, warmPool bool) *fuzzCluster {
 			if key.Name == "" {
 				return fmt.Errorf("resource name may not be empty")
 			}
-			if msgs := path.IsValidPathSegmentName(key.Name); len(msgs) != 0 {
+			if msgs := content.IsPathSegmentName(key.Name); len(msgs) != 0 {
 				return fmt.Errorf("invalid resource name %q: %v", key.Name, msgs)
 			}
 			return c.Get(ctx, key, obj, opts...)

@@ -496,7 +496,7 @@ func (h *history) warned(c *claimLife, binding string) bool {
 // hold, without a leading or trailing dot or dash (punctuation).
 func nameTokens(text string) []string {
 	tokens := strings.FieldsFunc(text, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '.')
+		return (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' && r != '.'
 	})
 	for i, t := range tokens {
 		tokens[i] = strings.Trim(t, ".-")
