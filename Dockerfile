@@ -16,6 +16,9 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 
 # Run it from a minimal image as a non-root user.
 FROM gcr.io/distroless/static:nonroot
+# test/images builds the same image without Docker; TestDockerfileAgrees
+# keeps the two in step (user, entrypoint, working directory, labels).
+LABEL org.opencontainers.image.title="fluent-pvc-operator" org.opencontainers.image.description="Per-pod PersistentVolumeClaims from a warm pool, drained before deletion" org.opencontainers.image.source="https://github.com/st-tech/fluent-pvc-operator"
 WORKDIR /
 COPY --from=builder /workspace/manager /manager
 USER 65532:65532

@@ -29,6 +29,9 @@ CRD_TRIM_PATHS := spec.pvcSpecTemplate spec.pvcFinalizerJobSpecTemplate spec.sid
 
 CONTROL_PLANE := etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl
 CONTROL_PLANE_BINS := $(addprefix $(BIN)/,$(CONTROL_PLANE))
+# The real-node tier (issue 13) adds a kubelet beside kwok's fake nodes.
+REAL_NODE := kubelet
+REAL_NODE_BINS := $(addprefix $(BIN)/,$(REAL_NODE))
 
 export KUBEBUILDER_ASSETS := $(BIN)
 
@@ -95,6 +98,9 @@ run: ## Run the manager against the cluster of the current kubeconfig.
 
 .PHONY: bins
 bins: $(CONTROL_PLANE_BINS) ## Build the control-plane binaries into bin/ (only the missing ones).
+
+.PHONY: real-node-bins
+real-node-bins: $(REAL_NODE_BINS) ## Build the kubelet of the real-node tier into bin/ (work in progress, issue 13).
 
 $(BIN)/%:
 	@hack/build-bin.sh $*

@@ -46,7 +46,7 @@ ticker=$!
 trap 'kill "$ticker" 2>/dev/null; wait "$ticker" 2>/dev/null || true' EXIT
 
 case "$name" in
-  kube-apiserver|kube-controller-manager|kube-scheduler|kubectl)
+  kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|kubelet)
     (cd "$root/hack/tools/k8s" && CGO_ENABLED=0 go build -trimpath \
       -ldflags "-s -w $(pkg_version $K8S_VERSION)" -o "$out.tmp" "k8s.io/kubernetes/cmd/$name")
     ;;
