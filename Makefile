@@ -100,7 +100,14 @@ run: ## Run the manager against the cluster of the current kubeconfig.
 bins: $(CONTROL_PLANE_BINS) ## Build the control-plane binaries into bin/ (only the missing ones).
 
 .PHONY: real-node-bins
-real-node-bins: $(REAL_NODE_BINS) ## Build the kubelet of the real-node tier into bin/ (work in progress, issue 13).
+real-node-bins: $(REAL_NODE_BINS) ## Build the kubelet of the real-node tier into bin/ and install its Debian packages when missing (work in progress, issue 13).
+	@hack/real-node-deps.sh
+
+.PHONY: images
+images: ## Write the operator, busybox and pause images (no Docker) to bin/images.tar, for `ctr -n k8s.io images import`.
+	@hack/real-node-deps.sh
+	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o $(BIN)/manager-linux .
+	go run ./test/images/cmd/imagearchive -manager $(BIN)/manager-linux -busybox /bin/busybox -o $(BIN)/images.tar
 
 $(BIN)/%:
 	@hack/build-bin.sh $*
