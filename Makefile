@@ -113,11 +113,12 @@ $(BIN)/%:
 	@hack/build-bin.sh $*
 
 .PHONY: test
-test: bins vet ## Run every suite: unit, integration (envtest), end-to-end (kwok), a reduced fault-injection run, and a reduced benchmark.
+test: bins vet ## Run every suite: unit, integration (envtest), end-to-end (kwok), a reduced fault-injection run, the real-node smoke test, and a reduced benchmark.
 	$(MAKE) test-unit
 	$(MAKE) test-integration
 	$(MAKE) test-e2e
 	$(MAKE) chaos-reduced
+	$(MAKE) test-real-node
 	$(MAKE) bench-smoke
 
 # Every package's envtest suite is TestIntegration and the kwok suite is
@@ -133,6 +134,15 @@ test-integration: bins ## Run the envtest suites (a real kube-apiserver and etcd
 .PHONY: test-e2e
 test-e2e: bins ## Run the end-to-end suite on a simulated cluster (kwok).
 	go test ./test/e2e -count=1 -timeout 30m -v -run '^TestE2E$$' $(GINKGO_FLAGS)
+
+.PHONY: test-real-node
+test-real-node: bins ## Run the real-node tier: a kubelet with containerd beside kwok's nodes, real containers from images built here (skipped, with its reason, where the machine cannot).
+	@if hack/real-node-deps.sh; then \
+		$(MAKE) real-node-bins images && \
+		REAL_NODE=1 go test ./test/cluster -count=1 -timeout 10m -v -run '^TestRealNodeSmoke$$'; \
+	else \
+		echo "real-node tier skipped: see the line above"; \
+	fi
 
 .PHONY: chaos
 chaos: bins ## Run the full fault-injection suite (two replicas, API faults, SIGKILLs; >= 300 pods, under 15 min); results in test/chaos/results/latest.md.

@@ -69,6 +69,10 @@ type Options struct {
 	// AuditPolicy, when set, is kube-apiserver's audit policy; the log is
 	// then written to AuditLog().
 	AuditPolicy []byte
+	// RealNode adds a kubelet node (RealNodeName, in the first zone) with
+	// containerd beside the fake ones, which kwok alone then manages; see
+	// RealNodeUnavailable for what it needs.
+	RealNode bool
 }
 
 func (o Options) withDefaults() Options {
@@ -201,7 +205,7 @@ func (c *Cluster) up(ctx context.Context, o Options, start time.Time) error {
 	createStart := time.Now()
 	configPath := filepath.Join(c.Dir, "kwokctl.yaml")
 	stages := append(DefaultStages(), o.ExtraStages...)
-	if err := os.WriteFile(configPath, []byte(kwokctlConfig(c.bin("kubectl"), stages)), 0o644); err != nil {
+	if err := os.WriteFile(configPath, []byte(kwokctlConfig(c.bin("kubectl"), stages, o.RealNode)), 0o644); err != nil {
 		return err
 	}
 	var audit []string
@@ -247,6 +251,13 @@ func (c *Cluster) up(ctx context.Context, o Options, start time.Time) error {
 	c.progress("waiting for nodes to be Ready and the default ServiceAccount")
 	if err := c.waitReady(ctx); err != nil {
 		return err
+	}
+	if o.RealNode {
+		realStart := time.Now()
+		if err := c.startRealNode(ctx, o.Zones[0]); err != nil {
+			return fmt.Errorf("the real node: %w", err)
+		}
+		c.progress("real node %s is Ready (kubelet and containerd, state in %s) in %s", RealNodeName, c.realDir(), since(realStart))
 	}
 	c.progress("cluster %s is up: %s from kwokctl create to Ready nodes; export KUBECONFIG=%s", c.Name, since(start), c.Kubeconfig)
 	return nil
@@ -503,6 +514,7 @@ func (c *Cluster) Down() error {
 			errs = append(errs, p.stop(operatorStopTimeout))
 		}
 	}
+	errs = append(errs, c.downRealNode())
 	p := c.provisioner
 	if p == nil {
 		p = processFromPIDFile(c.provisionerPIDFile(), c.bin("test-provisioner"))

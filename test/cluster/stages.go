@@ -57,7 +57,7 @@ func E2EStages() []string {
 }
 
 // kwokctlConfig is the multi-document --config of kwokctl create cluster.
-func kwokctlConfig(kubectl string, stages []string) string {
+func kwokctlConfig(kubectl string, stages []string, realNode bool) string {
 	var b strings.Builder
 	b.WriteString("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokctlConfiguration\noptions:\n")
 	b.WriteString("  kubectlBinary: " + quote(kubectl) + "\n")
@@ -67,6 +67,14 @@ func kwokctlConfig(kubectl string, stages []string) string {
 	// of config/default, so a missing verb fails a spec here first.
 	b.WriteString("componentsPatches:\n- name: kube-apiserver\n  extraArgs:\n")
 	b.WriteString("  - key: enable-admission-plugins\n    value: OwnerReferencesPermissionEnforcement\n")
+	if realNode {
+		// kubectl logs and exec reach the kubelet by its IP, and kwok
+		// leaves the real node alone (the last of a repeated flag wins).
+		b.WriteString("  - key: kubelet-preferred-address-types\n    value: InternalIP,Hostname\n")
+		b.WriteString("- name: kwok-controller\n  extraArgs:\n")
+		b.WriteString("  - key: manage-all-nodes\n    value: \"false\"\n")
+		b.WriteString("  - key: manage-nodes-with-label-selector\n    value: " + NodeTypeLabelKey + "=kwok\n")
+	}
 	for _, s := range stages {
 		b.WriteString("---\n")
 		b.WriteString(strings.TrimSpace(s))
