@@ -231,7 +231,7 @@ func (c *Cluster) downRealNode() error {
 			errs = append(errs, p.stop(20*time.Second))
 		}
 	}
-	errs = append(errs, c.killShims())
+	c.killShims()
 	errs = append(errs, unmountUnder(c.realDir()))
 	for _, ns := range netns {
 		// A sandbox left running keeps its namespace bind-mounted there.
@@ -302,7 +302,7 @@ func (c *Cluster) sandboxNetns(ctx context.Context) []string {
 
 // killShims ends the containerd shims serving this node's containerd, which
 // outlive it (they are found by its socket in their command line).
-func (c *Cluster) killShims() error {
+func (c *Cluster) killShims() {
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	sock := []byte(c.containerdSocket())
 	for _, f := range procs {
@@ -315,7 +315,6 @@ func (c *Cluster) killShims() error {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
-	return nil
 }
 
 // unmountUnder unmounts every mount point under dir, deepest first.
