@@ -45,6 +45,7 @@
 //	-zones string         up: comma-separated zones (default "zone-a,zone-b,zone-c")
 //	-nodes-per-zone int   up: nodes per zone (default 2)
 //	-e2e-stages           up: add E2EStages to kwok's stages (default true)
+//	-real-node            up: add the real node (Options.RealNode)
 //
 // After up, point bin/kubectl at the cluster and keep its cache out of ~/.kube:
 //

@@ -35,6 +35,7 @@ func main() {
 	zones := fs.String("zones", strings.Join(cluster.DefaultZones, ","), "up: comma-separated zones of the nodes.")
 	perZone := fs.Int("nodes-per-zone", 2, "up: nodes in each zone.")
 	e2eStages := fs.Bool("e2e-stages", true, "up: add the e2e kwok stages (sidecar-fail and job-fail labels) to kwok's defaults.")
+	realNode := fs.Bool("real-node", false, "up: add a real kubelet node with containerd (needs root; make real-node-bins images first).")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: kwokcluster [flags] up|operator [-- MANAGER-FLAGS...]|dry-run-deploy|down")
 		fs.PrintDefaults()
@@ -47,7 +48,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opts := cluster.Options{Name: *name}
+	opts := cluster.Options{Name: *name, RealNode: *realNode}
 	if err := run(ctx, fs.Arg(0), fs.Args()[1:], opts, *delay, *zones, *perZone, *e2eStages); err != nil {
 		fmt.Fprintln(os.Stderr, "kwokcluster:", err)
 		os.Exit(1)
