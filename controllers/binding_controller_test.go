@@ -45,13 +45,7 @@ func TestReconcileJobCacheLag(t *testing.T) {
 	b.Status.DrainStartTime = &metav1.Time{Time: now.Add(-time.Second)}
 	running := objects.DrainJob(fpvc, b, 1)
 
-	scheme := newScheme(t)
-	live := fake.NewClientBuilder().WithScheme(scheme).
-		WithObjects(fpvc, pvc, b, running).
-		WithStatusSubresource(&v1alpha1.FluentPVCBinding{}).
-		WithIndex(&corev1.Pod{}, podBindingIndex, byBindingLabel).
-		WithIndex(&batchv1.Job{}, jobBindingIndex, byBindingLabel).
-		Build()
+	live := fakeAPI(t, interceptor.Funcs{}, fpvc, pvc, b, running)
 	// The cache: the same objects, but Job lists miss the new Job.
 	cached := interceptor.NewClient(live, interceptor.Funcs{
 		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
@@ -61,8 +55,7 @@ func TestReconcileJobCacheLag(t *testing.T) {
 			return c.List(ctx, list, opts...)
 		},
 	})
-	r := NewBindingReconciler(cached, live, events.NewFakeRecorder(10), clocktesting.NewFakePassiveClock(now),
-		Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute})
+	r := testBindingReconciler(cached, live, now)
 
 	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)}); err != nil {
 		t.Fatalf("Reconcile: %v", err)
@@ -116,14 +109,8 @@ func TestReconcileStaleBindingAfterReturn(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			claim := tc.claim.DeepCopy()
-			live := fake.NewClientBuilder().WithScheme(newScheme(t)).
-				WithObjects(fpvc, claim, stale.DeepCopy()).
-				WithStatusSubresource(&v1alpha1.FluentPVCBinding{}).
-				WithIndex(&corev1.Pod{}, podBindingIndex, byBindingLabel).
-				WithIndex(&batchv1.Job{}, jobBindingIndex, byBindingLabel).
-				Build()
-			r := NewBindingReconciler(live, live, events.NewFakeRecorder(10), clocktesting.NewFakePassiveClock(now),
-				Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute})
+			live := fakeAPI(t, interceptor.Funcs{}, fpvc, claim, stale.DeepCopy())
+			r := testBindingReconciler(live, live, now)
 			ctx := context.Background()
 			if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(stale)}); err != nil {
 				t.Fatalf("Reconcile: %v", err)
@@ -157,6 +144,37 @@ func TestReconcileStaleBindingAfterReturn(t *testing.T) {
 	}
 }
 
+// fakeAPI is a fake API server holding objs, with the field indexes the
+// binding reconciler's cache has; funcs intercept its calls.
+func fakeAPI(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) client.WithWatch {
+	return fake.NewClientBuilder().WithScheme(newScheme(t)).
+		WithObjects(objs...).
+		WithStatusSubresource(&v1alpha1.FluentPVCBinding{}).
+		WithIndex(&corev1.Pod{}, podBindingIndex, byBindingLabel).
+		WithIndex(&batchv1.Job{}, jobBindingIndex, byBindingLabel).
+		WithInterceptorFuncs(funcs).
+		Build()
+}
+
+// withoutPods is a cache over live that holds no pod, as the operator's
+// holds no pod whose opt-in label was removed.
+func withoutPods(live client.WithWatch) client.WithWatch {
+	return interceptor.NewClient(live, interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*corev1.PodList); ok {
+				return nil
+			}
+			return c.List(ctx, list, opts...)
+		},
+	})
+}
+
+// testBindingReconciler reconciles through cached and live at time now.
+func testBindingReconciler(cached, live client.Client, now time.Time) *BindingReconciler {
+	return NewBindingReconciler(cached, live, events.NewFakeRecorder(10), clocktesting.NewFakePassiveClock(now),
+		Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute})
+}
+
 func byBindingLabel(obj client.Object) []string {
 	return []string{obj.GetLabels()[v1alpha1.BindingNameLabelKey]}
 }
@@ -176,23 +194,10 @@ func TestReconcileUnlabelledBeforeRecorded(t *testing.T) {
 	pod := fixtures.MakePod("app", "ns").Label(v1alpha1.BindingNameLabelKey, b.Name).Obj()
 	pod.UID, pod.Finalizers, pod.Status.Phase = "pod-uid", []string{v1alpha1.PodProtectionFinalizer}, corev1.PodRunning
 
-	live := fake.NewClientBuilder().WithScheme(newScheme(t)).
-		WithObjects(fpvc, claim, b, pod).
-		WithStatusSubresource(&v1alpha1.FluentPVCBinding{}).
-		WithIndex(&corev1.Pod{}, podBindingIndex, byBindingLabel).
-		WithIndex(&batchv1.Job{}, jobBindingIndex, byBindingLabel).
-		Build()
+	live := fakeAPI(t, interceptor.Funcs{}, fpvc, claim, b, pod)
 	// The cache holds only pods with the opt-in label.
-	cached := interceptor.NewClient(live, interceptor.Funcs{
-		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
-			if _, ok := list.(*corev1.PodList); ok {
-				return nil
-			}
-			return c.List(ctx, list, opts...)
-		},
-	})
-	r := NewBindingReconciler(cached, live, events.NewFakeRecorder(10), clocktesting.NewFakePassiveClock(now),
-		Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute})
+	cached := withoutPods(live)
+	r := testBindingReconciler(cached, live, now)
 	ctx := context.Background()
 	for range 2 {
 		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)}); err != nil {
@@ -237,24 +242,17 @@ func TestReconcileNamespaceTerminatingBeforeBinding(t *testing.T) {
 	b.Spec.Pod = v1alpha1.ObjectIdentity{Name: "gone", UID: "pod-uid"}
 	b.Status.Phase = v1alpha1.BindingPhaseInUse
 
-	live := fake.NewClientBuilder().WithScheme(newScheme(t)).
-		WithObjects(fpvc, claim, b).
-		WithStatusSubresource(&v1alpha1.FluentPVCBinding{}).
-		WithIndex(&corev1.Pod{}, podBindingIndex, byBindingLabel).
-		WithIndex(&batchv1.Job{}, jobBindingIndex, byBindingLabel).
-		WithInterceptorFuncs(interceptor.Funcs{
-			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-				if _, ok := obj.(*batchv1.Job); ok {
-					err := apierrors.NewForbidden(batchv1.Resource("jobs"), obj.GetName(), fmt.Errorf("unable to create new content in namespace ns because it is being terminated"))
-					err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}
-					return err
-				}
-				return c.Create(ctx, obj, opts...)
-			},
-		}).
-		Build()
-	r := NewBindingReconciler(live, live, events.NewFakeRecorder(10), clocktesting.NewFakePassiveClock(now),
-		Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute})
+	live := fakeAPI(t, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*batchv1.Job); ok {
+				err := apierrors.NewForbidden(batchv1.Resource("jobs"), obj.GetName(), fmt.Errorf("unable to create new content in namespace ns because it is being terminated"))
+				err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}
+				return err
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	}, fpvc, claim, b)
+	r := testBindingReconciler(live, live, now)
 	ctx := context.Background()
 	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)}); err != nil {
 		t.Fatalf("Reconcile: %v", err)
@@ -284,31 +282,18 @@ func TestReconcileAbandonUnlabelledPod(t *testing.T) {
 	pod := fixtures.MakePod("app", "ns").Label(v1alpha1.BindingNameLabelKey, claim.Name).Obj()
 	pod.UID, pod.Finalizers, pod.Status.Phase = "pod-uid", []string{v1alpha1.PodProtectionFinalizer}, corev1.PodRunning
 
-	live := fake.NewClientBuilder().WithScheme(newScheme(t)).
-		WithObjects(fpvc, claim, pod).
-		WithIndex(&corev1.Pod{}, podBindingIndex, byBindingLabel).
-		WithIndex(&batchv1.Job{}, jobBindingIndex, byBindingLabel).
-		WithInterceptorFuncs(interceptor.Funcs{
-			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-				if _, ok := obj.(*v1alpha1.FluentPVCBinding); ok {
-					err := apierrors.NewForbidden(v1alpha1.GroupVersion.WithResource("fluentpvcbindings").GroupResource(), obj.GetName(), fmt.Errorf("namespace ns is being terminated"))
-					err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}
-					return err
-				}
-				return c.Create(ctx, obj, opts...)
-			},
-		}).
-		Build()
-	cached := interceptor.NewClient(live, interceptor.Funcs{
-		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
-			if _, ok := list.(*corev1.PodList); ok {
-				return nil // the cache holds only pods with the opt-in label
+	live := fakeAPI(t, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*v1alpha1.FluentPVCBinding); ok {
+				err := apierrors.NewForbidden(v1alpha1.GroupVersion.WithResource("fluentpvcbindings").GroupResource(), obj.GetName(), fmt.Errorf("namespace ns is being terminated"))
+				err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}
+				return err
 			}
-			return c.List(ctx, list, opts...)
+			return c.Create(ctx, obj, opts...)
 		},
-	})
-	r := NewBindingReconciler(cached, live, events.NewFakeRecorder(10), clocktesting.NewFakePassiveClock(now),
-		Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute})
+	}, fpvc, claim, pod)
+	cached := withoutPods(live)
+	r := testBindingReconciler(cached, live, now)
 	ctx := context.Background()
 	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "ns", Name: claim.Name}}); err != nil {
 		t.Fatalf("Reconcile: %v", err)

@@ -93,13 +93,20 @@ func image(files []file, cfg v1.Config) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
+	return withConfig(img, func(cf *v1.ConfigFile) {
+		cf.OS, cf.Architecture, cf.Config = "linux", "amd64", cfg
+		cf.Created = v1.Time{Time: time.Unix(0, 0)}
+	})
+}
+
+// withConfig is img with its config file changed by change.
+func withConfig(img v1.Image, change func(*v1.ConfigFile)) (v1.Image, error) {
 	cf, err := img.ConfigFile()
 	if err != nil {
 		return nil, err
 	}
 	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture, cf.Config = "linux", "amd64", cfg
-	cf.Created = v1.Time{Time: time.Unix(0, 0)}
+	change(cf)
 	return mutate.ConfigFile(img, cf)
 }
 
@@ -148,13 +155,7 @@ func Pause(busyboxBinary string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cf = cf.DeepCopy()
-	cf.Config.Entrypoint = []string{"/bin/sleep", "2147483647"}
-	return mutate.ConfigFile(img, cf)
+	return withConfig(img, func(cf *v1.ConfigFile) { cf.Config.Entrypoint = []string{"/bin/sleep", "2147483647"} })
 }
 
 // WriteArchive writes images, by reference, into one docker-archive
