@@ -172,19 +172,19 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 		// Never conclude from the cache alone that a claim is gone.
 		err = r.apiReader.Get(ctx, key, pvc)
 	}
-	if err == nil && !objects.SameCheckout(b, pvc) && (b.Spec.PVC.UID == "" || pvc.UID == b.Spec.PVC.UID) {
+	recorded := func() bool { return b.Spec.PVC.UID == "" || pvc.UID == b.Spec.PVC.UID }
+	if err == nil && recorded() && !objects.SameCheckout(b, pvc) {
 		// The cache may lag behind a binding made from a live read of its
 		// claim: only a live read may say the checkout is over.
 		err = r.apiReader.Get(ctx, key, pvc)
 	}
 	switch {
+	case err == nil && objects.SameCheckout(b, pvc):
+		o.pvc = pvc
 	case err == nil:
-		switch {
-		case objects.SameCheckout(b, pvc):
-			o.pvc = pvc
-		case b.Spec.PVC.UID == "" || pvc.UID == b.Spec.PVC.UID:
-			o.checkoutOver = true
-		}
+		// The claim b recorded, back in the pool or checked out again; or
+		// another object under its name, which is not b's at all.
+		o.checkoutOver = recorded()
 	case !apierrors.IsNotFound(err):
 		return o, fmt.Errorf("reading PVC %s: %w", key, err)
 	}
@@ -409,11 +409,12 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl
 	}
 
 	if p.finish {
-		if !p.checkoutOver && (o.namespaceTerminating || b.Spec.Pod.UID == "") {
+		if !p.checkoutOver && !o.claimUnused && (o.namespaceTerminating || b.Spec.Pod.UID == "") {
 			// A pod this binding never recorded, or one a terminating
 			// namespace must be rid of, may be out of the cache (its opt-in
 			// label removed) and still hold the pod-protection finalizer,
-			// which nothing would remove once the binding is gone.
+			// which nothing would remove once the binding is gone. (An
+			// unused claim was just proven to have no pod by a live list.)
 			if err := r.releaseLabelledPods(ctx, b.Namespace, b.Name); err != nil {
 				return ctrl.Result{}, err
 			}

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -175,6 +176,14 @@ func testBindingReconciler(cached, live client.Client, now time.Time) *BindingRe
 		Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute})
 }
 
+// namespaceTerminating is the API server's refusal to create name in a
+// terminating namespace.
+func namespaceTerminating(gr schema.GroupResource, name string) error {
+	err := apierrors.NewForbidden(gr, name, fmt.Errorf("unable to create new content in namespace ns because it is being terminated"))
+	err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}
+	return err
+}
+
 func byBindingLabel(obj client.Object) []string {
 	return []string{obj.GetLabels()[v1alpha1.BindingNameLabelKey]}
 }
@@ -245,9 +254,7 @@ func TestReconcileNamespaceTerminatingBeforeBinding(t *testing.T) {
 	live := fakeAPI(t, interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			if _, ok := obj.(*batchv1.Job); ok {
-				err := apierrors.NewForbidden(batchv1.Resource("jobs"), obj.GetName(), fmt.Errorf("unable to create new content in namespace ns because it is being terminated"))
-				err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}
-				return err
+				return namespaceTerminating(batchv1.Resource("jobs"), obj.GetName())
 			}
 			return c.Create(ctx, obj, opts...)
 		},
@@ -285,9 +292,7 @@ func TestReconcileAbandonUnlabelledPod(t *testing.T) {
 	live := fakeAPI(t, interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			if _, ok := obj.(*v1alpha1.FluentPVCBinding); ok {
-				err := apierrors.NewForbidden(v1alpha1.GroupVersion.WithResource("fluentpvcbindings").GroupResource(), obj.GetName(), fmt.Errorf("namespace ns is being terminated"))
-				err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}
-				return err
+				return namespaceTerminating(v1alpha1.GroupVersion.WithResource("fluentpvcbindings").GroupResource(), obj.GetName())
 			}
 			return c.Create(ctx, obj, opts...)
 		},

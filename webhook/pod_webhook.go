@@ -108,13 +108,6 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	if name == "" {
 		return admission.Allowed("the pod does not opt into a FluentPVC"), resultSkipped, reasonNone
 	}
-	// The API server sends JSON. The decoder would also take YAML, or
-	// numbers beyond float64, against which no JSON patch can be made once
-	// a claim was provisioned: refuse them first.
-	var doc map[string]any
-	if err := json.Unmarshal(req.Object.Raw, &doc); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the pod is not a JSON object: %w", err)), resultDenied, reasonUndecodable
-	}
 	// Labels are validated after the mutating webhooks: a value that can
 	// name no object is a user's error, not the operator's.
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
@@ -161,6 +154,14 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 		return admission.Denied(fmt.Sprintf("the pod clashes with what FluentPVC %q injects: %s", name, errs.ToAggregate())), resultDenied, reasonConflict
 	}
 
+	// The API server sends JSON. The decoder would also take YAML, or
+	// numbers beyond float64, against which no JSON patch can be made once
+	// a claim was provisioned: refuse them before the claim is written.
+	// Only pods about to be mutated pay for this parse.
+	var doc map[string]any
+	if err := json.Unmarshal(req.Object.Raw, &doc); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the pod is not a JSON object: %w", err)), resultDenied, reasonUndecodable
+	}
 	claimName := objects.ClaimName(fpvc.Name)
 	if !ptr.Deref(req.DryRun, false) {
 		var err error
