@@ -9,6 +9,10 @@ SHELL := /usr/bin/env bash -o pipefail
 
 IMG ?= fluent-pvc-operator:latest
 BIN := $(CURDIR)/bin
+# bin/kubectl (make bins) when it is there, else the one on PATH.
+KUBECTL ?= $(if $(wildcard $(BIN)/kubectl),$(BIN)/kubectl,kubectl)
+DEPLOY_NAMESPACE := fluent-pvc-operator-system
+DEPLOY_TIMEOUT ?= 3m
 CONTROLLER_GEN := go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 KUSTOMIZE := go run sigs.k8s.io/kustomize/kustomize/v5@v5.8.1
 GOLANGCI_LINT := go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
@@ -180,13 +184,19 @@ docker-build: ## Build the operator image IMG (needs a Docker engine).
 
 .PHONY: install
 install: ## Install the CRDs into the cluster of the current kubeconfig.
-	kubectl apply -f config/crd/bases
+	$(KUBECTL) apply -f config/crd/bases
+
+# deploy renders config/default with IMG through an overlay under bin/, so
+# that the tracked kustomization is never edited.
+DEPLOY_DIR := $(BIN)/deploy
 
 .PHONY: deploy
-deploy: ## Deploy the operator with image IMG into the cluster of the current kubeconfig.
-	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
-	$(KUSTOMIZE) build config/default | kubectl apply -f -
+deploy: ## Deploy the operator (config/default) with image IMG into the cluster of the current kubeconfig, and wait until it serves.
+	@rm -rf $(DEPLOY_DIR) && mkdir -p $(DEPLOY_DIR)
+	cd $(DEPLOY_DIR) && $(KUSTOMIZE) create --resources ../../config/default && $(KUSTOMIZE) edit set image controller=$(IMG)
+	$(KUSTOMIZE) build $(DEPLOY_DIR) | $(KUBECTL) apply -f -
+	$(KUBECTL) -n $(DEPLOY_NAMESPACE) rollout status deployment/fluent-pvc-operator-controller-manager --timeout=$(DEPLOY_TIMEOUT)
 
 .PHONY: undeploy
-undeploy: ## Remove the operator (and its CRDs) from the cluster of the current kubeconfig.
-	$(KUSTOMIZE) build config/default | kubectl delete --ignore-not-found -f -
+undeploy: ## Remove the operator from the cluster of the current kubeconfig; its CRDs, FluentPVCs, bindings and claims stay, and a later deploy resumes their drains.
+	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found --wait=true -l 'app.kubernetes.io/component!=crd' -f -

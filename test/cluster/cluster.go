@@ -70,8 +70,9 @@ type Options struct {
 	// then written to AuditLog().
 	AuditPolicy []byte
 	// RealNode adds a kubelet node (RealNodeName, in the first zone) with
-	// containerd beside the fake ones, which kwok alone then manages; see
-	// RealNodeUnavailable for what it needs.
+	// containerd beside the fake ones, which kwok alone then manages and
+	// which are then tainted (FakeNodeTaintKey); see RealNodeUnavailable
+	// for what it needs.
 	RealNode bool
 }
 
@@ -238,7 +239,7 @@ func (c *Cluster) up(ctx context.Context, o Options, start time.Time) error {
 		return err
 	}
 	c.progress("creating %d nodes in zones %s", len(o.Zones)*o.NodesPerZone, strings.Join(o.Zones, ","))
-	if err := c.createNodes(ctx, o.Zones, o.NodesPerZone); err != nil {
+	if err := c.createNodes(ctx, o.Zones, o.NodesPerZone, o.RealNode); err != nil {
 		return err
 	}
 	if err := c.createStorageClasses(ctx); err != nil {
@@ -375,7 +376,11 @@ func NodeName(zone string, i int) string {
 	return fmt.Sprintf("kwok-%s-%d", zone, i)
 }
 
-func (c *Cluster) createNodes(ctx context.Context, zones []string, perZone int) error {
+func (c *Cluster) createNodes(ctx context.Context, zones []string, perZone int, tainted bool) error {
+	var taints []corev1.Taint
+	if tainted {
+		taints = []corev1.Taint{{Key: FakeNodeTaintKey, Value: "fake", Effect: corev1.TaintEffectNoSchedule}}
+	}
 	for _, zone := range zones {
 		for i := range perZone {
 			name := NodeName(zone, i)
@@ -404,6 +409,7 @@ func (c *Cluster) createNodes(ctx context.Context, zones []string, perZone int) 
 					// annotation keeps them managed under --manage-all-nodes=false.
 					Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
 				},
+				Spec:   corev1.NodeSpec{Taints: taints},
 				Status: corev1.NodeStatus{Allocatable: resources, Capacity: resources},
 			}
 			if _, err := c.Clientset.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {

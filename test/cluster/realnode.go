@@ -29,15 +29,22 @@ const (
 	RealNodeName = "real-0"
 	// RealNodeType is the real node's NodeTypeLabelKey value.
 	RealNodeType = "real"
-	// RealNodeTaintKey taints the real node (NoSchedule), so that only pods
-	// that tolerate it, and use images it has, run there.
-	RealNodeTaintKey = "fluent-pvc-operator.tech.zozo.com/real-node"
+	// FakeNodeTaintKey taints kwok's nodes (value "fake", NoSchedule) in a
+	// cluster with the real node, so that pods run on the real node unless
+	// they tolerate it: the operator's Deployment as a user deploys it, and
+	// every workload, whose containers only a real node runs.
+	FakeNodeTaintKey = "kwok.x-k8s.io/node"
 	// realBridge and realSubnet are the node's pod network.
 	realBridge = "fpvc0"
 	realSubnet = "10.244.77.0/24"
 	cniBinDir  = "/usr/lib/cni"
 	// realPauseImage is containerd's sandbox image (test/images.PauseRef).
 	realPauseImage = "fluent-pvc-operator.local/pause:dev"
+	// kubernetesServiceIP is the kubernetes Service's ClusterIP (the first
+	// of kube-apiserver's default service range).
+	kubernetesServiceIP = "10.0.0.1"
+	// realNATChain holds the real node's one Service rule (realServiceNAT).
+	realNATChain = "FPVC-REAL-SERVICES"
 )
 
 // RealNodeUnavailable says in one line why this machine cannot run the
@@ -92,6 +99,11 @@ func (c *Cluster) startRealNode(ctx context.Context, zone string) error {
 	if why := RealNodeUnavailable(c.RepoRoot); why != "" {
 		return errors.New(why)
 	}
+	// One real node per machine: its bridge, kubelet ports and NAT chain
+	// are the host's.
+	if _, err := net.InterfaceByName(realBridge); err == nil {
+		return fmt.Errorf("another real node is running here (its bridge %s exists): bring its cluster down first", realBridge)
+	}
 	for _, d := range []string{"containerd/root", "containerd/state", "cni/net.d", "cni/ipam", "kubelet/root", "pod-logs"} {
 		if err := os.MkdirAll(c.realDir(d), 0o755); err != nil {
 			return err
@@ -110,7 +122,7 @@ state = %q
     bin_dir = %q
     conf_dir = %q
 `, c.realDir("containerd", "root"), c.realDir("containerd", "state"), c.containerdSocket(), realPauseImage, cniBinDir, c.realDir("cni", "net.d"))
-	conflist := fmt.Sprintf(`{"cniVersion":"0.4.0","name":"fpvc-real","plugins":[{"type":"bridge","bridge":%q,"isGateway":true,"ipMasq":false,"ipam":{"type":"host-local","ranges":[[{"subnet":%q}]],"dataDir":%q}},{"type":"portmap","capabilities":{"portMappings":true}}]}`,
+	conflist := fmt.Sprintf(`{"cniVersion":"0.4.0","name":"fpvc-real","plugins":[{"type":"bridge","bridge":%q,"isGateway":true,"ipMasq":false,"ipam":{"type":"host-local","ranges":[[{"subnet":%q}]],"routes":[{"dst":"0.0.0.0/0"}],"dataDir":%q}},{"type":"portmap","capabilities":{"portMappings":true}}]}`,
 		realBridge, realSubnet, c.realDir("cni", "ipam"))
 	ip, err := hostIP()
 	if err != nil {
@@ -158,6 +170,9 @@ authorization: {mode: AlwaysAllow}
 	if out, err := c.ctr(ctx, "images", "import", filepath.Join(c.RepoRoot, "bin", "images.tar")); err != nil {
 		return fmt.Errorf("importing the test images: %w\n%s", err, out)
 	}
+	if err := c.realServiceNAT(ctx, ip); err != nil {
+		return err
+	}
 	if _, err := startBackground(c.bin("kubelet"), []string{
 		"--config", c.realDir("kubelet", "config.yaml"),
 		"--kubeconfig", c.Kubeconfig,
@@ -165,7 +180,6 @@ authorization: {mode: AlwaysAllow}
 		"--hostname-override", RealNodeName,
 		"--node-ip", ip,
 		"--node-labels", fmt.Sprintf("%s=%s,%s=%s", corev1.LabelTopologyZone, zone, NodeTypeLabelKey, RealNodeType),
-		"--register-with-taints", RealNodeTaintKey + "=true:NoSchedule",
 	}, c.realDir("kubelet.log"), c.realDir("kubelet.pid")); err != nil {
 		return err
 	}
@@ -244,8 +258,62 @@ func (c *Cluster) downRealNode() error {
 			errs = append(errs, fmt.Errorf("deleting link %s: %w: %s", realBridge, err, out))
 		}
 	}
-	errs = append(errs, removeKubeletChains())
+	errs = append(errs, removeKubeletChains(), removeRealNAT())
 	return errors.Join(errs...)
+}
+
+// realServiceNAT does for the real node's pods what kube-proxy would do for
+// the one Service they use, which this cluster does not run: connections
+// from the pod network to the kubernetes Service (443) go to the API
+// server's advertised endpoint, read from the Service's EndpointSlice.
+func (c *Cluster) realServiceNAT(ctx context.Context, hostIP string) error {
+	var endpoint string
+	if err := wait.PollUntilContextCancel(ctx, poll, true, func(ctx context.Context) (bool, error) {
+		slices, err := c.Clientset.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kubernetes"})
+		if err != nil {
+			return false, nil
+		}
+		for _, s := range slices.Items {
+			if len(s.Ports) == 1 && s.Ports[0].Port != nil && len(s.Endpoints) > 0 && len(s.Endpoints[0].Addresses) > 0 {
+				endpoint = net.JoinHostPort(s.Endpoints[0].Addresses[0], fmt.Sprint(*s.Ports[0].Port))
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		return fmt.Errorf("reading the kubernetes Service's endpoint: %w", err)
+	}
+	if h, _, _ := net.SplitHostPort(endpoint); h != hostIP {
+		return fmt.Errorf("the API server advertises %s, not this host's %s", endpoint, hostIP)
+	}
+	_ = removeRealNAT()
+	for _, args := range [][]string{
+		{"-t", "nat", "-N", realNATChain},
+		{"-t", "nat", "-A", realNATChain, "-d", kubernetesServiceIP + "/32", "-p", "tcp", "--dport", "443", "-j", "DNAT", "--to-destination", endpoint},
+		{"-t", "nat", "-A", "PREROUTING", "-s", realSubnet, "-j", realNATChain},
+	} {
+		if out, err := exec.CommandContext(ctx, "iptables", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("iptables %s: %w: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return nil
+}
+
+// removeRealNAT undoes realServiceNAT; nothing to do when it is not there.
+func removeRealNAT() error {
+	if exec.Command("iptables", "-t", "nat", "-S", realNATChain).Run() != nil {
+		return nil
+	}
+	for {
+		if exec.Command("iptables", "-t", "nat", "-D", "PREROUTING", "-s", realSubnet, "-j", realNATChain).Run() != nil {
+			break
+		}
+	}
+	_ = exec.Command("iptables", "-t", "nat", "-F", realNATChain).Run()
+	if out, err := exec.Command("iptables", "-t", "nat", "-X", realNATChain).CombinedOutput(); err != nil {
+		return fmt.Errorf("deleting chain nat/%s: %w: %s", realNATChain, err, out)
+	}
+	return nil
 }
 
 // deleteRealNodePods deletes the real node's pods at once and waits, up to

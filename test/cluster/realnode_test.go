@@ -47,7 +47,6 @@ func TestRealNodeSmoke(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "bb", Namespace: "default"},
 		Spec: corev1.PodSpec{
 			NodeSelector:                 map[string]string{cluster.NodeTypeLabelKey: cluster.RealNodeType},
-			Tolerations:                  []corev1.Toleration{{Key: cluster.RealNodeTaintKey, Operator: corev1.TolerationOpExists}},
 			AutomountServiceAccountToken: ptr.To(false),
 			RestartPolicy:                corev1.RestartPolicyNever,
 			Containers: []corev1.Container{{

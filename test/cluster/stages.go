@@ -61,6 +61,11 @@ func kwokctlConfig(kubectl string, stages []string, realNode bool) string {
 	var b strings.Builder
 	b.WriteString("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokctlConfiguration\noptions:\n")
 	b.WriteString("  kubectlBinary: " + quote(kubectl) + "\n")
+	if realNode {
+		// Pods reach the API server at the kubernetes Service's IP
+		// (realServiceNAT), so its certificate names that IP too.
+		b.WriteString("  kubeApiserverCertSANs:\n  - " + kubernetesServiceIP + "\n")
+	}
 	// OpenShift and other hardened clusters run this plugin: an owner
 	// reference that blocks its owner's deletion needs update on the
 	// owner's finalizers subresource. The e2e operator runs with the RBAC
@@ -71,6 +76,9 @@ func kwokctlConfig(kubectl string, stages []string, realNode bool) string {
 		// kubectl logs and exec reach the kubelet by its IP, and kwok
 		// leaves the real node alone (the last of a repeated flag wins).
 		b.WriteString("  - key: kubelet-preferred-address-types\n    value: InternalIP,Hostname\n")
+		// Webhooks are called at their Service's endpoints (pod IPs on the
+		// node's bridge), as there is no kube-proxy.
+		b.WriteString("  - key: enable-aggregator-routing\n    value: \"true\"\n")
 		b.WriteString("- name: kwok-controller\n  extraArgs:\n")
 		b.WriteString("  - key: manage-all-nodes\n    value: \"false\"\n")
 		b.WriteString("  - key: manage-nodes-with-label-selector\n    value: " + NodeTypeLabelKey + "=kwok\n")
