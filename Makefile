@@ -36,6 +36,8 @@ CONTROL_PLANE_BINS := $(addprefix $(BIN)/,$(CONTROL_PLANE))
 # The real-node tier (issue 13) adds a kubelet beside kwok's fake nodes.
 REAL_NODE := kubelet
 REAL_NODE_BINS := $(addprefix $(BIN)/,$(REAL_NODE))
+# One real node runs on a machine at a time; its runs take this lock.
+REAL_NODE_LOCK := /tmp/fpvc-realnode.lock
 
 export KUBEBUILDER_ASSETS := $(BIN)
 
@@ -117,12 +119,13 @@ $(BIN)/%:
 	@hack/build-bin.sh $*
 
 .PHONY: test
-test: bins vet ## Run every suite: unit, integration (envtest), end-to-end (kwok), a reduced fault-injection run, the real-node smoke test, and a reduced benchmark.
+test: bins vet ## Run every suite: unit, integration (envtest), end-to-end (kwok), a reduced fault-injection run, the real-node smoke test and end-to-end suite, and a reduced benchmark.
 	$(MAKE) test-unit
 	$(MAKE) test-integration
 	$(MAKE) test-e2e
 	$(MAKE) chaos-reduced
 	$(MAKE) test-real-node
+	$(MAKE) test-e2e-real
 	$(MAKE) bench-smoke
 
 # Every package's envtest suite is TestIntegration and the kwok suite is
@@ -143,7 +146,16 @@ test-e2e: bins ## Run the end-to-end suite on a simulated cluster (kwok).
 test-real-node: bins ## Run the real-node tier: a kubelet with containerd beside kwok's nodes, real containers from images built here (skipped, with its reason, where the machine cannot).
 	@if hack/real-node-deps.sh; then \
 		$(MAKE) real-node-bins images && \
-		REAL_NODE=1 go test ./test/cluster -count=1 -timeout 10m -v -run '^TestRealNodeSmoke$$'; \
+		REAL_NODE=1 flock $(REAL_NODE_LOCK) go test ./test/cluster -count=1 -timeout 10m -v -run '^TestRealNodeSmoke$$'; \
+	else \
+		echo "real-node tier skipped: see the line above"; \
+	fi
+
+.PHONY: test-e2e-real
+test-e2e-real: bins ## Run the end-to-end suite on the real node: the operator installed by make deploy, real containers (skipped, with its reason, where the machine cannot).
+	@if hack/real-node-deps.sh; then \
+		$(MAKE) real-node-bins images && \
+		REAL_NODE=1 flock $(REAL_NODE_LOCK) go test ./test/realnode -count=1 -timeout 30m -v -run '^TestE2EReal$$' $(GINKGO_FLAGS); \
 	else \
 		echo "real-node tier skipped: see the line above"; \
 	fi

@@ -188,6 +188,18 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 	case !apierrors.IsNotFound(err):
 		return o, fmt.Errorf("reading PVC %s: %w", key, err)
 	}
+	if (o.pvc == nil || !o.pvc.DeletionTimestamp.IsZero()) && !o.checkoutOver && !isFinal(b.Status.Phase) {
+		// A claim deleted after its drain succeeded may be gone before the
+		// cache has the binding's final phase: decide on the live binding,
+		// so that a drained claim is never reported lost.
+		live := &v1alpha1.FluentPVCBinding{}
+		switch err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(b), live); {
+		case err == nil && live.UID == b.UID:
+			*b = *live
+		case err != nil && !apierrors.IsNotFound(err):
+			return o, fmt.Errorf("reading binding %s/%s: %w", b.Namespace, b.Name, err)
+		}
+	}
 
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.InNamespace(b.Namespace), client.MatchingFields{podBindingIndex: b.Name}); err != nil {

@@ -311,3 +311,49 @@ func TestReconcileAbandonUnlabelledPod(t *testing.T) {
 		t.Errorf("pod finalizers = %v, want none: the namespace must be able to go", got.Finalizers)
 	}
 }
+
+// A claim deleted after its drain succeeded is gone before the cache has
+// the binding's Drained phase: the binding must finish without reporting
+// the claim lost (found by the real-node suite, where a ClaimLost Warning
+// followed a successful drain).
+func TestReconcileDrainedClaimOnStaleBinding(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	fpvc := fixtures.MakeFluentPVC("f").Obj()
+	claim := objects.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
+	claim.UID = "pvc-uid"
+	drainedBinding := objects.Binding(claim, fpvc.UID)
+	drainedBinding.UID = "binding-uid"
+	drainedBinding.Spec.Pod = v1alpha1.ObjectIdentity{Name: "app", UID: "pod-uid"}
+	drainedBinding.Status.Phase = v1alpha1.BindingPhaseDrained
+	stale := drainedBinding.DeepCopy()
+	stale.Status.Phase = v1alpha1.BindingPhaseDraining
+
+	live := fakeAPI(t, interceptor.Funcs{}, fpvc, drainedBinding)
+	// The cache still has the binding as it was before its last status write.
+	cached := interceptor.NewClient(live, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if b, ok := obj.(*v1alpha1.FluentPVCBinding); ok {
+				if err := c.Get(ctx, key, b, opts...); err != nil {
+					return err
+				}
+				b.Status = stale.Status
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	recorder := events.NewFakeRecorder(10)
+	r := NewBindingReconciler(cached, live, recorder, clocktesting.NewFakePassiveClock(now),
+		Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute})
+	ctx := context.Background()
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(stale)}); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	close(recorder.Events)
+	for e := range recorder.Events {
+		t.Errorf("event on a binding whose claim was drained: %s", e)
+	}
+	if err := live.Get(ctx, client.ObjectKeyFromObject(stale), &v1alpha1.FluentPVCBinding{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the drained binding is still there (err %v)", err)
+	}
+}

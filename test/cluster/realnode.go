@@ -19,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
+
+	"github.com/st-tech/fluent-pvc-operator/test/provisioner/hostpath"
 )
 
 // The real node (Options.RealNode): a kubelet with containerd, runc and a
@@ -259,6 +261,9 @@ func (c *Cluster) downRealNode() error {
 		}
 	}
 	errs = append(errs, removeKubeletChains(), removeRealNAT())
+	// The volumes the real node's pods wrote: only a real node makes them,
+	// and one real node runs at a time.
+	errs = append(errs, os.RemoveAll(hostpath.HostPathRoot))
 	return errors.Join(errs...)
 }
 
@@ -444,4 +449,18 @@ func removeKubeletChains() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// KillContainer sends SIGKILL to a container of the real node, named by a
+// pod's containerStatuses[].containerID ("containerd://<id>"), as the
+// kernel's OOM killer or a crash would end it.
+func (c *Cluster) KillContainer(ctx context.Context, containerID string) error {
+	id, ok := strings.CutPrefix(containerID, "containerd://")
+	if !ok || id == "" {
+		return fmt.Errorf("not a containerd container ID: %q", containerID)
+	}
+	if out, err := c.ctr(ctx, "tasks", "kill", "-s", "SIGKILL", id); err != nil {
+		return fmt.Errorf("killing container %s: %w: %s", id, err, out)
+	}
+	return nil
 }

@@ -159,7 +159,9 @@ func Pause(busyboxBinary string) (v1.Image, error) {
 }
 
 // WriteArchive writes images, by reference, into one docker-archive
-// tarball at path, which `ctr -n k8s.io images import` loads.
+// tarball at path, which `ctr -n k8s.io images import` loads. The file is
+// replaced at once (a rename), so a cluster that imports it meanwhile
+// reads the old or the new archive, never half of one.
 func WriteArchive(path string, images map[string]v1.Image) error {
 	refs := map[name.Reference]v1.Image{}
 	for ref, img := range images {
@@ -169,5 +171,10 @@ func WriteArchive(path string, images map[string]v1.Image) error {
 		}
 		refs[tag] = img
 	}
-	return tarball.MultiRefWriteToFile(path, refs)
+	tmp := fmt.Sprintf("%s.tmp-%d", path, os.Getpid())
+	if err := tarball.MultiRefWriteToFile(tmp, refs); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
 }

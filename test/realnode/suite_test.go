@@ -1,0 +1,113 @@
+// Package realnode deploys the operator the way a user does (make deploy:
+// config/default's Deployment with two replicas, leader election and its
+// own certificates, from the image make images builds) on a cluster with a
+// real kubelet node (test/cluster's Options.RealNode), and checks with real
+// busybox containers that what a sidecar writes to its claim is drained
+// exactly once.
+//
+// It runs with REAL_NODE=1 (make test-e2e-real) and skips, saying why,
+// where the machine cannot run a real node.
+package realnode
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/test/cluster"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+	"github.com/st-tech/fluent-pvc-operator/test/images"
+)
+
+// Waits on the real node; they include the test provisioner's 5 s delay.
+const (
+	timeout     = 2 * time.Minute
+	longTimeout = 4 * time.Minute
+	interval    = 250 * time.Millisecond
+	stillFor    = 5 * time.Second
+	// operatorNamespace is where config/default puts the operator.
+	operatorNamespace = "fluent-pvc-operator-system"
+)
+
+var (
+	kc *cluster.Cluster
+	cs kubernetes.Interface
+	// k8s reads and writes straight to the API server: no cache.
+	k8s    client.Client
+	scheme = runtime.NewScheme()
+	ctx    = context.Background()
+	// hostDir is a directory of this host that every pod of the specs
+	// mounts at /e2e: sidecars record there what they wrote
+	// (written/<pod>), drain Jobs what they shipped (shipped/<job pod>).
+	hostDir string
+)
+
+func TestE2EReal(t *testing.T) {
+	RegisterFailHandler(Fail)
+	fixtures.SetDefaults(timeout, interval, stillFor)
+	cluster.SetCommandLogger(GinkgoWriter)
+	RunSpecs(t, "End-to-end suite on the real node")
+}
+
+var _ = BeforeSuite(func() {
+	if os.Getenv("REAL_NODE") != "1" {
+		Skip("set REAL_NODE=1 (make test-e2e-real) to run the real-node suite")
+	}
+	if why := cluster.RealNodeUnavailable(cluster.RepoRoot()); why != "" {
+		Skip("real-node suite skipped: " + why)
+	}
+	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
+	Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
+
+	var err error
+	kc, err = cluster.Up(ctx, cluster.Options{Name: "e2e-real", RealNode: true, Out: GinkgoWriter})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() {
+		if os.Getenv("E2E_KEEP_CLUSTER") == "" {
+			Expect(kc.Down()).To(Succeed())
+		}
+	})
+	cs = kc.Clientset
+	k8s, err = client.New(kc.Config, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	hostDir = kc.Dir + "/e2e"
+	Expect(os.MkdirAll(hostDir, 0o755)).To(Succeed())
+
+	deploy()
+})
+
+// runMake runs a target of the repository's Makefile against the cluster, as
+// the README's "Deploying to a cluster" does.
+func runMake(args ...string) {
+	GinkgoHelper()
+	cmd := exec.CommandContext(ctx, "make", append([]string{"--no-print-directory"}, args...)...)
+	cmd.Dir = cluster.RepoRoot()
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kc.Kubeconfig)
+	cmd.Stdout, cmd.Stderr = GinkgoWriter, GinkgoWriter
+	By("make " + strings.Join(args, " "))
+	Expect(cmd.Run()).To(Succeed(), "make %s", strings.Join(args, " "))
+}
+
+// deploy is the README's "Deploying to a cluster" with the image that
+// make images built, which the real node's containerd already has.
+func deploy() {
+	GinkgoHelper()
+	runMake("deploy", "IMG="+images.OperatorRef)
+}
+
+// undeploy removes the operator and keeps its CRDs and their objects.
+func undeploy() {
+	GinkgoHelper()
+	runMake("undeploy")
+}
