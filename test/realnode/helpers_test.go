@@ -33,14 +33,16 @@ const (
 	claimMount  = "/mnt/fluent-pvc"
 	// A sidecar that, until it is told to stop, appends numbered lines
 	// "<pod> <n>" to the claim's buffer and then the same line to the
-	// host's record of what it wrote. TERM is handled between two lines,
-	// so both files always hold the same lines.
-	writerScript = `trap 'exit 0' TERM
+	// host's record of what it wrote. TERM only sets a flag (a shell runs
+	// a trap between any two commands), so both files always end with the
+	// same line.
+	writerScript = `stop=
+trap 'stop=1' TERM
 mkdir -p /e2e/written
 me=$(hostname)
 # A restarted sidecar goes on from the claim's last line.
 i=$(cat ` + claimMount + `/buffer 2>/dev/null | wc -l)
-while :; do
+while [ -z "$stop" ]; do
   i=$((i+1))
   echo "$me $i" >> ` + claimMount + `/buffer
   echo "$me $i" >> /e2e/written/$me
