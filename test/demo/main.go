@@ -1,9 +1,19 @@
-// Command demo shows fluent-pvc-operator on a local simulated cluster: it
-// starts the cluster (test/cluster) and the operator, creates a FluentPVC
-// with a warm pool of 3 on a StorageClass that takes 5 s to provision a
-// volume, then starts 5 labelled pods at once and prints, for each, its
-// claim, whether the claim came from the pool, and how long the pod took to
-// be Running. The cluster keeps running for exploring with kubectl until
+// Command demo shows fluent-pvc-operator on a local cluster (test/cluster):
+// it starts the cluster and the operator, creates a FluentPVC with a warm
+// pool of 3 on a StorageClass that takes 5 s to provision a volume, then
+// starts 5 labelled pods at once and prints, for each, its node, its claim,
+// whether the claim came from the pool, and how long the pod took to be
+// Ready.
+//
+// Where the machine can run test/cluster's real node (root, bin/kubelet,
+// bin/images.tar, containerd: make real-node-bins images), the pods run
+// there as real busybox containers: the sidecar appends lines to the
+// claim, and after the demo deletes the pods, the real drain Jobs count
+// them before the operator deletes the claims. Elsewhere, or with
+// DEMO_TIER=kwok, every node and pod is simulated by kwok, and the demo
+// says why in one line.
+//
+// The cluster keeps running for exploring with kubectl until
 // `make demo-down`.
 package main
 
@@ -11,17 +21,19 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
+	"path/filepath"
 	"sort"
 	"sync"
 	"text/tabwriter"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -32,23 +44,65 @@ import (
 
 const namespace = "demo"
 
+type options struct {
+	name     string
+	tier     string
+	delay    time.Duration
+	poolSize int32
+	pods     int
+}
+
 func main() {
-	name := flag.String("name", "demo", "cluster name")
-	delay := flag.Duration("delay", 5*time.Second, "time the test provisioner takes per volume, like a cloud disk")
-	poolSize := flag.Int("pool", 3, "warm PVCs in the pool")
-	pods := flag.Int("pods", 5, "labelled pods to start at once")
+	var o options
+	var poolSize int
+	flag.StringVar(&o.name, "name", "demo", "cluster name")
+	flag.StringVar(&o.tier, "tier", os.Getenv("DEMO_TIER"), "auto (the real node where the machine can run it), real or kwok; default DEMO_TIER, else auto")
+	flag.DurationVar(&o.delay, "delay", 5*time.Second, "time the test provisioner takes per volume, like a cloud disk")
+	flag.IntVar(&poolSize, "pool", 3, "warm PVCs in the pool")
+	flag.IntVar(&o.pods, "pods", 5, "labelled pods to start at once")
 	flag.Parse()
+	o.poolSize = int32(poolSize)
 	cluster.SetCommandLogger(os.Stderr)
-	if err := run(*name, *delay, int32(*poolSize), *pods); err != nil {
+	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run(name string, delay time.Duration, poolSize int32, n int) error {
+// realNodeBusy says why the real node cannot start while another cluster's
+// real node runs on this machine (its bridge exists), or "". A real node
+// left by an earlier demo of the same name does not count: Up replaces it.
+func realNodeBusy(name string) string {
+	const bridge = "fpvc0" // test/cluster's realBridge
+	if _, err := net.InterfaceByName(bridge); err != nil {
+		return ""
+	}
+	if _, err := os.Stat(filepath.Join(cluster.Named(cluster.Options{Name: name}).Dir, "realnode")); err == nil {
+		return ""
+	}
+	return "another cluster's real node runs on this machine (bridge " + bridge + "); bring that cluster down first"
+}
+
+func run(o options) error {
+	unavailable := ""
+	if o.tier != string(tierKwok) {
+		if unavailable = cluster.RealNodeUnavailable(cluster.RepoRoot()); unavailable == "" {
+			unavailable = realNodeBusy(o.name)
+		}
+	}
+	t, reason, err := chooseTier(o.tier, unavailable)
+	if err != nil {
+		return err
+	}
+	if t == tierReal {
+		fmt.Printf(">> real node: the demo's pods and Jobs run as real busybox containers on %s (kubelet and containerd on this machine), beside kwok's simulated nodes\n", cluster.RealNodeName)
+	} else {
+		fmt.Printf(">> %s\n", reason)
+	}
+
 	// Up and RunOperator bound their own waits, but not the first build of
 	// the binaries, which takes minutes on a cold build cache.
-	kc, err := cluster.Up(context.Background(), cluster.Options{Name: name, ProvisionerDelay: delay})
+	kc, err := cluster.Up(context.Background(), cluster.Options{Name: o.name, ProvisionerDelay: o.delay, RealNode: t == tierReal})
 	if err != nil {
 		return err
 	}
@@ -56,7 +110,7 @@ func run(name string, delay time.Duration, poolSize int32, n int) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	start := time.Now()
 
@@ -71,13 +125,15 @@ func run(name string, delay time.Duration, poolSize int32, n int) error {
 	if err != nil {
 		return err
 	}
-	running := newRunningTracker()
-	podInformer, err := informers.GetInformer(ctx, &corev1.Pod{})
-	if err != nil {
-		return err
-	}
-	if _, err := podInformer.AddEventHandler(running.handler()); err != nil {
-		return err
+	seen := newTimeline(namespace)
+	for _, obj := range []client.Object{&corev1.Pod{}, &batchv1.Job{}, &corev1.PersistentVolumeClaim{}} {
+		inf, err := informers.GetInformer(ctx, obj)
+		if err != nil {
+			return err
+		}
+		if _, err := inf.AddEventHandler(seen.handler()); err != nil {
+			return err
+		}
 	}
 	go func() { _ = informers.Start(ctx) }()
 	if !informers.WaitForCacheSync(ctx) {
@@ -91,20 +147,26 @@ func run(name string, delay time.Duration, poolSize int32, n int) error {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); client.IgnoreAlreadyExists(err) != nil {
 		return err
 	}
-	fpvc := fixtures.MakeFluentPVC("demo").PoolSize(poolSize).Mutate(func(f *v1alpha1.FluentPVC) {
+	fpvc := fixtures.MakeFluentPVC("demo").PoolSize(o.poolSize).Mutate(func(f *v1alpha1.FluentPVC) {
 		f.Spec.Pool.Namespaces = []string{namespace}
-	}).Obj()
-	if err := c.Create(ctx, fpvc); err != nil {
+	})
+	if t == tierReal {
+		fpvc = realFluentPVC(fpvc)
+	}
+	if err := c.Create(ctx, fpvc.Obj()); err != nil {
 		return err
 	}
-	fmt.Printf(">> FluentPVC demo: pool of %d on StorageClass standard (WaitForFirstConsumer, %s per volume); waiting until warm\n", poolSize, delay)
+	fmt.Printf(">> FluentPVC demo: pool of %d on StorageClass standard (WaitForFirstConsumer, %s per volume); waiting until warm\n", o.poolSize, o.delay)
+	if t == tierReal {
+		fmt.Printf(">> its sidecar appends a timestamped line to the pod's claim every 0.5 s; its drain Job counts the claim's lines\n")
+	}
 	warmStart := time.Now()
 	for {
 		f := &v1alpha1.FluentPVC{}
-		if err := c.Get(ctx, client.ObjectKeyFromObject(fpvc), f); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Name: fpvc.Name}, f); err != nil {
 			return err
 		}
-		if f.Status.Warm >= poolSize {
+		if f.Status.Warm >= o.poolSize {
 			break
 		}
 		select {
@@ -115,18 +177,17 @@ func run(name string, delay time.Duration, poolSize int32, n int) error {
 	}
 	fmt.Printf(">> pool warm %s after the FluentPVC was created\n", time.Since(warmStart).Round(100*time.Millisecond))
 
-	fmt.Printf(">> starting %d labelled pods at once\n", n)
-	type result struct {
-		pod, claim string
-		created    time.Time
-	}
-	results := make([]result, n)
+	fmt.Printf(">> starting %d labelled pods at once\n", o.pods)
+	results := make([]podResult, o.pods)
 	var wg sync.WaitGroup
 	var createErr error
 	var mu sync.Mutex
-	for i := range n {
+	for i := range o.pods {
 		wg.Go(func() {
 			pod := fixtures.MakePod(fmt.Sprintf("app-%d", i), namespace).FluentPVC(fpvc.Name).Obj()
+			if t == tierReal {
+				pod.Spec.Containers = []corev1.Container{appContainer}
+			}
 			created := time.Now()
 			if err := c.Create(ctx, pod); err != nil {
 				mu.Lock()
@@ -134,7 +195,7 @@ func run(name string, delay time.Duration, poolSize int32, n int) error {
 				mu.Unlock()
 				return
 			}
-			results[i] = result{pod: pod.Name, claim: pod.Labels[v1alpha1.BindingNameLabelKey], created: created}
+			results[i] = podResult{pod: pod.Name, claim: pod.Labels[v1alpha1.BindingNameLabelKey], created: created}
 		})
 	}
 	wg.Wait()
@@ -143,13 +204,17 @@ func run(name string, delay time.Duration, poolSize int32, n int) error {
 	}
 
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Println("\nTIME TO RUNNING is from the pod's create call to the first Running status the demo's informer saw.")
-	fmt.Fprintln(w, "\nPOD\tPVC\tFROM\tTIME TO RUNNING")
+	fmt.Println("\nTIME TO READY is from the pod's create call to the demo's informer seeing it Running with its Ready condition True.")
+	fmt.Fprintln(w, "\nPOD\tNODE\tPVC\tPVC PHASE\tFROM\tTIME TO READY")
 	sort.Slice(results, func(i, j int) bool { return results[i].pod < results[j].pod })
 	for i := range results {
 		r := &results[i]
-		at, err := running.wait(ctx, r.pod)
+		at, _, err := seen.wait(ctx, readyKey(r.pod))
 		if err != nil {
+			return err
+		}
+		pod := &corev1.Pod{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: r.pod}, pod); err != nil {
 			return err
 		}
 		pvc := &corev1.PersistentVolumeClaim{}
@@ -160,62 +225,34 @@ func run(name string, delay time.Duration, poolSize int32, n int) error {
 		if pvc.Annotations[v1alpha1.CheckoutAnnotationKey] == v1alpha1.CheckoutHit {
 			from = "pool (hit)"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", r.pod, r.claim, from, at.Sub(r.created).Round(10*time.Millisecond))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", r.pod, pod.Spec.NodeName, r.claim, pvc.Status.Phase, from, at.Sub(r.created).Round(10*time.Millisecond))
 	}
 	_ = w.Flush()
+	fmt.Printf("\nFrom the FluentPVC's creation to the last pod Ready: %s.\n", time.Since(start).Round(100*time.Millisecond))
 
-	fmt.Printf("\nFrom the FluentPVC's creation to the last pod Running: %s. The cluster and the operator keep running:\n", time.Since(start).Round(100*time.Millisecond))
+	if t == tierReal {
+		if err := showWrites(ctx, c, results[0]); err != nil {
+			return err
+		}
+		if err := drainAll(ctx, c, seen, results); err != nil {
+			return err
+		}
+	}
+
+	fmt.Printf("\nThe cluster and the operator keep running:\n")
 	fmt.Printf("  export KUBECONFIG=%s\n", kc.Kubeconfig)
 	fmt.Printf("  bin/kubectl get fluentpvc,fluentpvcbinding,pvc,pods -A\n")
 	fmt.Printf("  operator log: %s\n", op.LogPath)
-	fmt.Printf("Stop everything with: make demo-down\n")
+	if o.name == "demo" {
+		fmt.Printf("Stop everything with: make demo-down\n")
+	} else {
+		fmt.Printf("Stop everything with: go run ./test/cluster/cmd/kwokcluster -name %s down\n", o.name)
+	}
 	return nil
 }
 
-// runningTracker records when each pod of the demo namespace is first seen
-// Running by the informer.
-type runningTracker struct {
-	mu   sync.Mutex
-	at   map[string]time.Time
-	wake chan struct{}
-}
-
-func newRunningTracker() *runningTracker {
-	return &runningTracker{at: map[string]time.Time{}, wake: make(chan struct{}, 1)}
-}
-
-func (t *runningTracker) handler() toolscache.ResourceEventHandler {
-	see := func(obj any) {
-		p, ok := obj.(*corev1.Pod)
-		if !ok || p.Namespace != namespace || p.Status.Phase != corev1.PodRunning {
-			return
-		}
-		t.mu.Lock()
-		if _, seen := t.at[p.Name]; !seen {
-			t.at[p.Name] = time.Now()
-		}
-		t.mu.Unlock()
-		select {
-		case t.wake <- struct{}{}:
-		default:
-		}
-	}
-	return toolscache.ResourceEventHandlerFuncs{AddFunc: see, UpdateFunc: func(_, obj any) { see(obj) }}
-}
-
-func (t *runningTracker) wait(ctx context.Context, pod string) (time.Time, error) {
-	for {
-		t.mu.Lock()
-		at, ok := t.at[pod]
-		t.mu.Unlock()
-		if ok {
-			return at, nil
-		}
-		select {
-		case <-ctx.Done():
-			return time.Time{}, fmt.Errorf("pod %s is not Running: %w", pod, ctx.Err())
-		case <-t.wake:
-		case <-time.After(time.Second):
-		}
-	}
+// podResult is one of the demo's pods.
+type podResult struct {
+	pod, claim string
+	created    time.Time
 }

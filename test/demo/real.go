@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+	"github.com/st-tech/fluent-pvc-operator/test/images"
+)
+
+// What the real node runs: busybox from bin/images.tar, never pulled.
+const (
+	claimMount = "/mnt/fluent-pvc"
+	claimLog   = "app.log"
+	// sidecarName is the injected sidecar's container.
+	sidecarName = "sidecar"
+	// The sidecar appends a timestamped line to the claim twice a second;
+	// when its pod is deleted it says, as its termination message, how many
+	// lines the claim holds.
+	sidecarScript = `f=` + claimMount + `/` + claimLog + `
+trap 'echo "wrote $(( $(wc -l < $f) )) lines" > /dev/termination-log; exit 0' TERM
+i=0
+while :; do
+  i=$((i+1))
+  echo "$(date -u +%H:%M:%S) $(hostname) line $i" >> $f
+  sleep 0.5 & wait $!
+done`
+	// The drain Job reads what the sidecar left on the claim and says, in
+	// its log and its termination message, how many lines it drained.
+	drainScript = `f=` + claimMount + `/` + claimLog + `
+n=$(( $(cat $f 2>/dev/null | wc -l) ))
+echo "drained $n lines" | tee /dev/termination-log
+tail -n 1 $f 2>/dev/null`
+)
+
+// small is what each container asks for: the real node is this machine.
+var small = corev1.ResourceRequirements{Requests: corev1.ResourceList{
+	corev1.ResourceCPU:    resource.MustParse("10m"),
+	corev1.ResourceMemory: resource.MustParse("16Mi"),
+}}
+
+func busybox(name, script string) corev1.Container {
+	return corev1.Container{
+		Name: name, Image: images.BusyboxRef, ImagePullPolicy: corev1.PullNever,
+		Command: []string{"sh", "-c", script}, Resources: small,
+	}
+}
+
+// appContainer is the demo pods' own container: it idles and stops at once
+// when its pod is deleted.
+var appContainer = busybox("app", `trap 'exit 0' TERM; sleep 3600 & wait $!`)
+
+// realFluentPVC is f with real containers: the writing sidecar, the
+// counting drain Job (not retried), and none of the sample's common
+// volumes (a Secret the demo does not have).
+func realFluentPVC(f *fixtures.FluentPVCWrapper) *fixtures.FluentPVCWrapper {
+	return f.Mutate(func(f *v1alpha1.FluentPVC) {
+		f.Spec.PVCVolumeMountPath = claimMount
+		f.Spec.SidecarContainerTemplate = busybox(sidecarName, sidecarScript)
+		f.Spec.PVCFinalizerJobSpecTemplate.BackoffLimit = ptr.To[int32](0)
+		f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers = []corev1.Container{busybox("drain", drainScript)}
+		f.Spec.CommonVolumes, f.Spec.CommonVolumeMounts = nil, nil
+	})
+}
+
+// showWrites waits until r's sidecar has written a few lines and prints
+// them, read from the claim's volume on this machine.
+func showWrites(ctx context.Context, c client.Client, r podResult) error {
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: r.claim}, pvc); err != nil {
+		return err
+	}
+	pv := &corev1.PersistentVolume{}
+	if err := c.Get(ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, pv); err != nil {
+		return err
+	}
+	if pv.Spec.HostPath == nil {
+		return fmt.Errorf("PV %s is not a hostPath volume", pv.Name)
+	}
+	path := filepath.Join(pv.Spec.HostPath.Path, claimLog)
+	const want = 4
+	var lines []string
+	for len(lines) < want {
+		lines = readLines(path)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s's sidecar wrote %d lines to %s: %w", r.pod, len(lines), path, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	fmt.Printf("\n>> %s's sidecar writes to its claim %s; the last lines of %s (the volume %s, on this machine):\n", r.pod, r.claim, claimMount+"/"+claimLog, path)
+	for _, l := range lines[len(lines)-want+1:] {
+		fmt.Printf("     %s\n", l)
+	}
+	return nil
+}
+
+// readLines is the lines of the file at path; none when it is missing.
+func readLines(path string) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = f.Close() }()
+	var lines []string
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		lines = append(lines, s.Text())
+	}
+	return lines
+}
+
+// drainAll deletes the pods at once and prints, for each, what its
+// sidecar said it wrote, what its drain Job said it drained, and when the
+// Job completed and the claim was gone, from the delete call.
+func drainAll(ctx context.Context, c client.Client, seen *timeline, results []podResult) error {
+	fmt.Printf("\n>> deleting the %d pods at once; the operator drains each claim with a Job, then deletes the claim\n", len(results))
+	deleted := make([]time.Time, len(results))
+	for i, r := range results {
+		pod := &corev1.Pod{}
+		pod.Namespace, pod.Name = namespace, r.pod
+		deleted[i] = time.Now()
+		if err := c.Delete(ctx, pod); err != nil {
+			return err
+		}
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Println("\nSIDECAR SAID and DRAIN JOB SAID are the containers' termination messages, as the kubelet reported them.")
+	fmt.Println("JOB COMPLETE, PVC DELETED and PVC GONE are from the pod's delete call to the demo's informers seeing the drain Job Complete,")
+	fmt.Println("the operator's delete of the PVC (its deletionTimestamp), and the PVC removed once Kubernetes' own pvc-protection let it go.")
+	fmt.Fprintln(w, "\nPOD\tPVC\tSIDECAR SAID\tDRAIN JOB\tDRAIN JOB SAID\tJOB COMPLETE\tPVC DELETED\tPVC GONE")
+	for i, r := range results {
+		done, job, err := seen.wait(ctx, drainedKey(r.claim))
+		if err != nil {
+			return err
+		}
+		_, drainSaid, err := seen.wait(ctx, drainSaidKey(r.claim))
+		if err != nil {
+			return err
+		}
+		gone, _, err := seen.wait(ctx, claimGoneKey(r.claim))
+		if err != nil {
+			return err
+		}
+		deleting, _, _ := seen.get(claimDeletedKey(r.claim))
+		_, sidecarSaid, ok := seen.get(saidKey(r.pod, sidecarName))
+		if !ok {
+			sidecarSaid = "(not seen)"
+		}
+		since := func(t time.Time) time.Duration { return t.Sub(deleted[i]).Round(10 * time.Millisecond) }
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.pod, r.claim, strings.TrimRight(sidecarSaid, "\r\n"), job, strings.TrimRight(drainSaid, "\r\n"),
+			since(done), since(deleting), since(gone))
+	}
+	return w.Flush()
+}
