@@ -155,7 +155,7 @@ test-real-node: bins ## Run the real-node tier: a kubelet with containerd beside
 test-e2e-real: bins ## Run the end-to-end suite on the real node: the operator installed by make deploy, real containers (skipped, with its reason, where the machine cannot).
 	@if hack/real-node-deps.sh; then \
 		$(MAKE) real-node-bins images && \
-		REAL_NODE=1 flock $(REAL_NODE_LOCK) go test ./test/realnode -count=1 -timeout 30m -v -run '^TestE2EReal$$' $(GINKGO_FLAGS); \
+		REAL_NODE=1 flock $(REAL_NODE_LOCK) go test ./test/realnode -count=1 -timeout 30m -v -run '^TestE2EReal$$' -ginkgo.v $(GINKGO_FLAGS); \
 	else \
 		echo "real-node tier skipped: see the line above"; \
 	fi

@@ -309,10 +309,11 @@ func removeRealNAT() error {
 	if exec.Command("iptables", "-t", "nat", "-S", realNATChain).Run() != nil {
 		return nil
 	}
-	for {
-		if exec.Command("iptables", "-t", "nat", "-D", "PREROUTING", "-s", realSubnet, "-j", realNATChain).Run() != nil {
-			break
-		}
+	// Delete every jump to the chain (a crashed run may have added two).
+	deleteJump := func() error {
+		return exec.Command("iptables", "-t", "nat", "-D", "PREROUTING", "-s", realSubnet, "-j", realNATChain).Run()
+	}
+	for deleteJump() == nil {
 	}
 	_ = exec.Command("iptables", "-t", "nat", "-F", realNATChain).Run()
 	if out, err := exec.Command("iptables", "-t", "nat", "-X", realNATChain).CombinedOutput(); err != nil {

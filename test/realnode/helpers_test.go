@@ -426,7 +426,7 @@ func (r *recorder) of(claim string) claimHistory {
 // drainedOnce checks that one drain Job ran for the claim, that it
 // succeeded, and that the claim was deleted only after that (both times
 // are the API server's, to the second).
-func (r *recorder) drainedOnce(claim string) string {
+func (r *recorder) drainedOnce(claim string) {
 	GinkgoHelper()
 	var h claimHistory
 	Eventually(func(g Gomega) {
@@ -436,5 +436,4 @@ func (r *recorder) drainedOnce(claim string) string {
 	}).WithTimeout(longTimeout).Should(Succeed())
 	Expect(h.Jobs).To(HaveLen(1), "drain Jobs of claim %s", claim)
 	Expect(h.Deleted).NotTo(BeTemporally("<", h.Completed), "claim %s deleted before its drain succeeded", claim)
-	return h.Jobs[0]
 }
