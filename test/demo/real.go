@@ -123,8 +123,9 @@ func readLines(path string) []string {
 }
 
 // drainAll deletes the pods at once and prints, for each, what its
-// sidecar said it wrote, what its drain Job said it drained, and when the
-// Job completed and the claim was gone, from the delete call.
+// sidecar said it wrote, what its drain Job said it drained, and when,
+// from the delete call, the Job completed, the operator deleted the claim,
+// and the claim was gone.
 func drainAll(ctx context.Context, c client.Client, seen *timeline, results []podResult) error {
 	fmt.Printf("\n>> deleting the %d pods at once; the operator drains each claim with a Job, then deletes the claim\n", len(results))
 	deleted := make([]time.Time, len(results))
@@ -139,7 +140,7 @@ func drainAll(ctx context.Context, c client.Client, seen *timeline, results []po
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Println("\nSIDECAR SAID and DRAIN JOB SAID are the containers' termination messages, as the kubelet reported them.")
 	fmt.Println("JOB COMPLETE, PVC DELETED and PVC GONE are from the pod's delete call to the demo's informers seeing the drain Job Complete,")
-	fmt.Println("the operator's delete of the PVC (its deletionTimestamp), and the PVC removed once Kubernetes' own pvc-protection let it go.")
+	fmt.Println("the operator's delete call on the PVC (its deletionTimestamp), and the PVC removed from the API once its finalizers were cleared.")
 	fmt.Fprintln(w, "\nPOD\tPVC\tSIDECAR SAID\tDRAIN JOB\tDRAIN JOB SAID\tJOB COMPLETE\tPVC DELETED\tPVC GONE")
 	for i, r := range results {
 		done, job, err := seen.wait(ctx, drainedKey(r.claim))
