@@ -3,10 +3,12 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -26,15 +28,12 @@ const (
 	claimLog   = "app.log"
 	// sidecarName is the injected sidecar's container.
 	sidecarName = "sidecar"
-	// The sidecar appends a timestamped line to the claim twice a second;
-	// when its pod is deleted it says, as its termination message, how many
-	// lines the claim holds.
-	sidecarScript = `f=` + claimMount + `/` + claimLog + `
-trap 'echo "wrote $(( $(wc -l < $f) )) lines" > /dev/termination-log; exit 0' TERM
+	// The sidecar appends a timestamped line to the claim twice a second.
+	sidecarScript = `trap 'exit 0' TERM
 i=0
 while :; do
   i=$((i+1))
-  echo "$(date -u +%H:%M:%S) $(hostname) line $i" >> $f
+  echo "$(date -u +%H:%M:%S) $(hostname) line $i" >> ` + claimMount + `/` + claimLog + `
   sleep 0.5 & wait $!
 done`
 	// The drain Job reads what the sidecar left on the claim and says, in
@@ -78,18 +77,10 @@ func realFluentPVC(f *fixtures.FluentPVCWrapper) *fixtures.FluentPVCWrapper {
 // showWrites waits until r's sidecar has written a few lines and prints
 // them, read from the claim's volume on this machine.
 func showWrites(ctx context.Context, c client.Client, r podResult) error {
-	pvc := &corev1.PersistentVolumeClaim{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: r.claim}, pvc); err != nil {
+	path, err := logOnHost(ctx, c, r.claim)
+	if err != nil {
 		return err
 	}
-	pv := &corev1.PersistentVolume{}
-	if err := c.Get(ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, pv); err != nil {
-		return err
-	}
-	if pv.Spec.HostPath == nil {
-		return fmt.Errorf("PV %s is not a hostPath volume", pv.Name)
-	}
-	path := filepath.Join(pv.Spec.HostPath.Path, claimLog)
 	const want = 4
 	var lines []string
 	for len(lines) < want {
@@ -107,6 +98,23 @@ func showWrites(ctx context.Context, c client.Client, r podResult) error {
 	return nil
 }
 
+// logOnHost is the path, on this machine, of the sidecar's file on claim's
+// volume (a hostPath PV of the test provisioner).
+func logOnHost(ctx context.Context, c client.Client, claim string) (string, error) {
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: claim}, pvc); err != nil {
+		return "", err
+	}
+	pv := &corev1.PersistentVolume{}
+	if err := c.Get(ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, pv); err != nil {
+		return "", err
+	}
+	if pv.Spec.HostPath == nil {
+		return "", fmt.Errorf("PV %s is not a hostPath volume", pv.Name)
+	}
+	return filepath.Join(pv.Spec.HostPath.Path, claimLog), nil
+}
+
 // readLines is the lines of the file at path; none when it is missing.
 func readLines(path string) []string {
 	f, err := os.Open(path)
@@ -122,11 +130,19 @@ func readLines(path string) []string {
 	return lines
 }
 
-// drainAll deletes the pods at once and prints, for each, what its
-// sidecar said it wrote, what its drain Job said it drained, and when,
-// from the delete call, the Job completed, the operator deleted the claim,
-// and the claim was gone.
+// drainAll deletes the pods at once and prints, for each, how many lines
+// its claim's file held once the pod was gone (read on this machine),
+// what its drain Job said it drained, and when, from the delete call, the
+// Job completed, the operator deleted the claim, and the claim was gone.
 func drainAll(ctx context.Context, c client.Client, seen *timeline, results []podResult) error {
+	paths := make([]string, len(results))
+	for i, r := range results {
+		p, err := logOnHost(ctx, c, r.claim)
+		if err != nil {
+			return err
+		}
+		paths[i] = p
+	}
 	fmt.Printf("\n>> deleting the %d pods at once; the operator drains each claim with a Job, then deletes the claim\n", len(results))
 	deleted := make([]time.Time, len(results))
 	for i, r := range results {
@@ -137,11 +153,28 @@ func drainAll(ctx context.Context, c client.Client, seen *timeline, results []po
 			return err
 		}
 	}
+	// A pod's containers have stopped once it is gone; its claim is
+	// deleted only after its drain Job, which starts after that, succeeds.
+	left := make([]int, len(results))
+	var wg sync.WaitGroup
+	errs := make([]error, len(results))
+	for i, r := range results {
+		wg.Go(func() {
+			if _, _, errs[i] = seen.wait(ctx, podGoneKey(r.pod)); errs[i] == nil {
+				left[i] = len(readLines(paths[i]))
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Println("\nSIDECAR SAID and DRAIN JOB SAID are the containers' termination messages, as the kubelet reported them.")
+	fmt.Println("\nLINES LEFT is what the sidecar left in the claim's file, counted by the demo on this machine once the pod was gone.")
+	fmt.Println("DRAIN JOB SAID is the drain container's termination message, as the kubelet reported it.")
 	fmt.Println("JOB COMPLETE, PVC DELETED and PVC GONE are from the pod's delete call to the demo's informers seeing the drain Job Complete,")
 	fmt.Println("the operator's delete call on the PVC (its deletionTimestamp), and the PVC removed from the API once its finalizers were cleared.")
-	fmt.Fprintln(w, "\nPOD\tPVC\tSIDECAR SAID\tDRAIN JOB\tDRAIN JOB SAID\tJOB COMPLETE\tPVC DELETED\tPVC GONE")
+	fmt.Fprintln(w, "\nPOD\tPVC\tLINES LEFT\tDRAIN JOB\tDRAIN JOB SAID\tJOB COMPLETE\tPVC DELETED\tPVC GONE")
 	for i, r := range results {
 		done, job, err := seen.wait(ctx, drainedKey(r.claim))
 		if err != nil {
@@ -156,12 +189,8 @@ func drainAll(ctx context.Context, c client.Client, seen *timeline, results []po
 			return err
 		}
 		deleting, _, _ := seen.get(claimDeletedKey(r.claim))
-		_, sidecarSaid, ok := seen.get(saidKey(r.pod, sidecarName))
-		if !ok {
-			sidecarSaid = "(not seen)"
-		}
 		since := func(t time.Time) time.Duration { return t.Sub(deleted[i]).Round(10 * time.Millisecond) }
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.pod, r.claim, strings.TrimRight(sidecarSaid, "\r\n"), job, strings.TrimRight(drainSaid, "\r\n"),
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.pod, r.claim, left[i], job, strings.TrimRight(drainSaid, "\r\n"),
 			since(done), since(deleting), since(gone))
 	}
 	return w.Flush()

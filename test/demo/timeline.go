@@ -22,7 +22,7 @@ type mark struct {
 
 // Keys of the marks.
 func readyKey(pod string) string          { return "ready/" + pod }
-func saidKey(pod, cont string) string     { return "said/" + pod + "/" + cont }
+func podGoneKey(pod string) string        { return "pod-gone/" + pod }
 func drainJobKey(claim string) string     { return "drain-job/" + claim }
 func drainSaidKey(claim string) string    { return "drain-said/" + claim }
 func drainedKey(claim string) string      { return "drained/" + claim }
@@ -30,10 +30,10 @@ func claimGoneKey(claim string) string    { return "claim-gone/" + claim }
 func claimDeletedKey(claim string) string { return "claim-deleted/" + claim }
 
 // marks is what obj shows in namespace ns; deleted says it was just
-// deleted. A pod is ready when Running with its PodReady condition True;
-// a terminated container's termination message is what it said; a drain
-// Job (ComponentDrain) is seen for its claim, and drained when Complete;
-// its pod's message is what the drain said; a PVC is deleted when it has
+// deleted. A demo pod is ready when Running with its PodReady condition
+// True, and gone once deleted; a drain Job (ComponentDrain) is seen for its
+// claim, and drained when Complete; its pod's terminated container's
+// message is what the drain said; a PVC is deleted when it has
 // a deletionTimestamp, and gone once deleted.
 func marks(obj any, deleted bool, ns string) []mark {
 	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
@@ -52,13 +52,12 @@ func marks(obj any, deleted bool, ns string) []mark {
 		if drainOf == "" && o.Status.Phase == corev1.PodRunning && podReady(o) {
 			out = append(out, mark{key: readyKey(o.Name)})
 		}
+		if drainOf == "" && deleted {
+			out = append(out, mark{key: podGoneKey(o.Name)})
+		}
 		for _, s := range o.Status.ContainerStatuses {
-			if t := s.State.Terminated; t != nil && t.Message != "" {
-				key := saidKey(o.Name, s.Name)
-				if drainOf != "" {
-					key = drainSaidKey(drainOf)
-				}
-				out = append(out, mark{key: key, note: t.Message})
+			if t := s.State.Terminated; drainOf != "" && t != nil && t.Message != "" {
+				out = append(out, mark{key: drainSaidKey(drainOf), note: t.Message})
 			}
 		}
 	case *batchv1.Job:

@@ -40,6 +40,13 @@ func TestMarks(t *testing.T) {
 			obj:  readyPod(corev1.PodRunning, corev1.ConditionTrue),
 			want: []mark{{key: "ready/app-0"}},
 		},
+		"a pod deleted": {
+			obj: &corev1.Pod{ObjectMeta: meta("app-0", nil)}, deleted: true,
+			want: []mark{{key: "pod-gone/app-0"}},
+		},
+		"a drain Job's pod deleted": {
+			obj: &corev1.Pod{ObjectMeta: meta("demo-abc-drain-1-xyz", drainLabels)}, deleted: true,
+		},
 		"a Ready pod of another namespace": {
 			obj: func() *corev1.Pod {
 				p := readyPod(corev1.PodRunning, corev1.ConditionTrue)
@@ -47,12 +54,11 @@ func TestMarks(t *testing.T) {
 				return p
 			}(),
 		},
-		"a terminated sidecar's message": {
+		"a terminated sidecar's message is not the drain's": {
 			obj: &corev1.Pod{ObjectMeta: meta("app-0", nil), Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{
 				{Name: "app", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}},
 				terminated("sidecar", "wrote 12 lines\n"),
 			}}},
-			want: []mark{{key: "said/app-0/sidecar", note: "wrote 12 lines\n"}},
 		},
 		"a terminated container without a message": {
 			obj: &corev1.Pod{ObjectMeta: meta("app-0", nil), Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{terminated("app", "")}}},
