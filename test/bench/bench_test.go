@@ -30,14 +30,17 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 func TestParseFlags(t *testing.T) {
 	cases := map[string]struct {
-		args       []string
-		wantN      int
-		wantLevels []int
-		wantName   string
+		args         []string
+		wantN        int
+		wantLevels   []int
+		wantName     string
+		wantRealNode bool
+		wantRealN    int
 	}{
-		"defaults":              {args: nil, wantN: 40, wantLevels: []int{1, 10, 50}, wantName: "bench"},
-		"smoke":                 {args: []string{"-smoke"}, wantN: 3, wantLevels: []int{1, 5}, wantName: "bench-smoke"},
-		"smoke keeps set flags": {args: []string{"-smoke", "-n", "7"}, wantN: 7, wantLevels: []int{1, 5}, wantName: "bench-smoke"},
+		"defaults":              {args: nil, wantN: 40, wantLevels: []int{1, 10, 50}, wantName: "bench", wantRealNode: true, wantRealN: 20},
+		"smoke":                 {args: []string{"-smoke"}, wantN: 3, wantLevels: []int{1, 5}, wantName: "bench-smoke", wantRealNode: true, wantRealN: 3},
+		"smoke keeps set flags": {args: []string{"-smoke", "-n", "7", "-real-n", "5"}, wantN: 7, wantLevels: []int{1, 5}, wantName: "bench-smoke", wantRealNode: true, wantRealN: 5},
+		"without the real node": {args: []string{"-real-node=false"}, wantN: 40, wantLevels: []int{1, 10, 50}, wantName: "bench", wantRealN: 20},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -45,8 +48,9 @@ func TestParseFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.N != tc.wantN || got.Name != tc.wantName || len(got.Levels) != len(tc.wantLevels) {
-				t.Errorf("parseFlags(%v) = n %d, name %q, levels %v; want %d, %q, %v", tc.args, got.N, got.Name, got.Levels, tc.wantN, tc.wantName, tc.wantLevels)
+			if got.N != tc.wantN || got.Name != tc.wantName || len(got.Levels) != len(tc.wantLevels) || got.RealNode != tc.wantRealNode || got.RealN != tc.wantRealN {
+				t.Errorf("parseFlags(%v) = n %d, name %q, levels %v, real node %v, real n %d; want %d, %q, %v, %v, %d",
+					tc.args, got.N, got.Name, got.Levels, got.RealNode, got.RealN, tc.wantN, tc.wantName, tc.wantLevels, tc.wantRealNode, tc.wantRealN)
 			}
 		})
 	}

@@ -15,14 +15,14 @@ import (
 func (r *results) chart(path string) error {
 	var labels []string
 	series := [3]plotter.Values{}
-	for _, mode := range []string{modePlain, modeNoop, modeEphemeral, modeMiss, modeHit} {
+	for _, mode := range []string{modePlain, modeNoop, modeEphemeral, modeMiss, modeHit, modeOwnClaim} {
 		for _, burst := range []bool{false, true} {
 			kind := "seq"
 			if burst {
 				kind = "burst"
 			}
 			s := summary{P50: math.NaN(), P90: math.NaN(), P99: math.NaN()}
-			if run := r.run(mode, burst); run != nil {
+			if run := r.Startup.run(mode, burst); run != nil {
 				s = run.Stats
 			}
 			labels = append(labels, fmt.Sprintf("%s %s\np50 %s", mode, kind, dur(s.P50)))

@@ -51,8 +51,10 @@ const (
 type env struct {
 	cfg config
 	out io.Writer // progress
-	kc  *cluster.Cluster
-	op  *cluster.Operator
+	// real is the real-node tier: pods run busybox on cluster.RealNodeName.
+	real bool
+	kc   *cluster.Cluster
+	op   *cluster.Operator
 	// cl writes (and reads uncached) without a client-side rate limit.
 	cl client.Client
 	// cache holds the measured pods, FluentPVCs, bindings and PVCs.
@@ -63,7 +65,11 @@ type env struct {
 }
 
 func (e *env) progress(format string, args ...any) {
-	fmt.Fprintf(e.out, "bench %s: "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+	tier := ""
+	if e.real {
+		tier = " real node"
+	}
+	fmt.Fprintf(e.out, "bench %s%s: "+format+"\n", append([]any{time.Now().Format("15:04:05"), tier}, args...)...)
 }
 
 func newScheme() *runtime.Scheme {
@@ -395,28 +401,40 @@ func (e *env) waitNoPVCs(ctx context.Context, nss ...string) error {
 	return nil
 }
 
-// createFluentPVC creates the sample FluentPVC named name on StorageClass
-// standard, with a pool of size in namespaces.
+// createFluentPVC creates the tier's FluentPVC named name (see
+// e.fluentPVC) with a pool of size in namespaces.
 func (e *env) createFluentPVC(ctx context.Context, name string, size int32, namespaces ...string) error {
-	f := fixtures.MakeFluentPVC(name).StorageClass(cluster.StorageClassStandard).PoolSize(size).Mutate(func(f *v1alpha1.FluentPVC) {
+	if err := e.cl.Create(ctx, e.fluentPVC(name, size, namespaces...)); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating FluentPVC %s: %w", name, err)
+	}
+	return nil
+}
+
+// fluentPVC is the tier's FluentPVC named name on StorageClass standard,
+// with a pool of size in namespaces: on kwok, config/samples' with small
+// requests; on the real node, realFluentPVC.
+func (e *env) fluentPVC(name string, size int32, namespaces ...string) *v1alpha1.FluentPVC {
+	if e.real {
+		return realFluentPVC(name, size, namespaces...)
+	}
+	return fixtures.MakeFluentPVC(name).StorageClass(cluster.StorageClassStandard).PoolSize(size).Mutate(func(f *v1alpha1.FluentPVC) {
 		f.Spec.Pool.Namespaces = namespaces
 		// The sample's sidecar and finalizer Job ask for a whole CPU each:
 		// 192 of them fill the cluster's 6 nodes of 32 CPUs, and the burst's
 		// 200 pods would leave neither room for the last 8 nor for the
 		// binder pods that refill the pool.
-		small := corev1.ResourceRequirements{Requests: corev1.ResourceList{
-			corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi"),
-		}}
-		f.Spec.SidecarContainerTemplate.Resources = small
+		f.Spec.SidecarContainerTemplate.Resources = smallResources
 		for i := range f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers {
-			f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers[i].Resources = small
+			f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers[i].Resources = smallResources
 		}
 	}).Obj()
-	if err := e.cl.Create(ctx, f); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating FluentPVC %s: %w", name, err)
-	}
-	return nil
 }
+
+// smallResources are the requests of the bench's sidecars, finalizer Jobs
+// and real-node containers.
+var smallResources = corev1.ResourceRequirements{Requests: corev1.ResourceList{
+	corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi"),
+}}
 
 // prefillPools creates, ahead of their phases, the warm pools of the cost,
 // burst and admission phases, so that they fill while sequential b and c

@@ -5,7 +5,8 @@
 //   - start-up latency (create call to the first informer event with phase
 //     Running) of N pods per mode, one at a time and as a burst: a plain pod,
 //     a pod with a generic ephemeral volume, the operator with pool size 0
-//     (misses) and with a warm pool (hits);
+//     (misses) and with a warm pool (hits), and a pod with a Bound PVC of
+//     its own and the hits' sidecar without the operator (the hits' floor);
 //   - the webhook's admission latency at several concurrencies, hits and
 //     misses, from the API server's and the operator's histograms;
 //   - a burst of pods against a smaller pool: hits, misses, no shared claim,
@@ -14,12 +15,21 @@
 //   - the operator's memory with a few labelled pods, then with thousands
 //     of unlabelled pods as well.
 //
+// Then, unless -real-node=false, the same start-up latency of plain pods,
+// hits and their floor, -real-n pods each one at a time, on a second
+// cluster with a real kubelet node that runs busybox containers with
+// containerd (cluster.Options.RealNode); where this machine cannot run
+// one, the tier is skipped and the reason reported.
+//
 // It prints Markdown tables to stdout and writes them, a JSON file and a
 // chart to -out. Goals are reported as PASS or MISS, never asserted; the
 // exit status is non-zero only if a measurement could not be taken.
 //
 //	go run ./test/bench [-n 40] [-delay 5s] [-out test/bench/results]
 //	go run ./test/bench -smoke   # a reduced run, outputs in a temp dir
+//
+// Only one real node runs on a machine at a time: run it under
+// `flock /tmp/fpvc-realnode.lock`, like the Makefile's other real-node runs.
 package main
 
 import (
@@ -61,6 +71,8 @@ type config struct {
 	ParallelSlow      bool          `json:"parallelSlow"`
 	Phases            []string      `json:"phases"`
 	OperatorArgs      []string      `json:"operatorArgs,omitempty"`
+	RealNode          bool          `json:"realNode"`
+	RealN             int           `json:"realN"`
 	Timeout           time.Duration `json:"-"`
 	Keep              bool          `json:"-"`
 }
@@ -80,7 +92,8 @@ var smokeDefaults = map[string]string{
 	"labelled":       "20",
 	"unlabelled":     "200",
 	"cost-pods":      "3",
-	"timeout":        "6m",
+	"real-n":         "3",
+	"timeout":        "8m",
 }
 
 func parseFlags(args []string) (config, error) {
@@ -103,7 +116,9 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.ParallelSlow, "parallel-slow", true, "run sequential b and c side by side (each still one pod at a time)")
 	fs.StringVar(&phases, "phases", strings.Join(allPhases, ","), "phases to run, a subset of "+strings.Join(allPhases, ","))
 	fs.StringVar(&opArgs, "operator-args", "", "extra flags of the operator, space-separated (e.g. --pprof-bind-address=127.0.0.1:6060)")
-	fs.DurationVar(&c.Timeout, "timeout", 20*time.Minute, "bound on the whole run")
+	fs.BoolVar(&c.RealNode, "real-node", true, "also run the real-node tier (a kubelet with containerd) after the kwok one; skipped, saying why, where this machine cannot run it")
+	fs.IntVar(&c.RealN, "real-n", 20, "pods per start-up mode on the real node (one at a time)")
+	fs.DurationVar(&c.Timeout, "timeout", 30*time.Minute, "bound on the whole run")
 	fs.BoolVar(&c.Keep, "keep", false, "leave the cluster up at the end")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -134,7 +149,7 @@ func parseFlags(args []string) (config, error) {
 		c.Phases = append(c.Phases, p)
 	}
 	c.OperatorArgs = strings.Fields(opArgs)
-	if c.N < 1 || c.AdmissionPods < 1 || c.BurstPods < 1 || c.BurstPool < 1 || c.CostPods < 1 || c.LabelledPods < 1 {
+	if c.N < 1 || c.AdmissionPods < 1 || c.BurstPods < 1 || c.BurstPool < 1 || c.CostPods < 1 || c.LabelledPods < 1 || c.RealN < 1 {
 		return c, errors.New("counts must be positive")
 	}
 	return c, nil
@@ -157,9 +172,9 @@ func main() {
 	}
 }
 
-// run brings the cluster and the operator up, runs every phase, reports,
-// and brings everything down. It returns an error if a measurement could
-// not be taken; missed goals are only reported.
+// run runs the kwok tier and then, unless -real-node=false, the real-node
+// tier, reports both, and brings every cluster down. It returns an error if
+// a measurement could not be taken; missed goals are only reported.
 func run(ctx context.Context, cfg config, stdout, progress io.Writer) (err error) {
 	// The bench's informers log through controller-runtime; keep them quiet.
 	ctrllog.SetLogger(logr.Discard())
@@ -167,7 +182,7 @@ func run(ctx context.Context, cfg config, stdout, progress io.Writer) (err error
 	defer cancel()
 	started := time.Now()
 	if cfg.Out == "" {
-		if cfg.Smoke || len(cfg.Phases) < len(allPhases) {
+		if cfg.Smoke || len(cfg.Phases) < len(allPhases) || !cfg.RealNode {
 			// Only full runs replace the results the README shows.
 			if cfg.Out, err = os.MkdirTemp("", "fluent-pvc-bench-"); err != nil {
 				return err
@@ -177,8 +192,44 @@ func run(ctx context.Context, cfg config, stdout, progress io.Writer) (err error
 		}
 	}
 	res := &results{Config: cfg, Date: started.UTC().Format(time.RFC3339), Machine: describeMachine()}
-	e := &env{cfg: cfg, out: progress}
+	var errs []error
+	if err := runKwok(ctx, cfg, res, progress); err != nil {
+		errs = append(errs, unjoin(err)...)
+	}
+	if cfg.RealNode {
+		realStart := time.Now()
+		if err := runRealNode(ctx, cfg, res, progress); err != nil {
+			for _, err := range unjoin(err) {
+				errs = append(errs, fmt.Errorf("real node: %w", err))
+			}
+		}
+		res.PhaseSeconds = append(res.PhaseSeconds, phaseTime{"real node", time.Since(realStart).Seconds()})
+	}
+	for _, err := range errs {
+		res.Errors = append(res.Errors, err.Error())
+	}
+	res.WallSeconds = time.Since(started).Seconds()
+	res.StartupRatios = res.Startup.ratios(kwokRatioPairs)
+	if rn := res.RealNode; rn != nil {
+		rn.StartupRatios = rn.Startup.ratios(realRatioPairs)
+	}
+	res.evaluateGoals()
+	md := res.markdown("startup-latest.svg")
+	fmt.Fprint(stdout, md)
+	paths, werr := res.write(cfg.Out, started)
+	if werr != nil {
+		errs = append(errs, werr)
+	} else {
+		fmt.Fprintf(stdout, "\nResults: %s\n", strings.Join(paths, " "))
+	}
+	return errors.Join(errs...)
+}
 
+// runKwok brings the kwok cluster and the operator up, runs every phase
+// into res, and brings the cluster down.
+func runKwok(ctx context.Context, cfg config, res *results, progress io.Writer) (err error) {
+	started := time.Now()
+	e := &env{cfg: cfg, out: progress}
 	kc, err := cluster.Up(ctx, cluster.Options{Name: cfg.Name, ProvisionerDelay: cfg.Delay, Out: progress})
 	if err != nil {
 		return fmt.Errorf("bringing the cluster up: %w", err)
@@ -230,18 +281,13 @@ func run(ctx context.Context, cfg config, stdout, progress io.Writer) (err error
 		}
 		res.PhaseSeconds = append(res.PhaseSeconds, phaseTime{p.name, time.Since(start).Seconds()})
 	}
-	for _, err := range errs {
-		res.Errors = append(res.Errors, err.Error())
-	}
-	res.WallSeconds = time.Since(started).Seconds()
-	res.evaluateGoals()
-	md := res.markdown("startup-latest.svg")
-	fmt.Fprint(stdout, md)
-	paths, werr := res.write(cfg.Out, started)
-	if werr != nil {
-		errs = append(errs, werr)
-	} else {
-		fmt.Fprintf(stdout, "\nResults: %s\n", strings.Join(paths, " "))
-	}
 	return errors.Join(errs...)
+}
+
+// unjoin is the errors that errors.Join joined into err, or err alone.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }

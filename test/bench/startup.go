@@ -4,14 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
 // Start-up modes.
@@ -20,6 +26,7 @@ const (
 	modeEphemeral = "b" // generic ephemeral volume on StorageClass standard
 	modeMiss      = "c" // the operator, pool size 0: claim created at admission
 	modeHit       = "d" // the operator, warm pool: claim taken at admission
+	modeOwnClaim  = "e" // a Bound PVC of its own and d's sidecar, no operator: the floor of d
 	modeNoop      = "w" // control: a plain pod through a no-op webhook
 )
 
@@ -28,6 +35,7 @@ var modeNames = map[string]string{
 	modeEphemeral: "generic ephemeral volume",
 	modeMiss:      "operator, pool size 0 (miss)",
 	modeHit:       "operator, warm pool (hit)",
+	modeOwnClaim:  "own Bound PVC + d's sidecar, no operator",
 	modeNoop:      "control: plain pod, no-op webhook",
 }
 
@@ -74,19 +82,101 @@ func startupNamespace(mode string, burst bool) string {
 	return "bench-" + mode + "-seq"
 }
 
-func podFor(mode, ns, name string) *corev1.Pod {
+// podFor is pod name of mode in ns; on the real node its containers run
+// busybox. A pod of mode e mounts claim name, which prepareOwnClaims made.
+func (e *env) podFor(mode, ns, name string) *corev1.Pod {
+	var p *corev1.Pod
 	switch mode {
 	case modeEphemeral:
-		return ephemeralPod(ns, name)
+		p = ephemeralPod(ns, name)
 	case modeMiss:
-		return fluentPod(ns, name, fpvcMiss)
+		p = fluentPod(ns, name, fpvcMiss)
 	case modeHit:
-		return fluentPod(ns, name, fpvcHit)
+		p = fluentPod(ns, name, fpvcHit)
+	case modeOwnClaim:
+		p = ownClaimPod(plainPod(ns, name), &e.fluentPVC(fpvcHit, 0).Spec, name)
 	case modeNoop:
-		return noopPod(plainPod(ns, name))
+		p = noopPod(plainPod(ns, name))
 	default:
-		return plainPod(ns, name)
+		p = plainPod(ns, name)
 	}
+	if e.real {
+		p.Spec.Containers[0] = realApp
+	}
+	return p
+}
+
+// ownClaimPod is p as mode d's webhook would admit it with claim (the
+// claim's and FluentPVC spec's volumes, mounts, envs and sidecar), but
+// without the operator's binding label and pod-protection finalizer: no
+// operator acts on it.
+func ownClaimPod(p *corev1.Pod, spec *v1alpha1.FluentPVCSpec, claim string) *corev1.Pod {
+	objects.InjectPod(p, spec, claim)
+	delete(p.Labels, v1alpha1.BindingNameLabelKey)
+	controllerutil.RemoveFinalizer(p, v1alpha1.PodProtectionFinalizer)
+	return p
+}
+
+// prepareOwnClaims creates n PVCs named like mode e's pods in ns from the
+// claim template of mode d's FluentPVC, each on a schedulable node (the
+// annotation the operator's warm pool sets, round-robin over the nodes),
+// and waits until all are Bound.
+func (e *env) prepareOwnClaims(ctx context.Context, ns string, n int) error {
+	var nodes corev1.NodeList
+	if err := e.cl.List(ctx, &nodes); err != nil {
+		return fmt.Errorf("listing nodes: %w", err)
+	}
+	names := schedulableNodes(nodes.Items)
+	if len(names) == 0 {
+		return errors.New("no schedulable node for mode e's claims")
+	}
+	tmpl := e.fluentPVC(fpvcHit, 0).Spec.PVCSpecTemplate
+	for i := range n {
+		pvc := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: fmt.Sprintf("%s-%d", modeOwnClaim, i), Namespace: ns,
+				Annotations: map[string]string{pool.SelectedNodeAnnotationKey: names[i%len(names)]},
+			},
+			Spec: *tmpl.DeepCopy(),
+		}
+		if err := e.cl.Create(ctx, pvc); err != nil {
+			return fmt.Errorf("creating PVC %s/%s: %w", ns, pvc.Name, err)
+		}
+	}
+	bound := 0
+	err := wait.PollUntilContextTimeout(ctx, poll, drainTimeout, true, func(ctx context.Context) (bool, error) {
+		var pvcs corev1.PersistentVolumeClaimList
+		if err := e.cache.List(ctx, &pvcs, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		bound = 0
+		for _, c := range pvcs.Items {
+			if c.Status.Phase == corev1.ClaimBound {
+				bound++
+			}
+		}
+		return bound >= n, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for mode e's %d PVCs in %s to be Bound (%d are): %w", n, ns, bound, err)
+	}
+	return nil
+}
+
+// schedulableNodes are the names of the nodes a pod without tolerations
+// can run on: not cordoned, not tainted NoSchedule or NoExecute.
+func schedulableNodes(nodes []corev1.Node) []string {
+	var names []string
+	for _, n := range nodes {
+		if n.Spec.Unschedulable || slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
+			return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+		}) {
+			continue
+		}
+		names = append(names, n.Name)
+	}
+	slices.Sort(names)
+	return names
 }
 
 // measureStartup creates n pods of mode in a fresh namespace, one at a time
@@ -100,7 +190,7 @@ func (e *env) measureStartup(ctx context.Context, mode string, burst bool, n int
 	defer cancel()
 	one := func(i int) (podTiming, error) {
 		var t podTiming
-		pod := podFor(mode, ns, fmt.Sprintf("%s-%d", mode, i))
+		pod := e.podFor(mode, ns, fmt.Sprintf("%s-%d", mode, i))
 		t.created = time.Now()
 		if err := e.cl.Create(ctx, pod); err != nil {
 			return t, fmt.Errorf("creating pod %s/%s: %w", ns, pod.Name, err)
@@ -173,7 +263,7 @@ func (e *env) startupPhase(ctx context.Context, res *results) error {
 		e.progress("mode %s %-10s p50 %s p90 %s p99 %s (wall %.1fs) %s", run.Mode, run.kind(), secs(run.Stats.P50), secs(run.Stats.P90), secs(run.Stats.P99), run.Wall, run.Error)
 		res.Startup = append(res.Startup, run)
 	}
-	for _, mode := range []string{modePlain, modeEphemeral, modeMiss, modeHit, modeNoop} {
+	for _, mode := range []string{modePlain, modeEphemeral, modeMiss, modeHit, modeOwnClaim, modeNoop} {
 		for _, burst := range []bool{false, true} {
 			if err := e.createNamespace(ctx, startupNamespace(mode, burst)); err != nil {
 				return err
@@ -194,33 +284,25 @@ func (e *env) startupPhase(ctx context.Context, res *results) error {
 	}
 	res.PoolFillSeconds = time.Since(fillStart).Seconds()
 	e.progress("pools full in %.1fs", res.PoolFillSeconds)
+	// Mode e's claims, after the pools so as not to slow their fill.
+	var wg sync.WaitGroup
+	ownErrs := make([]error, 2)
+	for i, burst := range []bool{false, true} {
+		wg.Go(func() { ownErrs[i] = e.prepareOwnClaims(ctx, startupNamespace(modeOwnClaim, burst), n) })
+	}
+	wg.Wait()
+	if err := errors.Join(ownErrs...); err != nil {
+		return err
+	}
 	if err := e.settle(ctx); err != nil {
 		return err
 	}
 
 	cleanup := func(mode string, burst bool) error {
-		ns := startupNamespace(mode, burst)
-		start := time.Now()
-		defer func() { e.progress("cleaned up %s in %.1fs", ns, time.Since(start).Seconds()) }()
-		if err := e.deletePodsAndDrain(ctx, ns); err != nil {
-			return err
-		}
-		e.progress("drained %s in %.1fs", ns, time.Since(start).Seconds())
-		if mode == modeHit {
-			// The pool refilled what the pods took; wait for it so that
-			// the refill does not overlap the next run.
-			if err := e.waitPoolWarm(ctx, fpvcHit, int32(n), ns); err != nil {
-				return err
-			}
-		} else if err := e.waitNoPVCs(ctx, ns); err != nil {
-			// The ephemeral claims go with their pods. The empty
-			// namespaces stay until the cluster goes.
-			return err
-		}
-		return e.settle(ctx)
+		return e.cleanupStartup(ctx, startupNamespace(mode, burst), mode, n)
 	}
 
-	for _, mode := range []string{modePlain, modeNoop, modeHit} {
+	for _, mode := range []string{modePlain, modeNoop, modeHit, modeOwnClaim} {
 		var stopNoop func() error
 		if mode == modeNoop {
 			var err error
@@ -291,6 +373,38 @@ func (e *env) startupPhase(ctx context.Context, res *results) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// cleanupStartup deletes the pods of a run of mode in ns and waits until
+// nothing of it works on: claims drained, mode d's pool of n refilled,
+// mode e's claims deleted, the operator's workqueues empty.
+func (e *env) cleanupStartup(ctx context.Context, ns, mode string, n int) error {
+	start := time.Now()
+	defer func() { e.progress("cleaned up %s in %.1fs", ns, time.Since(start).Seconds()) }()
+	if err := e.deletePodsAndDrain(ctx, ns); err != nil {
+		return err
+	}
+	e.progress("drained %s in %.1fs", ns, time.Since(start).Seconds())
+	switch mode {
+	case modeHit:
+		// The pool refilled what the pods took; wait for it so that
+		// the refill does not overlap the next run.
+		if err := e.waitPoolWarm(ctx, fpvcHit, int32(n), ns); err != nil {
+			return err
+		}
+	case modeOwnClaim:
+		if err := e.cl.DeleteAllOf(ctx, &corev1.PersistentVolumeClaim{}, client.InNamespace(ns)); err != nil {
+			return fmt.Errorf("deleting the PVCs of %s: %w", ns, err)
+		}
+		fallthrough
+	default:
+		// The ephemeral claims go with their pods. The empty
+		// namespaces stay until the cluster goes.
+		if err := e.waitNoPVCs(ctx, ns); err != nil {
+			return err
+		}
+	}
+	return e.settle(ctx)
 }
 
 func secs(s float64) string { return fmt.Sprintf("%.3fs", s) }
