@@ -171,12 +171,14 @@ chaos-reduced: bins ## Run a reduced fault-injection run (about 3 min); results 
 ##@ Benchmarks
 
 .PHONY: bench
-bench: bins ## Measure pod start-up, admission latency, bursts, memory and API cost on a simulated cluster; results in test/bench/results/.
-	go run ./test/bench $(BENCH_FLAGS)
+bench: bins ## Measure pod start-up (modes a-e), admission latency, bursts, memory and API cost on a simulated cluster, then a, d and e on the real node where the machine can run one; results in test/bench/results/ (about 10 min).
+	@if hack/real-node-deps.sh; then $(MAKE) --no-print-directory real-node-bins images || echo "bench: could not prepare the real node (see above)"; fi
+	flock $(REAL_NODE_LOCK) go run ./test/bench $(BENCH_FLAGS)
 
 .PHONY: bench-smoke
-bench-smoke: bins ## Run the benchmark's reduced mode (a few pods per mode) to check that it still works.
-	go run ./test/bench -smoke
+bench-smoke: bins ## Run the benchmark's reduced mode (a few pods per mode, both tiers) to check that it still works (about 3 min).
+	@if hack/real-node-deps.sh; then $(MAKE) --no-print-directory real-node-bins images || echo "bench: could not prepare the real node (see above)"; fi
+	flock $(REAL_NODE_LOCK) go run ./test/bench -smoke
 
 ##@ Demo
 
