@@ -32,6 +32,12 @@ var (
 	//go:embed stages/e2e-sidecar-fail.yaml
 	SidecarFailStage string
 
+	// NativeSidecarFailStage is SidecarFailStage for a native sidecar: the
+	// init container named "sidecar" (restartPolicy Always) terminates with
+	// exit code 1.
+	//go:embed stages/e2e-native-sidecar-fail.yaml
+	NativeSidecarFailStage string
+
 	// JobFailStage is a kwok Stage: a Running pod labelled
 	// JobFailLabelKey="true" goes to phase Failed with every container
 	// terminated with exit code 1. Label a Job's pod template with it to fail
@@ -51,9 +57,9 @@ func DefaultStages() []string {
 }
 
 // E2EStages are the Stages the e2e suite adds to the defaults:
-// SidecarFailStage and JobFailStage.
+// SidecarFailStage, NativeSidecarFailStage and JobFailStage.
 func E2EStages() []string {
-	return []string{SidecarFailStage, JobFailStage}
+	return []string{SidecarFailStage, NativeSidecarFailStage, JobFailStage}
 }
 
 // kwokctlConfig is the multi-document --config of kwokctl create cluster.

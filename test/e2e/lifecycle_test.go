@@ -31,7 +31,9 @@ var _ = Describe("Claims on a simulated cluster", func() {
 		kubectl("run", "-n", ns, "--image=alpine:latest", "--labels", v1alpha1.FluentPVCNameLabelKey+"=fluent-pvc-sample",
 			"sample-pod", "--", "sh", "-c", "for i in $(seq 1 60); do sleep 1; echo $i; done")
 		pod := running(ns, "sample-pod")
-		Expect(pod.Spec.Containers).To(ContainElement(HaveField("Name", "sidecar")))
+		// The sample names no sidecarMode: a native sidecar.
+		Expect(pod.Spec.InitContainers).To(ContainElement(And(HaveField("Name", "sidecar"),
+			HaveField("RestartPolicy", HaveValue(Equal(corev1.ContainerRestartPolicyAlways))))))
 		claim := claimOf(pod)
 		Eventually(func(g Gomega) {
 			g.Expect(getPVC(ns, claim)(g).Status.Phase).To(Equal(corev1.ClaimBound))

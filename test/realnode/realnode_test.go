@@ -2,6 +2,7 @@ package realnode
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -229,7 +230,7 @@ func runningPods(g Gomega, ns, app string) []corev1.Pod {
 			continue
 		}
 		ready := true
-		for _, s := range p.Status.ContainerStatuses {
+		for _, s := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
 			ready = ready && s.Ready
 		}
 		if ready {
