@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -95,11 +96,20 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("creating a discovery client: %w", err)
 	}
-	serverVersion, err := dc.ServerVersion()
-	if err != nil {
-		return fmt.Errorf("reading the API server's version: %w", err)
+	var gitVersion string
+	if err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 6}, func(context.Context) (bool, error) {
+		v, err := dc.ServerVersion()
+		if err != nil {
+			log.V(1).Info("reading the API server's version", "error", err.Error())
+			return false, nil
+		}
+		gitVersion = v.GitVersion
+		return true, nil
+	}); err != nil {
+		// The API server then refuses a native sidecar itself, in its words.
+		log.Error(err, "could not read the API server's version; native sidecars are assumed to be supported")
 	}
-	nativeUnsupported := webhook.NativeSidecarSupport(serverVersion.GitVersion)
+	nativeUnsupported := webhook.NativeSidecarSupport(gitVersion)
 	if nativeUnsupported != "" {
 		log.Info("FluentPVCs in sidecarMode Native will admit no pods", "reason", nativeUnsupported)
 	}
