@@ -85,7 +85,7 @@ var _ = Describe("Claims on a simulated cluster", func() {
 		Expect(k8s.Delete(ctx, deploy)).To(Succeed())
 	})
 
-	It("deletes a pod whose sidecar fails; its replacement gets a new claim and the old one is drained", func() {
+	It("deletes a pod whose native sidecar fails; its replacement gets a new claim and the old one is drained", func() {
 		ns := newNamespace("sidecar")
 		fpvc := createFluentPVC(e2eFluentPVC("sidecar-" + ns).Obj())
 		deploy := deployment(ns, "flaky", fpvc.Name, 1, map[string]string{cluster.SidecarFailLabelKey: "true"})
@@ -122,6 +122,7 @@ var _ = Describe("Claims on a simulated cluster", func() {
 			}
 			return reasons
 		}).Should(ContainElement(v1alpha1.EventReasonSidecarFailed))
+		Expect(sidecarDeletions(fpvc.Name)).To(BeNumerically(">=", 1))
 		drained(ns, firstClaim)
 
 		Expect(k8s.Delete(ctx, deploy, client.PropagationPolicy(metav1.DeletePropagationForeground))).To(Succeed())

@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"io"
+	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -116,6 +119,82 @@ var _ = Describe("Run-to-completion workloads on a simulated cluster", func() {
 		}
 	})
 })
+
+var _ = Describe("Sidecar failures with native sidecars", func() {
+	It("deletes no pod and counts no failure for a pod evicted or deleted", func() {
+		ns := newNamespace("evicted")
+		fpvc := createFluentPVC(e2eFluentPVC("evicted-" + ns).Obj())
+		deploy := deployment(ns, "steady", fpvc.Name, 2, nil)
+		Expect(k8s.Create(ctx, deploy)).To(Succeed())
+		var pods []corev1.Pod
+		Eventually(func(g Gomega) {
+			pods = podsOf(g, ns, "steady")
+			g.Expect(pods).To(HaveLen(2))
+			for _, p := range pods {
+				g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning))
+			}
+		}).Should(Succeed())
+		evictedPod, deletedPod := pods[0], pods[1]
+
+		By("evicting " + evictedPod.Name + " as a kubelet does: Failed, every container killed")
+		killed := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Error"}}
+		Eventually(func() error {
+			p := &corev1.Pod{}
+			if err := k8s.Get(ctx, client.ObjectKeyFromObject(&evictedPod), p); err != nil {
+				return err
+			}
+			p.Status.Phase = corev1.PodFailed
+			p.Status.Reason = "Evicted"
+			for i := range p.Status.InitContainerStatuses {
+				p.Status.InitContainerStatuses[i].State = killed
+			}
+			for i := range p.Status.ContainerStatuses {
+				p.Status.ContainerStatuses[i].State = killed
+			}
+			return k8s.Status().Update(ctx, p)
+		}).Should(Succeed())
+		By("deleting " + deletedPod.Name)
+		Expect(k8s.Delete(ctx, &deletedPod)).To(Succeed())
+
+		released(ns, claimOf(&evictedPod))
+		drained(ns, claimOf(&deletedPod))
+		Consistently(func(g Gomega) {
+			p := &corev1.Pod{}
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(&evictedPod), p)).To(Succeed(), "the evicted pod keeps its status")
+			g.Expect(p.Status.Reason).To(Equal("Evicted"))
+		}).Should(Succeed())
+		var l corev1.EventList
+		Expect(k8s.List(ctx, &l, client.InNamespace(ns))).To(Succeed())
+		for _, e := range l.Items {
+			Expect(e.Reason).NotTo(Equal(v1alpha1.EventReasonSidecarFailed), "event on %s: %s", e.InvolvedObject.Name, e.Message)
+		}
+		Expect(sidecarDeletions(fpvc.Name)).To(BeZero())
+
+		Expect(k8s.Delete(ctx, deploy, client.PropagationPolicy(metav1.DeletePropagationForeground))).To(Succeed())
+		Expect(client.IgnoreNotFound(k8s.Delete(ctx, &evictedPod))).To(Succeed())
+		drained(ns, claimOf(&evictedPod))
+	})
+})
+
+// sidecarDeletions is the operator's count of pods of FluentPVC fpvc deleted
+// for a failed sidecar (0 when it has counted none).
+func sidecarDeletions(fpvc string) float64 {
+	GinkgoHelper()
+	resp, err := http.Get(op.MetricsURL())
+	Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	Expect(err).NotTo(HaveOccurred())
+	prefix := `fluentpvc_sidecar_failure_pod_deletions_total{fluentpvc="` + fpvc + `"} `
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, prefix); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			Expect(err).NotTo(HaveOccurred())
+			return f
+		}
+	}
+	return 0
+}
 
 // labelledJob is a Job of 3 pods at once (completions and parallelism 3)
 // that opt into fluentPVC; with an empty name, only its spec is used.
