@@ -74,9 +74,17 @@ func (r *SidecarReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 // (a native sidecar in initContainerStatuses, or a container), as it is
 // now or as it was before its last restart. A pod that is being deleted or
 // has finished (evicted, or its containers all stopped) is left alone: its
-// sidecar's exit is the pod's end, not a failure.
+// sidecar's exit is the pod's end, not a failure. So is a native sidecar
+// once every app container has stopped: the kubelet then stops it, and
+// many programs exit 143 on that SIGTERM.
 func sidecarFailure(pod *corev1.Pod, name string) (int32, bool) {
 	if !pod.DeletionTimestamp.IsZero() || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return 0, false
+	}
+	native := slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool {
+		return c.Name == name && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+	})
+	if native && appsStopped(pod) {
 		return 0, false
 	}
 	for _, s := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
@@ -90,6 +98,19 @@ func sidecarFailure(pod *corev1.Pod, name string) (int32, bool) {
 		}
 	}
 	return 0, false
+}
+
+// appsStopped reports whether every app container of pod has terminated.
+func appsStopped(pod *corev1.Pod) bool {
+	if len(pod.Status.ContainerStatuses) < len(pod.Spec.Containers) {
+		return false
+	}
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.State.Terminated == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // SetupWithManager registers the reconciler; it sees only labelled pods.

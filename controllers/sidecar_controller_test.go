@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
@@ -21,7 +22,9 @@ func TestSidecarFailure(t *testing.T) {
 	running := corev1.ContainerStatus{Name: "app", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
 	deleting := metav1.NewTime(fixtures.Epoch)
 
+	native := []corev1.Container{{Name: "sidecar", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
 	cases := map[string]struct {
+		inits             []corev1.Container
 		phase             corev1.PodPhase
 		deletionTimestamp *metav1.Time
 		init, containers  []corev1.ContainerStatus
@@ -38,6 +41,12 @@ func TestSidecarFailure(t *testing.T) {
 		"pod being deleted, sidecar stopped with 143": {deletionTimestamp: &deleting, init: []corev1.ContainerStatus{exited("sidecar", 143)}, containers: []corev1.ContainerStatus{running}},
 		"pod evicted (Failed), sidecar killed":        {phase: corev1.PodFailed, init: []corev1.ContainerStatus{exited("sidecar", 137)}, containers: []corev1.ContainerStatus{exited("app", 137)}},
 		"pod Succeeded, sidecar stopped with 143":     {phase: corev1.PodSucceeded, init: []corev1.ContainerStatus{exited("sidecar", 143)}, containers: []corev1.ContainerStatus{exited("app", 0)}},
+		"native sidecar stopped with 143 after the app, pod still Running": {
+			inits: native, init: []corev1.ContainerStatus{exited("sidecar", 143)}, containers: []corev1.ContainerStatus{exited("app", 0)}},
+		"native sidecar exited 1 while the app runs": {
+			inits: native, init: []corev1.ContainerStatus{exited("sidecar", 1)}, containers: []corev1.ContainerStatus{running}, wantCode: 1, wantFailed: true},
+		"container sidecar exited 1 after the app": {
+			containers: []corev1.ContainerStatus{exited("app", 0), exited("sidecar", 1)}, wantCode: 1, wantFailed: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -47,6 +56,7 @@ func TestSidecarFailure(t *testing.T) {
 			}
 			pod := &corev1.Pod{
 				ObjectMeta: metav1.ObjectMeta{Name: "p", DeletionTimestamp: tc.deletionTimestamp},
+				Spec:       corev1.PodSpec{InitContainers: tc.inits, Containers: []corev1.Container{{Name: "app"}}},
 				Status:     corev1.PodStatus{Phase: phase, InitContainerStatuses: tc.init, ContainerStatuses: tc.containers},
 			}
 			code, failed := sidecarFailure(pod, "sidecar")

@@ -26,6 +26,8 @@ var (
 	stagePodReady string
 	//go:embed stages/pod-app-exit.yaml
 	stagePodAppExit string
+	//go:embed stages/pod-sidecar-stop.yaml
+	stagePodSidecarStop string
 	//go:embed stages/pod-finish.yaml
 	stagePodFinish string
 	//go:embed stages/pod-delete.yaml
@@ -56,12 +58,13 @@ var (
 // at once; deleted pods go away), except that a Job's pod no longer simply
 // Succeeds. Its regular containers exit (pod-app-exit: with the code of
 // the pod's ExitCodeAnnotationKey, 0 without it), apart from a sidecar the
-// operator appended in sidecarMode Container, and the pod finishes once
-// none runs (pod-finish: native sidecars stopped, Succeeded or Failed by
-// the exit codes). kwokctl drops its defaults as soon as the configuration
+// operator appended in sidecarMode Container; once none runs, native
+// sidecars are stopped a second later, exiting 143 as on SIGTERM
+// (pod-sidecar-stop), and then the pod finishes (pod-finish: Succeeded or
+// Failed by the app's exit codes). kwokctl drops its defaults as soon as the configuration
 // names any Stage, so Up always writes these next to Options.ExtraStages.
 func DefaultStages() []string {
-	return []string{stageNodeInitialize, stageNodeHeartbeat, stagePodReady, stagePodAppExit, stagePodFinish, stagePodDelete}
+	return []string{stageNodeInitialize, stageNodeHeartbeat, stagePodReady, stagePodAppExit, stagePodSidecarStop, stagePodFinish, stagePodDelete}
 }
 
 // E2EStages are the Stages the e2e suite adds to the defaults:
