@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -88,6 +90,30 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
+	// Native sidecars need Kubernetes 1.29: read the API server's version
+	// once, not per pod.
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating a discovery client: %w", err)
+	}
+	var gitVersion string
+	if err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 6}, func(context.Context) (bool, error) {
+		v, err := dc.ServerVersion()
+		if err != nil {
+			log.V(1).Info("reading the API server's version", "error", err.Error())
+			return false, nil
+		}
+		gitVersion = v.GitVersion
+		return true, nil
+	}); err != nil {
+		// The API server then refuses a native sidecar itself, in its words.
+		log.Error(err, "could not read the API server's version; native sidecars are assumed to be supported")
+	}
+	nativeUnsupported := webhook.NativeSidecarSupport(gitVersion)
+	if nativeUnsupported != "" {
+		log.Info("FluentPVCs in sidecarMode Native will admit no pods", "reason", nativeUnsupported)
+	}
+
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Cache:                         controllers.CacheOptions(),
@@ -141,7 +167,7 @@ func run(ctx context.Context, args []string) error {
 	go func() {
 		select {
 		case <-certsReady:
-			webhookSetupErr <- webhook.Setup(mgr, webhook.Options{})
+			webhookSetupErr <- webhook.Setup(mgr, webhook.Options{NativeSidecarsUnsupported: nativeUnsupported})
 		case <-ctx.Done():
 			webhookSetupErr <- nil
 		}

@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"slices"
 
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
@@ -38,7 +39,8 @@ func failJob(ctx context.Context, job *batchv1.Job) {
 }
 
 // sidecarTerminated sets the status of the sidecar "sidecar" as the kubelet
-// would after it exited with code, now or, with restarted, before a restart.
+// would after it exited with code, now or, with restarted, before a restart:
+// in initContainerStatuses for a native sidecar, else in containerStatuses.
 func sidecarTerminated(code int32, restarted bool) func(*corev1.Pod) {
 	return func(pod *corev1.Pod) {
 		terminated := corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Error"}}
@@ -54,9 +56,21 @@ func sidecarTerminated(code int32, restarted bool) func(*corev1.Pod) {
 		pod.Status.Phase = corev1.PodRunning
 		pod.Status.ContainerStatuses = []corev1.ContainerStatus{
 			{Name: "app", Image: "registry.k8s.io/pause:3.10", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}},
-			sidecar,
+		}
+		if slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == sidecar.Name }) {
+			pod.Status.InitContainerStatuses = []corev1.ContainerStatus{sidecar}
+		} else {
+			pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, sidecar)
 		}
 	}
+}
+
+// evicted sets the status of a pod the kubelet evicted: Failed, its
+// containers killed.
+func evicted(pod *corev1.Pod) {
+	sidecarTerminated(137, false)(pod)
+	pod.Status.Phase = corev1.PodFailed
+	pod.Status.Reason = "Evicted"
 }
 
 // updatePodStatus applies set to the latest pod and writes its status.

@@ -311,6 +311,7 @@ var _ = Describe("Claim lifecycle", func() {
 		Entry("exit 0: the pod stays", true, sidecarTerminated(0, false), false),
 		Entry("exit 1 with the flag false: the pod stays", false, sidecarTerminated(1, false), false),
 		Entry("exit 1 only in lastState after a restart: the pod is deleted", true, sidecarTerminated(1, true), true),
+		Entry("an evicted pod whose sidecar was killed: the pod stays, with its status", true, evicted, false),
 	)
 
 	It("reclaims an orphan claim without a Job once its grace period has passed", func() {

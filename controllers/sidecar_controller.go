@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
 
@@ -36,7 +38,7 @@ func (r *SidecarReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err := r.Get(ctx, req.NamespacedName, pod); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !pod.DeletionTimestamp.IsZero() || pod.Labels[v1alpha1.BindingNameLabelKey] == "" {
+	if pod.Labels[v1alpha1.BindingNameLabelKey] == "" {
 		return ctrl.Result{}, nil
 	}
 	fpvc := &v1alpha1.FluentPVC{}
@@ -46,7 +48,8 @@ func (r *SidecarReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if !fpvc.Spec.DeletePodOnSidecarFailure() {
 		return ctrl.Result{}, nil
 	}
-	code, failed := sidecarFailure(pod, fpvc.Spec.SidecarContainerTemplate.Name)
+	sidecar := objects.PodSidecar(pod, fpvc.Spec.SidecarContainerTemplate.Name)
+	code, failed := sidecarFailure(pod, sidecar)
 	if !failed {
 		return ctrl.Result{}, nil
 	}
@@ -57,8 +60,8 @@ func (r *SidecarReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, fmt.Errorf("deleting pod %s after its sidecar failed: %w", pod.Name, err)
 	}
 	podsDeletedForSidecar.WithLabelValues(fpvc.Name).Inc()
-	ctrl.LoggerFrom(ctx).Info("sidecar failed: pod deleted", "pod", klog.KObj(pod), "sidecar", fpvc.Spec.SidecarContainerTemplate.Name, "exitCode", code)
-	msg := fmt.Sprintf("sidecar %s of pod %s terminated with exit code %d: the pod was deleted", fpvc.Spec.SidecarContainerTemplate.Name, pod.Name, code)
+	ctrl.LoggerFrom(ctx).Info("sidecar failed: pod deleted", "pod", klog.KObj(pod), "sidecar", sidecar, "exitCode", code)
+	msg := fmt.Sprintf("sidecar %s of pod %s terminated with exit code %d: the pod was deleted", sidecar, pod.Name, code)
 	r.recorder.Eventf(pod, nil, corev1.EventTypeWarning, v1alpha1.EventReasonSidecarFailed, "DeletePod", "%s", msg)
 	b := &v1alpha1.FluentPVCBinding{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: pod.Labels[v1alpha1.BindingNameLabelKey]}, b); err == nil {
@@ -67,10 +70,24 @@ func (r *SidecarReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	return ctrl.Result{}, nil
 }
 
-// sidecarFailure reports the non-zero exit code of the sidecar named name,
-// as it is now or as it was before its last restart.
+// sidecarFailure reports the non-zero exit code of the sidecar named name
+// (a native sidecar in initContainerStatuses, or a container), as it is
+// now or as it was before its last restart. A pod that is being deleted or
+// has finished (evicted, or its containers all stopped) is left alone: its
+// sidecar's exit is the pod's end, not a failure. So is a native sidecar
+// once every app container has stopped: the kubelet then stops it, and
+// many programs exit 143 on that SIGTERM.
 func sidecarFailure(pod *corev1.Pod, name string) (int32, bool) {
-	for _, s := range pod.Status.ContainerStatuses {
+	if !pod.DeletionTimestamp.IsZero() || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return 0, false
+	}
+	native := slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool {
+		return c.Name == name && c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+	})
+	if native && appsStopped(pod) {
+		return 0, false
+	}
+	for _, s := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
 		if s.Name != name {
 			continue
 		}
@@ -81,6 +98,19 @@ func sidecarFailure(pod *corev1.Pod, name string) (int32, bool) {
 		}
 	}
 	return 0, false
+}
+
+// appsStopped reports whether every app container of pod has terminated.
+func appsStopped(pod *corev1.Pod) bool {
+	if len(pod.Status.ContainerStatuses) < len(pod.Spec.Containers) {
+		return false
+	}
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.State.Terminated == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // SetupWithManager registers the reconciler; it sees only labelled pods.

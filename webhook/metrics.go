@@ -21,6 +21,9 @@ const (
 	reasonConflict          = "Conflict"
 	reasonUndecodable       = "Undecodable"
 	reasonCopied            = "CopiedClaim"
+	// reasonNativeSidecarUnsupported: a Native FluentPVC on a cluster
+	// older than 1.29.
+	reasonNativeSidecarUnsupported = "NativeSidecarUnsupported"
 )
 
 var (

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -35,6 +36,23 @@ const maxNameTries = 3
 type Options struct {
 	// Clock stamps the admission time; the real clock when nil.
 	Clock clock.PassiveClock
+	// NativeSidecarsUnsupported, when set, says why the cluster cannot run
+	// native sidecars (NativeSidecarSupport); pods of FluentPVCs in Native
+	// mode are then refused with it.
+	NativeSidecarsUnsupported string
+}
+
+// NativeSidecarSupport says why an API server of version gitVersion (its
+// /version's gitVersion) cannot run native sidecars, an init container
+// with restartPolicy Always, which Kubernetes runs from 1.29; "" when it
+// can, or when the version cannot be read (the API server then refuses
+// such a pod itself, with its own message).
+func NativeSidecarSupport(gitVersion string) string {
+	v, err := version.ParseGeneric(gitVersion)
+	if err != nil || v.AtLeast(version.MajorMinor(1, 29)) {
+		return ""
+	}
+	return fmt.Sprintf("the API server is %s and native sidecars need Kubernetes 1.29 or later", gitVersion)
 }
 
 // Setup registers the pod webhook with mgr's webhook server.
@@ -46,6 +64,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("indexing warm PVCs: %w", err)
 	}
 	m := NewPodMutator(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetClient(), admission.NewDecoder(mgr.GetScheme()), opts.Clock)
+	m.NativeSidecarsUnsupported = opts.NativeSidecarsUnsupported
 	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: m})
 	return nil
 }
@@ -85,6 +104,8 @@ type PodMutator struct {
 	Clock   clock.PassiveClock
 	// Pool takes warm PVCs.
 	Pool *pool.Checkouter
+	// NativeSidecarsUnsupported is Options.NativeSidecarsUnsupported.
+	NativeSidecarsUnsupported string
 }
 
 // Handle implements admission.Handler.
@@ -152,6 +173,9 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	}
 	if errs := objects.PodConflicts(pod, &fpvc.Spec); len(errs) > 0 {
 		return admission.Denied(fmt.Sprintf("the pod clashes with what FluentPVC %q injects: %s", name, errs.ToAggregate())), resultDenied, reasonConflict
+	}
+	if fpvc.Spec.NativeSidecar() && m.NativeSidecarsUnsupported != "" {
+		return admission.Denied(fmt.Sprintf("FluentPVC %q has sidecarMode Native, but %s: set its sidecarMode to Container", name, m.NativeSidecarsUnsupported)), resultDenied, reasonNativeSidecarUnsupported
 	}
 
 	// The API server sends JSON. The decoder would also take YAML, or

@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 
@@ -75,9 +76,13 @@ var _ = Describe("Pod admission", func() {
 			VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName}},
 		}))
 		Expect(pod.Spec.Volumes).To(ContainElement(HaveField("Name", "some-secret")))
-		Expect(pod.Spec.Containers).To(HaveLen(3))
-		Expect(pod.Spec.Containers[2].Name).To(Equal("sidecar"))
-		for _, c := range pod.Spec.Containers {
+		// A native sidecar (sidecarMode defaults to Native).
+		Expect(pod.Spec.Containers).To(HaveLen(2))
+		Expect(pod.Spec.InitContainers).To(HaveLen(1))
+		Expect(pod.Spec.InitContainers[0].Name).To(Equal("sidecar"))
+		Expect(pod.Spec.InitContainers[0].RestartPolicy).To(HaveValue(Equal(corev1.ContainerRestartPolicyAlways)))
+		Expect(pod.Annotations).To(HaveKeyWithValue(v1alpha1.SidecarAnnotationKey, "sidecar"))
+		for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
 			Expect(c.VolumeMounts).To(ContainElements(
 				corev1.VolumeMount{Name: "fluent-pvc", MountPath: "/mnt/fluent-pvc"},
 				corev1.VolumeMount{Name: "some-secret", MountPath: "/path/to/secret"},
@@ -98,6 +103,20 @@ var _ = Describe("Pod admission", func() {
 		Expect(pvc.Labels).To(HaveKeyWithValue(v1alpha1.ClaimRoleLabelKey, v1alpha1.ClaimRoleClaimed))
 		// One write per pod: the operator makes the binding from the claim.
 		Expect(bindings()).To(BeEmpty())
+	})
+
+	It("appends the sidecar to containers in Container mode, as fluent-pvc-operator did", func() {
+		legacy := createFluentPVC(fixtures.MakeFluentPVC("legacy-" + ns).Mutate(func(f *v1alpha1.FluentPVC) {
+			f.Spec.SidecarMode = v1alpha1.SidecarModeContainer
+		}).Obj())
+		pod := fixtures.MakePod("app", ns).FluentPVC(legacy.Name).Obj()
+		pod.Spec.InitContainers = []corev1.Container{{Name: "setup", Image: "busybox"}}
+		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+		Expect(pod.Spec.Containers).To(HaveLen(2))
+		Expect(pod.Spec.Containers[1].Name).To(Equal("sidecar"))
+		Expect(pod.Spec.Containers[1].RestartPolicy).To(BeNil())
+		Expect(pod.Spec.InitContainers).To(HaveLen(1), "the pod's own init container only")
+		Expect(pod.Annotations).To(HaveKeyWithValue(v1alpha1.SidecarAnnotationKey, "sidecar"))
 	})
 
 	It("leaves an unlabelled pod exactly as sent", func() {
@@ -212,7 +231,7 @@ var _ = Describe("Pod admission", func() {
 		pod := fixtures.MakePod("dry", ns).FluentPVC(fpvc.Name).Obj()
 		Expect(k8sClient.Create(ctx, pod, client.DryRunAll)).To(Succeed())
 		Expect(pod.Labels).To(HaveKey(v1alpha1.BindingNameLabelKey))
-		Expect(pod.Spec.Containers).To(ContainElement(HaveField("Name", "sidecar")))
+		Expect(pod.Spec.InitContainers).To(ContainElement(HaveField("Name", "sidecar")))
 		Expect(pod.Spec.Volumes).To(ContainElement(HaveField("Name", "fluent-pvc")))
 		Consistently(claims).Should(BeEmpty())
 		Expect(bindings()).To(BeEmpty())
@@ -286,6 +305,22 @@ var _ = Describe("Pod admission", func() {
 		resp = m.Handle(ctx, createRequest(fixtures.MakePod("typo", ns).FluentPVC("no-such-"+fpvc.Name).Obj(), true))
 		Expect(resp.Allowed).To(BeFalse())
 		Expect(resp.Result.Message).To(ContainSubstring("does not exist"))
+	})
+
+	It("refuses pods of a Native FluentPVC where the cluster has no native sidecars, and admits those of a Container one", func() {
+		m := webhook.NewPodMutator(mgrClient, k8sClient, k8sClient, admission.NewDecoder(scheme), clock.RealClock{})
+		m.NativeSidecarsUnsupported = webhook.NativeSidecarSupport("v1.28.15")
+		resp := m.Handle(ctx, createRequest(fixtures.MakePod("native", ns).FluentPVC(fpvc.Name).Obj(), true))
+		Expect(resp.Allowed).To(BeFalse())
+		Expect(resp.Result.Message).To(And(ContainSubstring("sidecarMode Native"), ContainSubstring("v1.28.15"), ContainSubstring("set its sidecarMode to Container")))
+
+		legacy := createFluentPVC(fixtures.MakeFluentPVC("legacy-" + ns).Mutate(func(f *v1alpha1.FluentPVC) {
+			f.Spec.SidecarMode = v1alpha1.SidecarModeContainer
+		}).Obj())
+		Eventually(func() error { return mgrClient.Get(ctx, client.ObjectKeyFromObject(legacy), &v1alpha1.FluentPVC{}) }).Should(Succeed())
+		resp = m.Handle(ctx, createRequest(fixtures.MakePod("container", ns).FluentPVC(legacy.Name).Obj(), true))
+		Expect(resp.Allowed).To(BeTrue(), "%v", resp.Result)
+		Expect(claims()).To(BeEmpty(), "a dry run creates nothing")
 	})
 
 	It("works for a FluentPVC with a 60-character name", func() {

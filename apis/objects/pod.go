@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
@@ -78,8 +79,10 @@ func clash(p *field.Path, value, fluentPVCField string) *field.Error {
 
 // InjectPod mutates pod to use claim claimName of a FluentPVC with spec: the binding
 // label, the pod-protection finalizer, the claim and common volumes, the
-// mounts and envs in every regular container, and the sidecar. Call it only
-// on a pod for which PodConflicts is empty and PodInjected is false.
+// mounts and envs in every regular container, and the sidecar with them:
+// last of initContainers with restartPolicy Always (sidecarMode Native) or
+// last of containers (Container), its name recorded in an annotation. Call
+// it only on a pod for which PodConflicts is empty and PodInjected is false.
 func InjectPod(pod *corev1.Pod, spec *v1alpha1.FluentPVCSpec, claimName string) {
 	if pod.Labels == nil {
 		pod.Labels = map[string]string{}
@@ -90,10 +93,31 @@ func InjectPod(pod *corev1.Pod, spec *v1alpha1.FluentPVCSpec, claimName string) 
 	pod.Spec.Volumes = append(pod.Spec.Volumes, ClaimVolume(spec.PVCVolumeName, claimName))
 	pod.Spec.Volumes = append(pod.Spec.Volumes, deepCopyVolumes(spec.CommonVolumes)...)
 
-	pod.Spec.Containers = append(pod.Spec.Containers, *spec.SidecarContainerTemplate.DeepCopy())
 	for i := range pod.Spec.Containers {
 		injectContainer(&pod.Spec.Containers[i], spec)
 	}
+	sidecar := *spec.SidecarContainerTemplate.DeepCopy()
+	injectContainer(&sidecar, spec)
+	if spec.NativeSidecar() {
+		sidecar.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+		pod.Spec.InitContainers = append(pod.Spec.InitContainers, sidecar)
+	} else {
+		pod.Spec.Containers = append(pod.Spec.Containers, sidecar)
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[v1alpha1.SidecarAnnotationKey] = sidecar.Name
+}
+
+// PodSidecar is the name of the sidecar the webhook added to pod, recorded
+// at admission; fallback (the FluentPVC's current template) for a pod
+// admitted by an earlier version.
+func PodSidecar(pod *corev1.Pod, fallback string) string {
+	if name := pod.Annotations[v1alpha1.SidecarAnnotationKey]; name != "" {
+		return name
+	}
+	return fallback
 }
 
 // injectPodSpec gives a pod spec (a finalizer Job's) the claim, the common volumes,

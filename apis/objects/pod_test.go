@@ -1,10 +1,14 @@
 package objects
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -72,9 +76,10 @@ func TestPodConflicts(t *testing.T) {
 
 func TestInjectPod(t *testing.T) {
 	fpvc := fixtures.MakeFluentPVC("f").Obj() // commonEnvs FLUENT_PVC_MOUNT_DIR=/mnt/fluent-pvc
+	setup := corev1.Container{Name: "setup", Image: "busybox"}
 	cases := map[string]struct {
 		pod      *corev1.Pod
-		wantEnvs map[string][]corev1.EnvVar // per container
+		wantEnvs map[string][]corev1.EnvVar // per container, init containers included
 	}{
 		"adds the common env": {
 			pod: fixtures.MakePod("p", "ns").Env("A", "1").Obj(),
@@ -97,41 +102,119 @@ func TestInjectPod(t *testing.T) {
 				"sidecar": {{Name: "FLUENT_PVC_MOUNT_DIR", Value: "/mnt/fluent-pvc"}},
 			},
 		},
+		"keeps the pod's init containers as they are, and first": {
+			pod: func() *corev1.Pod {
+				p := fixtures.MakePod("p", "ns").Obj()
+				p.Spec.InitContainers = []corev1.Container{setup}
+				return p
+			}(),
+			wantEnvs: map[string][]corev1.EnvVar{
+				"app":     {{Name: "FLUENT_PVC_MOUNT_DIR", Value: "/mnt/fluent-pvc"}},
+				"sidecar": {{Name: "FLUENT_PVC_MOUNT_DIR", Value: "/mnt/fluent-pvc"}},
+				"setup":   nil,
+			},
+		},
+	}
+	wantMounts := []corev1.VolumeMount{{Name: "fluent-pvc", MountPath: "/mnt/fluent-pvc"}, {Name: "some-secret", MountPath: "/path/to/secret"}}
+	for _, mode := range []v1alpha1.SidecarMode{"", v1alpha1.SidecarModeNative, v1alpha1.SidecarModeContainer} {
+		spec := fpvc.Spec.DeepCopy()
+		spec.SidecarMode = mode
+		for name, tc := range cases {
+			t.Run(fmt.Sprintf("%s/mode %q", name, mode), func(t *testing.T) {
+				pod := tc.pod.DeepCopy()
+				InjectPod(pod, spec, "claim-1")
+
+				if got := pod.Labels[v1alpha1.BindingNameLabelKey]; got != "claim-1" {
+					t.Errorf("binding label = %q, want claim-1", got)
+				}
+				if got := pod.Annotations[v1alpha1.SidecarAnnotationKey]; got != "sidecar" {
+					t.Errorf("sidecar annotation = %q, want sidecar", got)
+				}
+				if diff := cmp.Diff([]string{v1alpha1.PodProtectionFinalizer}, pod.Finalizers); diff != "" {
+					t.Errorf("finalizers (-want +got):\n%s", diff)
+				}
+				wantVolumes := []corev1.Volume{ClaimVolume("fluent-pvc", "claim-1"), fpvc.Spec.CommonVolumes[0]}
+				if diff := cmp.Diff(wantVolumes, pod.Spec.Volumes); diff != "" {
+					t.Errorf("volumes (-want +got):\n%s", diff)
+				}
+
+				// Where the sidecar went: last of initContainers, restarted
+				// always, or last of containers.
+				inits := tc.pod.Spec.InitContainers
+				containers := []string{"app"}
+				if mode == v1alpha1.SidecarModeContainer {
+					containers = append(containers, "sidecar")
+				} else {
+					sidecar := *fpvc.Spec.SidecarContainerTemplate.DeepCopy()
+					sidecar.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+					inits = append(slices.Clone(inits), sidecar)
+				}
+				gotInit := map[string]*corev1.ContainerRestartPolicy{}
+				var initNames []string
+				for _, c := range pod.Spec.InitContainers {
+					initNames = append(initNames, c.Name)
+					gotInit[c.Name] = c.RestartPolicy
+				}
+				var wantInitNames []string
+				for _, c := range inits {
+					wantInitNames = append(wantInitNames, c.Name)
+					if diff := cmp.Diff(c.RestartPolicy, gotInit[c.Name]); diff != "" {
+						t.Errorf("init container %s restartPolicy (-want +got):\n%s", c.Name, diff)
+					}
+				}
+				if diff := cmp.Diff(wantInitNames, initNames); diff != "" {
+					t.Errorf("init containers (-want +got):\n%s", diff)
+				}
+				var containerNames []string
+				for _, c := range pod.Spec.Containers {
+					containerNames = append(containerNames, c.Name)
+				}
+				if diff := cmp.Diff(containers, containerNames); diff != "" {
+					t.Errorf("containers (-want +got):\n%s", diff)
+				}
+
+				gotEnvs := map[string][]corev1.EnvVar{}
+				for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+					gotEnvs[c.Name] = c.Env
+					want := wantMounts
+					if c.Name == setup.Name {
+						want = nil // a regular init container gets nothing
+					}
+					if diff := cmp.Diff(want, c.VolumeMounts); diff != "" {
+						t.Errorf("container %s mounts (-want +got):\n%s", c.Name, diff)
+					}
+				}
+				if diff := cmp.Diff(tc.wantEnvs, gotEnvs); diff != "" {
+					t.Errorf("envs (-want +got):\n%s", diff)
+				}
+				if !PodInjected(pod, spec) {
+					t.Errorf("PodInjected is false after Pod")
+				}
+				if PodInjected(tc.pod, spec) {
+					t.Errorf("PodInjected is true before Pod")
+				}
+				if errs := PodConflicts(tc.pod, spec); len(errs) > 0 {
+					t.Errorf("unexpected conflicts: %v", errs)
+				}
+			})
+		}
+	}
+}
+
+func TestPodSidecar(t *testing.T) {
+	cases := map[string]struct {
+		annotations map[string]string
+		want        string
+	}{
+		"recorded at admission":          {annotations: map[string]string{v1alpha1.SidecarAnnotationKey: "shipper"}, want: "shipper"},
+		"admitted by an earlier version": {want: "sidecar"},
+		"an empty record is no record":   {annotations: map[string]string{v1alpha1.SidecarAnnotationKey: ""}, want: "sidecar"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			pod := tc.pod.DeepCopy()
-			InjectPod(pod, &fpvc.Spec, "claim-1")
-
-			if got := pod.Labels[v1alpha1.BindingNameLabelKey]; got != "claim-1" {
-				t.Errorf("binding label = %q, want claim-1", got)
-			}
-			if diff := cmp.Diff([]string{v1alpha1.PodProtectionFinalizer}, pod.Finalizers); diff != "" {
-				t.Errorf("finalizers (-want +got):\n%s", diff)
-			}
-			wantVolumes := []corev1.Volume{ClaimVolume("fluent-pvc", "claim-1"), fpvc.Spec.CommonVolumes[0]}
-			if diff := cmp.Diff(wantVolumes, pod.Spec.Volumes); diff != "" {
-				t.Errorf("volumes (-want +got):\n%s", diff)
-			}
-			gotEnvs := map[string][]corev1.EnvVar{}
-			for _, c := range pod.Spec.Containers {
-				gotEnvs[c.Name] = c.Env
-				wantMounts := []corev1.VolumeMount{{Name: "fluent-pvc", MountPath: "/mnt/fluent-pvc"}, {Name: "some-secret", MountPath: "/path/to/secret"}}
-				if diff := cmp.Diff(wantMounts, c.VolumeMounts); diff != "" {
-					t.Errorf("container %s mounts (-want +got):\n%s", c.Name, diff)
-				}
-			}
-			if diff := cmp.Diff(tc.wantEnvs, gotEnvs); diff != "" {
-				t.Errorf("envs (-want +got):\n%s", diff)
-			}
-			if !PodInjected(pod, &fpvc.Spec) {
-				t.Errorf("PodInjected is false after Pod")
-			}
-			if PodInjected(tc.pod, &fpvc.Spec) {
-				t.Errorf("PodInjected is true before Pod")
-			}
-			if errs := PodConflicts(tc.pod, &fpvc.Spec); len(errs) > 0 {
-				t.Errorf("unexpected conflicts: %v", errs)
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: tc.annotations}}
+			if got := PodSidecar(pod, "sidecar"); got != tc.want {
+				t.Errorf("PodSidecar = %q, want %q", got, tc.want)
 			}
 		})
 	}

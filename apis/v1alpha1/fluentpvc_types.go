@@ -50,6 +50,18 @@ type FluentPVCSpec struct {
 	// +kubebuilder:validation:XValidation:rule="size(self.name) <= 63 && self.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="the sidecar's name must be a DNS-1123 label: lower-case letters, digits and '-', at most 63 characters",fieldPath=".name"
 	SidecarContainerTemplate corev1.Container `json:"sidecarContainerTemplate"`
 
+	// sidecarMode is how the sidecar is added to a pod. Native (the default)
+	// adds it to initContainers with restartPolicy Always, a Kubernetes
+	// native sidecar (1.29 and later): it starts before the app containers,
+	// is restarted by the kubelet when it exits, and is stopped after they
+	// exit, so pods of Jobs and CronJobs finish and their claims are
+	// drained. Container appends it to containers, as fluent-pvc-operator
+	// always did: a pod that should run to completion then never finishes
+	// while the sidecar runs.
+	// +optional
+	// +kubebuilder:default=Native
+	SidecarMode SidecarMode `json:"sidecarMode,omitempty"`
+
 	// commonEnvs are set in every container and the sidecar. A common env
 	// replaces a container's env of the same name.
 	// +optional
@@ -89,6 +101,18 @@ type FluentPVCSpec struct {
 	// +kubebuilder:default={}
 	Pool PoolSpec `json:"pool,omitempty"`
 }
+
+// SidecarMode is how the sidecar is added to a pod.
+// +kubebuilder:validation:Enum=Native;Container
+type SidecarMode string
+
+const (
+	// SidecarModeNative adds the sidecar to initContainers with
+	// restartPolicy Always.
+	SidecarModeNative SidecarMode = "Native"
+	// SidecarModeContainer appends the sidecar to containers.
+	SidecarModeContainer SidecarMode = "Container"
+)
 
 // PoolSpec configures the warm pool of a FluentPVC.
 type PoolSpec struct {
@@ -208,6 +232,12 @@ type FluentPVCList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []FluentPVC `json:"items"`
+}
+
+// NativeSidecar reports whether the sidecar is a native sidecar (an unset
+// sidecarMode is Native).
+func (s *FluentPVCSpec) NativeSidecar() bool {
+	return s.SidecarMode != SidecarModeContainer
 }
 
 // DeletePodOnSidecarFailure reports the effective value of

@@ -75,6 +75,12 @@ const (
 	// matched by the claim's UID alone.
 	CheckoutIDAnnotationKey = keyPrefix + "checkout-id"
 
+	// SidecarAnnotationKey records on a pod, at admission, the name of the
+	// sidecar the webhook added, so that the sidecar is known by that name
+	// for the pod's whole life, whatever later becomes of the FluentPVC's
+	// template.
+	SidecarAnnotationKey = keyPrefix + "sidecar"
+
 	// CheckoutAnnotationKey records on a claim and its binding whether the
 	// claim came from the warm pool ("hit") or was created at admission ("miss").
 	CheckoutAnnotationKey = keyPrefix + "checkout"

@@ -16,7 +16,7 @@
 //     older than its sources), log in .kwok/<name>/provisioner.log, PID in
 //     .kwok/<name>/provisioner.pid;
 //   - kwok's default Stages (DefaultStages) plus Options.ExtraStages, e.g.
-//     E2EStages: SidecarFailStage and JobFailStage.
+//     E2EStages: SidecarFailStage, NativeSidecarFailStage and JobFailStage.
 //
 // State: ours in <repo>/.kwok/<name> (kubeconfig, kwokctl.yaml, kwokctl.log,
 // provisioner.*, operator.*, certs/), kwokctl's in <repo>/.kwok/clusters/<name>

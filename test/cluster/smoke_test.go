@@ -174,6 +174,21 @@ func TestSmoke(t *testing.T) {
 		}).WithContext(ctx).Should(Succeed())
 	})
 
+	t.Run("a sidecar-fail pod's native sidecar exits 1", func(t *testing.T) {
+		g := NewWithT(t)
+		pod := fixtures.MakePod("native-sidecar-fail", ns).Label(cluster.SidecarFailLabelKey, "true").Obj()
+		pod.Spec.InitContainers = []corev1.Container{{Name: "sidecar", Image: "registry.k8s.io/pause:3.10", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
+		_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Eventually(func(g Gomega) {
+			got, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got.Status.Phase).To(Equal(corev1.PodRunning))
+			g.Expect(got.Status.ContainerStatuses).To(ContainElement(And(HaveField("Name", "app"), HaveField("State.Running", Not(BeNil())))))
+			g.Expect(got.Status.InitContainerStatuses).To(ContainElement(And(HaveField("Name", "sidecar"), HaveField("State.Terminated.ExitCode", Equal(int32(1))))))
+		}).WithContext(ctx).Should(Succeed())
+	})
+
 	t.Run("the operator runs, restarts and stops", func(t *testing.T) {
 		g := NewWithT(t)
 		started := time.Now()

@@ -12,6 +12,9 @@ const (
 	SidecarFailLabelKey = "e2e.fluent-pvc-operator/sidecar-fail"
 	// JobFailLabelKey: a pod labelled with it ("true") fails (JobFailStage).
 	JobFailLabelKey = "e2e.fluent-pvc-operator/job-fail"
+	// ExitCodeAnnotationKey: the exit code of the regular containers of a
+	// Job's pod annotated with it, as a decimal string (DefaultStages).
+	ExitCodeAnnotationKey = "e2e.fluent-pvc-operator/exit-code"
 )
 
 var (
@@ -21,8 +24,12 @@ var (
 	stageNodeHeartbeat string
 	//go:embed stages/pod-ready.yaml
 	stagePodReady string
-	//go:embed stages/pod-complete.yaml
-	stagePodComplete string
+	//go:embed stages/pod-app-exit.yaml
+	stagePodAppExit string
+	//go:embed stages/pod-sidecar-stop.yaml
+	stagePodSidecarStop string
+	//go:embed stages/pod-finish.yaml
+	stagePodFinish string
 	//go:embed stages/pod-delete.yaml
 	stagePodDelete string
 
@@ -32,6 +39,12 @@ var (
 	//go:embed stages/e2e-sidecar-fail.yaml
 	SidecarFailStage string
 
+	// NativeSidecarFailStage is SidecarFailStage for a native sidecar: the
+	// init container named "sidecar" (restartPolicy Always) terminates with
+	// exit code 1.
+	//go:embed stages/e2e-native-sidecar-fail.yaml
+	NativeSidecarFailStage string
+
 	// JobFailStage is a kwok Stage: a Running pod labelled
 	// JobFailLabelKey="true" goes to phase Failed with every container
 	// terminated with exit code 1. Label a Job's pod template with it to fail
@@ -40,20 +53,24 @@ var (
 	JobFailStage string
 )
 
-// DefaultStages are the Stages kwokctl v0.8.0 installs for the binary runtime
-// when its configuration names none: nodes become Ready and renew their
-// lease; pods become Running and Ready at once; pods owned by a Job then
-// Succeed; deleted pods go away. kwokctl drops all of them as soon as the
-// configuration names any Stage, so Up always writes them next to
-// Options.ExtraStages.
+// DefaultStages are the Stages of every cluster: kwokctl v0.8.0's defaults
+// (nodes become Ready and renew their lease; pods become Running and Ready
+// at once; deleted pods go away), except that a Job's pod no longer simply
+// Succeeds. Its regular containers exit (pod-app-exit: with the code of
+// the pod's ExitCodeAnnotationKey, 0 without it), apart from a sidecar the
+// operator appended in sidecarMode Container; once none runs, native
+// sidecars are stopped a second later, exiting 143 as on SIGTERM
+// (pod-sidecar-stop), and then the pod finishes (pod-finish: Succeeded or
+// Failed by the app's exit codes). kwokctl drops its defaults as soon as the configuration
+// names any Stage, so Up always writes these next to Options.ExtraStages.
 func DefaultStages() []string {
-	return []string{stageNodeInitialize, stageNodeHeartbeat, stagePodReady, stagePodComplete, stagePodDelete}
+	return []string{stageNodeInitialize, stageNodeHeartbeat, stagePodReady, stagePodAppExit, stagePodSidecarStop, stagePodFinish, stagePodDelete}
 }
 
 // E2EStages are the Stages the e2e suite adds to the defaults:
-// SidecarFailStage and JobFailStage.
+// SidecarFailStage, NativeSidecarFailStage and JobFailStage.
 func E2EStages() []string {
-	return []string{SidecarFailStage, JobFailStage}
+	return []string{SidecarFailStage, NativeSidecarFailStage, JobFailStage}
 }
 
 // kwokctlConfig is the multi-document --config of kwokctl create cluster.

@@ -31,7 +31,9 @@ var _ = Describe("Claims on a simulated cluster", func() {
 		kubectl("run", "-n", ns, "--image=alpine:latest", "--labels", v1alpha1.FluentPVCNameLabelKey+"=fluent-pvc-sample",
 			"sample-pod", "--", "sh", "-c", "for i in $(seq 1 60); do sleep 1; echo $i; done")
 		pod := running(ns, "sample-pod")
-		Expect(pod.Spec.Containers).To(ContainElement(HaveField("Name", "sidecar")))
+		// The sample names no sidecarMode: a native sidecar.
+		Expect(pod.Spec.InitContainers).To(ContainElement(And(HaveField("Name", "sidecar"),
+			HaveField("RestartPolicy", HaveValue(Equal(corev1.ContainerRestartPolicyAlways))))))
 		claim := claimOf(pod)
 		Eventually(func(g Gomega) {
 			g.Expect(getPVC(ns, claim)(g).Status.Phase).To(Equal(corev1.ClaimBound))
@@ -83,7 +85,7 @@ var _ = Describe("Claims on a simulated cluster", func() {
 		Expect(k8s.Delete(ctx, deploy)).To(Succeed())
 	})
 
-	It("deletes a pod whose sidecar fails; its replacement gets a new claim and the old one is drained", func() {
+	It("deletes a pod whose native sidecar fails; its replacement gets a new claim and the old one is drained", func() {
 		ns := newNamespace("sidecar")
 		fpvc := createFluentPVC(e2eFluentPVC("sidecar-" + ns).Obj())
 		deploy := deployment(ns, "flaky", fpvc.Name, 1, map[string]string{cluster.SidecarFailLabelKey: "true"})
@@ -120,6 +122,7 @@ var _ = Describe("Claims on a simulated cluster", func() {
 			}
 			return reasons
 		}).Should(ContainElement(v1alpha1.EventReasonSidecarFailed))
+		Expect(sidecarDeletions(fpvc.Name)).To(BeNumerically(">=", 1))
 		drained(ns, firstClaim)
 
 		Expect(k8s.Delete(ctx, deploy, client.PropagationPolicy(metav1.DeletePropagationForeground))).To(Succeed())

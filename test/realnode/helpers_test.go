@@ -170,7 +170,7 @@ func runningOnRealNode(ns, name string) *corev1.Pod {
 		pod = getPod(ns, name)(g)
 		g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning))
 		g.Expect(pod.Spec.NodeName).To(Equal("real-0"))
-		for _, s := range pod.Status.ContainerStatuses {
+		for _, s := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
 			g.Expect(s.Ready).To(BeTrue(), "container %s is ready", s.Name)
 		}
 	}).Should(Succeed())
@@ -388,7 +388,7 @@ func (r *recorder) pod(o any) {
 	if c := p.Labels[v1alpha1.BindingNameLabelKey]; c != "" {
 		r.podClaims[p.Name] = c
 	}
-	for _, s := range p.Status.ContainerStatuses {
+	for _, s := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
 		for _, t := range []*corev1.ContainerStateTerminated{s.State.Terminated, s.LastTerminationState.Terminated} {
 			key := p.Name + "/" + s.Name
 			if t != nil && !slices.Contains(r.exits[key], t.ExitCode) {

@@ -2,12 +2,14 @@ package realnode
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -75,6 +77,48 @@ echo "$me $n" >> ` + claimMount + `/buffer; echo "$me $n" >> /e2e/written/$me; s
 		rec.drainedOnce(claim)
 		drained(ns, claim)
 		expectShippedOnce(ns, []string{pod.Name}, 1)
+	})
+
+	It("completes a labelled Job of 3 pods, its native sidecars stopped by the kubelet, and ships every line once", func() {
+		ns := newNamespace("job")
+		rec := newRecorder(ns)
+		fpvc := createFluentPVC(realFluentPVC("job-"+ns, ns, 0, 0).Obj())
+		pod := labelledPod(ns, fpvc.Name)
+		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+		// The app works for two seconds while the sidecar writes, then exits 0.
+		pod.Spec.Containers = []corev1.Container{busybox("app", "sleep 2")}
+		job := &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "batch"},
+			Spec: batchv1.JobSpec{
+				Completions: ptr.To[int32](3), Parallelism: ptr.To[int32](3), BackoffLimit: ptr.To[int32](0),
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: pod.Labels}, Spec: pod.Spec},
+			},
+		}
+		Expect(k8s.Create(ctx, job)).To(Succeed())
+		Eventually(func(g Gomega) {
+			j := &batchv1.Job{}
+			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(job), j)).To(Succeed())
+			g.Expect(j.Status.Succeeded).To(BeEquivalentTo(3))
+		}).Should(Succeed(), "the Job completes")
+
+		var pods corev1.PodList
+		Expect(k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name})).To(Succeed())
+		Expect(pods.Items).To(HaveLen(3))
+		var names, claims []string
+		for _, p := range pods.Items {
+			Expect(p.Status.Phase).To(Equal(corev1.PodSucceeded))
+			names = append(names, p.Name)
+			claim := claimOf(&p)
+			claims = append(claims, claim)
+			rec.drainedOnce(claim)
+		}
+		expectShippedOnce(ns, names, 3)
+		// Kubernetes keeps a claim while a pod that mounts it exists, even a
+		// finished one: the claims go with the Job's pods.
+		Expect(k8s.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
+		for _, c := range claims {
+			drained(ns, c)
+		}
 	})
 
 	It("drains exactly once when the leader is deleted and SIGKILLed mid-drain", func() {
@@ -229,7 +273,7 @@ func runningPods(g Gomega, ns, app string) []corev1.Pod {
 			continue
 		}
 		ready := true
-		for _, s := range p.Status.ContainerStatuses {
+		for _, s := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
 			ready = ready && s.Ready
 		}
 		if ready {
