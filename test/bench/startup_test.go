@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -95,9 +96,14 @@ func TestOwnClaimPod(t *testing.T) {
 			if claim != "e-0" {
 				t.Errorf("volume %s mounts claim %q, want e-0", tc.spec.PVCVolumeName, claim)
 			}
+			// The sidecar where the webhook puts it: a native sidecar by default.
 			var names []string
-			for _, c := range p.Spec.Containers {
+			var sidecar *corev1.Container
+			for i, c := range slices.Concat(p.Spec.InitContainers, p.Spec.Containers) {
 				names = append(names, c.Name)
+				if c.Name == tc.spec.SidecarContainerTemplate.Name {
+					sidecar = &slices.Concat(p.Spec.InitContainers, p.Spec.Containers)[i]
+				}
 				mounted := false
 				for _, m := range c.VolumeMounts {
 					mounted = mounted || (m.Name == tc.spec.PVCVolumeName && m.MountPath == tc.spec.PVCVolumeMountPath)
@@ -106,10 +112,16 @@ func TestOwnClaimPod(t *testing.T) {
 					t.Errorf("container %s does not mount the claim at %s", c.Name, tc.spec.PVCVolumeMountPath)
 				}
 			}
-			if diff := cmp.Diff([]string{"app", tc.spec.SidecarContainerTemplate.Name}, names); diff != "" {
-				t.Errorf("containers (-want +got):\n%s", diff)
+			if diff := cmp.Diff([]string{tc.spec.SidecarContainerTemplate.Name, "app"}, names); diff != "" {
+				t.Errorf("init containers and containers (-want +got):\n%s", diff)
 			}
-			if got := p.Spec.Containers[1].Image; got != tc.wantSidecarImage {
+			if sidecar == nil || len(p.Spec.InitContainers) != 1 {
+				t.Fatalf("no native sidecar: init containers %v", p.Spec.InitContainers)
+			}
+			if sidecar.RestartPolicy == nil || *sidecar.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+				t.Errorf("sidecar restartPolicy = %v, want Always", sidecar.RestartPolicy)
+			}
+			if got := sidecar.Image; got != tc.wantSidecarImage {
 				t.Errorf("sidecar image = %q, want %q", got, tc.wantSidecarImage)
 			}
 		})
