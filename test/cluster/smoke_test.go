@@ -154,6 +154,40 @@ func TestSmoke(t *testing.T) {
 		t.Logf("TIMING job-fail Job Failed: %s", time.Since(created).Round(time.Millisecond))
 	})
 
+	t.Run("a container that exits 1 is restarted by its pod's policy, OnFailure, until the Job's backoffLimit", func(t *testing.T) {
+		g := NewWithT(t)
+		job := &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Name: "onfailure", Namespace: ns},
+			Spec: batchv1.JobSpec{
+				BackoffLimit: ptr.To[int32](2),
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{cluster.ExitCodeAnnotationKey: "1"}},
+					Spec: corev1.PodSpec{
+						RestartPolicy: corev1.RestartPolicyOnFailure,
+						Containers:    []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
+					},
+				},
+			},
+		}
+		_, err := cs.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Eventually(func(g Gomega) {
+			pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=onfailure"})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(pods.Items).NotTo(BeEmpty())
+			s := pods.Items[0].Status.ContainerStatuses
+			g.Expect(s).To(HaveLen(1))
+			g.Expect(s[0].RestartCount).To(BeNumerically(">=", 1))
+			g.Expect(s[0].LastTerminationState.Terminated).NotTo(BeNil())
+			g.Expect(s[0].LastTerminationState.Terminated.ExitCode).To(Equal(int32(1)))
+		}).WithContext(ctx).Should(Succeed())
+		g.Eventually(func(g Gomega) {
+			j, err := cs.BatchV1().Jobs(ns).Get(ctx, job.Name, metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(j.Status.Conditions).To(ContainElement(And(HaveField("Type", batchv1.JobFailed), HaveField("Reason", batchv1.JobReasonBackoffLimitExceeded))))
+		}).WithContext(ctx).Should(Succeed())
+	})
+
 	t.Run("a sidecar-fail pod's sidecar exits 1", func(t *testing.T) {
 		g := NewWithT(t)
 		pod := fixtures.MakePod("sidecar-fail", ns).Label(cluster.SidecarFailLabelKey, "true").
@@ -174,7 +208,7 @@ func TestSmoke(t *testing.T) {
 		}).WithContext(ctx).Should(Succeed())
 	})
 
-	t.Run("a sidecar-fail pod's native sidecar exits 1", func(t *testing.T) {
+	t.Run("a sidecar-fail pod's native sidecar exits 1 and is restarted", func(t *testing.T) {
 		g := NewWithT(t)
 		pod := fixtures.MakePod("native-sidecar-fail", ns).Label(cluster.SidecarFailLabelKey, "true").Obj()
 		pod.Spec.InitContainers = []corev1.Container{{Name: "sidecar", Image: "registry.k8s.io/pause:3.10", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}}
@@ -185,7 +219,8 @@ func TestSmoke(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(got.Status.Phase).To(Equal(corev1.PodRunning))
 			g.Expect(got.Status.ContainerStatuses).To(ContainElement(And(HaveField("Name", "app"), HaveField("State.Running", Not(BeNil())))))
-			g.Expect(got.Status.InitContainerStatuses).To(ContainElement(And(HaveField("Name", "sidecar"), HaveField("State.Terminated.ExitCode", Equal(int32(1))))))
+			g.Expect(got.Status.InitContainerStatuses).To(ContainElement(And(HaveField("Name", "sidecar"),
+				HaveField("LastTerminationState.Terminated.ExitCode", Equal(int32(1))), HaveField("RestartCount", BeNumerically(">=", 1)))))
 		}).WithContext(ctx).Should(Succeed())
 	})
 

@@ -28,6 +28,8 @@ var (
 	stagePodAppExit string
 	//go:embed stages/pod-sidecar-stop.yaml
 	stagePodSidecarStop string
+	//go:embed stages/pod-container-restart.yaml
+	stagePodContainerRestart string
 	//go:embed stages/pod-finish.yaml
 	stagePodFinish string
 	//go:embed stages/pod-delete.yaml
@@ -40,8 +42,9 @@ var (
 	SidecarFailStage string
 
 	// NativeSidecarFailStage is SidecarFailStage for a native sidecar: the
-	// init container named "sidecar" (restartPolicy Always) terminates with
-	// exit code 1.
+	// init container named "sidecar" (restartPolicy Always) exits 1 and is
+	// restarted, as a kubelet restarts it: the exit in lastState, once a
+	// second until the pod is deleted.
 	//go:embed stages/e2e-native-sidecar-fail.yaml
 	NativeSidecarFailStage string
 
@@ -61,10 +64,12 @@ var (
 // operator appended in sidecarMode Container; once none runs, native
 // sidecars are stopped a second later, exiting 143 as on SIGTERM
 // (pod-sidecar-stop), and then the pod finishes (pod-finish: Succeeded or
-// Failed by the app's exit codes). kwokctl drops its defaults as soon as the configuration
+// Failed by the app's exit codes). A pod with restartPolicy OnFailure has a
+// container that exited non-zero restarted instead, a second later
+// (pod-container-restart), until its Job's backoffLimit ends it. kwokctl drops its defaults as soon as the configuration
 // names any Stage, so Up always writes these next to Options.ExtraStages.
 func DefaultStages() []string {
-	return []string{stageNodeInitialize, stageNodeHeartbeat, stagePodReady, stagePodAppExit, stagePodSidecarStop, stagePodFinish, stagePodDelete}
+	return []string{stageNodeInitialize, stageNodeHeartbeat, stagePodReady, stagePodAppExit, stagePodContainerRestart, stagePodSidecarStop, stagePodFinish, stagePodDelete}
 }
 
 // E2EStages are the Stages the e2e suite adds to the defaults:
