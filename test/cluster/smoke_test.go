@@ -154,6 +154,21 @@ func TestSmoke(t *testing.T) {
 		t.Logf("TIMING job-fail Job Failed: %s", time.Since(created).Round(time.Millisecond))
 	})
 
+	t.Run("a bare pod with restartPolicy Never ends with the exit code it asks for", func(t *testing.T) {
+		g := NewWithT(t)
+		pod := fixtures.MakePod("exit-3", ns).Obj()
+		pod.Annotations = map[string]string{cluster.ExitCodeAnnotationKey: "3"}
+		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+		_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Eventually(func(g Gomega) {
+			got, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got.Status.Phase).To(Equal(corev1.PodFailed))
+			g.Expect(got.Status.ContainerStatuses).To(ConsistOf(HaveField("State.Terminated.ExitCode", Equal(int32(3)))))
+		}).WithContext(ctx).Should(Succeed())
+	})
+
 	t.Run("a container that exits 1 is restarted by its pod's policy, OnFailure, until the Job's backoffLimit", func(t *testing.T) {
 		g := NewWithT(t)
 		job := &batchv1.Job{

@@ -13,7 +13,8 @@ const (
 	// JobFailLabelKey: a pod labelled with it ("true") fails (JobFailStage).
 	JobFailLabelKey = "e2e.fluent-pvc-operator/job-fail"
 	// ExitCodeAnnotationKey: the exit code of the regular containers of a
-	// Job's pod annotated with it, as a decimal string (DefaultStages).
+	// pod with restartPolicy Never or OnFailure annotated with it, as a
+	// decimal string (DefaultStages).
 	ExitCodeAnnotationKey = "e2e.fluent-pvc-operator/exit-code"
 )
 
@@ -59,15 +60,17 @@ var (
 // DefaultStages are the Stages of every cluster: kwokctl v0.8.0's defaults
 // (nodes become Ready and renew their lease; pods become Running and Ready
 // at once; deleted pods go away), except that a Job's pod no longer simply
-// Succeeds. Its regular containers exit (pod-app-exit: with the code of
-// the pod's ExitCodeAnnotationKey, 0 without it), apart from a sidecar the
-// operator appended in sidecarMode Container; once none runs, native
-// sidecars are stopped a second later, exiting 143 as on SIGTERM
+// Succeeds. The regular containers of a pod that runs to completion
+// (restartPolicy Never or OnFailure, as a Job's) exit (pod-app-exit: with
+// the code of the pod's ExitCodeAnnotationKey, 0 without it), apart from a
+// sidecar the operator appended in sidecarMode Container; once none runs,
+// native sidecars are stopped a second later, exiting 143 as on SIGTERM
 // (pod-sidecar-stop), and then the pod finishes (pod-finish: Succeeded or
-// Failed by the app's exit codes). A pod with restartPolicy OnFailure has a
-// container that exited non-zero restarted instead, a second later
-// (pod-container-restart), until its Job's backoffLimit ends it. kwokctl drops its defaults as soon as the configuration
-// names any Stage, so Up always writes these next to Options.ExtraStages.
+// Failed by the app's exit codes). A pod with restartPolicy OnFailure has
+// a container that exited non-zero restarted instead, a second later
+// (pod-container-restart), until its Job's backoffLimit ends it. kwokctl
+// drops its defaults as soon as the configuration names any Stage, so Up
+// always writes these next to Options.ExtraStages.
 func DefaultStages() []string {
 	return []string{stageNodeInitialize, stageNodeHeartbeat, stagePodReady, stagePodAppExit, stagePodContainerRestart, stagePodSidecarStop, stagePodFinish, stagePodDelete}
 }
