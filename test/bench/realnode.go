@@ -33,17 +33,6 @@ const (
 // realModes are the start-up modes measured on the real node.
 var realModes = []string{modePlain, modeHit, modeOwnClaim}
 
-func busybox(name, script string) corev1.Container {
-	return corev1.Container{
-		Name: name, Image: images.BusyboxRef, ImagePullPolicy: corev1.PullNever,
-		Command: []string{"sh", "-c", script}, Resources: smallResources,
-	}
-}
-
-// realApp is the app container of the real node's pods: it stops at once
-// when its pod is deleted.
-var realApp = busybox("app", `trap 'exit 0' TERM; sleep 3600 & wait $!`)
-
 // realFluentPVC is config/samples' FluentPVC with busybox for the sidecar
 // and the finalizer Job, and without the sample's common Secret volume,
 // which would keep the pods from starting on a real node.
@@ -51,12 +40,12 @@ func realFluentPVC(name string, size int32, namespaces ...string) *v1alpha1.Flue
 	return fixtures.MakeFluentPVC(name).StorageClass(cluster.StorageClassStandard).PoolSize(size).Mutate(func(f *v1alpha1.FluentPVC) {
 		f.Spec.Pool.Namespaces = namespaces
 		f.Spec.PVCVolumeMountPath = realMountPath
-		f.Spec.SidecarContainerTemplate = busybox("sidecar", realSidecarScript)
+		f.Spec.SidecarContainerTemplate = images.BusyboxContainer("sidecar", realSidecarScript)
 		f.Spec.PVCFinalizerJobSpecTemplate = batchv1.JobSpec{
 			BackoffLimit: ptr.To[int32](0),
 			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
 				RestartPolicy: corev1.RestartPolicyNever,
-				Containers:    []corev1.Container{busybox("drain", realDrainScript)},
+				Containers:    []corev1.Container{images.BusyboxContainer("drain", realDrainScript)},
 			}},
 		}
 		f.Spec.CommonVolumes, f.Spec.CommonVolumeMounts = nil, nil

@@ -18,6 +18,7 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/pool"
+	"github.com/st-tech/fluent-pvc-operator/test/images"
 )
 
 // Start-up modes.
@@ -101,7 +102,7 @@ func (e *env) podFor(mode, ns, name string) *corev1.Pod {
 		p = plainPod(ns, name)
 	}
 	if e.real {
-		p.Spec.Containers[0] = realApp
+		p.Spec.Containers[0] = images.IdleApp()
 	}
 	return p
 }

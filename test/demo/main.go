@@ -40,6 +40,7 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+	"github.com/st-tech/fluent-pvc-operator/test/images"
 )
 
 const namespace = "demo"
@@ -186,7 +187,7 @@ func run(o options) error {
 		wg.Go(func() {
 			pod := fixtures.MakePod(fmt.Sprintf("app-%d", i), namespace).FluentPVC(fpvc.Name).Obj()
 			if t == tierReal {
-				pod.Spec.Containers = []corev1.Container{appContainer}
+				pod.Spec.Containers = []corev1.Container{images.IdleApp()}
 			}
 			created := time.Now()
 			if err := c.Create(ctx, pod); err != nil {

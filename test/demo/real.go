@@ -13,7 +13,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -44,32 +43,15 @@ echo "drained $n lines" | tee /dev/termination-log
 tail -n 1 $f 2>/dev/null`
 )
 
-// small is what each container asks for: the real node is this machine.
-var small = corev1.ResourceRequirements{Requests: corev1.ResourceList{
-	corev1.ResourceCPU:    resource.MustParse("10m"),
-	corev1.ResourceMemory: resource.MustParse("16Mi"),
-}}
-
-func busybox(name, script string) corev1.Container {
-	return corev1.Container{
-		Name: name, Image: images.BusyboxRef, ImagePullPolicy: corev1.PullNever,
-		Command: []string{"sh", "-c", script}, Resources: small,
-	}
-}
-
-// appContainer is the demo pods' own container: it idles and stops at once
-// when its pod is deleted.
-var appContainer = busybox("app", `trap 'exit 0' TERM; sleep 3600 & wait $!`)
-
 // realFluentPVC is f with real containers: the writing sidecar, the
 // counting drain Job (not retried), and none of the sample's common
 // volumes (a Secret the demo does not have).
 func realFluentPVC(f *fixtures.FluentPVCWrapper) *fixtures.FluentPVCWrapper {
 	return f.Mutate(func(f *v1alpha1.FluentPVC) {
 		f.Spec.PVCVolumeMountPath = claimMount
-		f.Spec.SidecarContainerTemplate = busybox(sidecarName, sidecarScript)
+		f.Spec.SidecarContainerTemplate = images.BusyboxContainer(sidecarName, sidecarScript)
 		f.Spec.PVCFinalizerJobSpecTemplate.BackoffLimit = ptr.To[int32](0)
-		f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers = []corev1.Container{busybox("drain", drainScript)}
+		f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers = []corev1.Container{images.BusyboxContainer("drain", drainScript)}
 		f.Spec.CommonVolumes, f.Spec.CommonVolumeMounts = nil, nil
 	})
 }

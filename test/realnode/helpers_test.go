@@ -16,7 +16,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -60,20 +59,6 @@ mv "$out.tmp" "$out"
 echo "shipped $(wc -l < "$out") lines"`
 )
 
-// small is what every container of the specs asks for: the real node has
-// two CPUs.
-var small = corev1.ResourceRequirements{Requests: corev1.ResourceList{
-	corev1.ResourceCPU:    resource.MustParse("10m"),
-	corev1.ResourceMemory: resource.MustParse("16Mi"),
-}}
-
-func busybox(name, script string) corev1.Container {
-	return corev1.Container{
-		Name: name, Image: images.BusyboxRef, ImagePullPolicy: corev1.PullNever,
-		Command: []string{"sh", "-c", script}, Resources: small,
-	}
-}
-
 // realFluentPVC is the README's FluentPVC with real containers: the
 // writer sidecar, a drain Job that ships after drainDelay seconds and is
 // not retried within itself, the host directory at /e2e, and a pool of
@@ -83,9 +68,9 @@ func realFluentPVC(name, ns string, poolSize int32, drainDelay int) *fixtures.Fl
 		f.Spec.Pool.Namespaces = []string{ns}
 		f.Spec.PVCVolumeName = claimVolume
 		f.Spec.PVCVolumeMountPath = claimMount
-		sidecar := busybox("writer", writerScript)
+		sidecar := images.BusyboxContainer("writer", writerScript)
 		f.Spec.SidecarContainerTemplate = sidecar
-		drain := busybox("drain", drainScript)
+		drain := images.BusyboxContainer("drain", drainScript)
 		drain.Env = []corev1.EnvVar{{Name: "DRAIN_DELAY", Value: fmt.Sprint(drainDelay)}}
 		f.Spec.PVCFinalizerJobSpecTemplate.BackoffLimit = ptr.To[int32](0)
 		f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers = []corev1.Container{drain}
@@ -96,13 +81,10 @@ func realFluentPVC(name, ns string, poolSize int32, drainDelay int) *fixtures.Fl
 	})
 }
 
-// appContainer stops at once when its pod is deleted.
-var appContainer = busybox("app", `trap 'exit 0' TERM; sleep 3600 & wait $!`)
-
 // labelledPod is a pod of FluentPVC fpvc with the app container.
 func labelledPod(ns, fpvc string) *corev1.Pod {
 	p := fixtures.MakePod("", ns).GenerateName("app-").FluentPVC(fpvc).Obj()
-	p.Spec.Containers = []corev1.Container{appContainer}
+	p.Spec.Containers = []corev1.Container{images.IdleApp()}
 	return p
 }
 

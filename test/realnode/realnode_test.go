@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/test/images"
 )
 
 var _ = Describe("The operator as deployed by make deploy, with real containers", func() {
@@ -86,7 +87,7 @@ echo "$me $n" >> ` + claimMount + `/buffer; echo "$me $n" >> /e2e/written/$me; s
 		pod := labelledPod(ns, fpvc.Name)
 		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 		// The app works for two seconds while the sidecar writes, then exits 0.
-		pod.Spec.Containers = []corev1.Container{busybox("app", "sleep 2")}
+		pod.Spec.Containers = []corev1.Container{images.BusyboxContainer("app", "sleep 2")}
 		job := &batchv1.Job{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "batch"},
 			Spec: batchv1.JobSpec{
