@@ -186,7 +186,8 @@ var _ = Describe("Claim lifecycle", func() {
 		Expect(k8sClient.Delete(ctx, pod)).To(Succeed())
 		Eventually(gone(pod)).Should(BeTrue())
 		drainJob(claim, 1)
-		Expect(phaseOf(claim)()).To(Equal(v1alpha1.BindingPhaseDraining))
+		// The Job is created before the binding's status is written.
+		Eventually(phaseOf(claim)).Should(Equal(v1alpha1.BindingPhaseDraining))
 	})
 
 	It("makes the binding of an admitted pod's claim, and makes it again if it is lost by hand", func() {
