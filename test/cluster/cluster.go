@@ -239,7 +239,7 @@ func (c *Cluster) up(ctx context.Context, o Options, start time.Time) error {
 		return err
 	}
 	c.progress("creating %d nodes in zones %s", len(o.Zones)*o.NodesPerZone, strings.Join(o.Zones, ","))
-	if err := c.createNodes(ctx, o.Zones, o.NodesPerZone, o.RealNode); err != nil {
+	if err := c.CreateNodes(ctx, NodeSet{Zones: o.Zones, PerZone: o.NodesPerZone, Tainted: o.RealNode}); err != nil {
 		return err
 	}
 	if err := c.createStorageClasses(ctx); err != nil {
@@ -376,13 +376,42 @@ func NodeName(zone string, i int) string {
 	return fmt.Sprintf("kwok-%s-%d", zone, i)
 }
 
-func (c *Cluster) createNodes(ctx context.Context, zones []string, perZone int, tainted bool) error {
+// Labels of the fake nodes besides the well-known ones: a GKE-style zone
+// key (the same zone as topology.kubernetes.io/zone) and a node pool, for
+// checkouts keyed by other topology labels.
+const (
+	// GKEZoneLabelKey is the GCE PD CSI driver's zone key.
+	GKEZoneLabelKey = "topology.gke.io/zone"
+	// NodePoolLabelKey names a node's pool: NodePoolLogging on the nodes of
+	// LoggingPoolZone, NodePoolDefault on the others.
+	NodePoolLabelKey = "cloud.google.com/gke-nodepool"
+	NodePoolDefault  = "default"
+	NodePoolLogging  = "logging"
+	// LoggingPoolZone is the one zone whose nodes are in NodePoolLogging.
+	LoggingPoolZone = "zone-b"
+)
+
+// NodeSet is a group of fake nodes to create: perZone nodes in each zone,
+// numbered from First (NodeName), tainted with FakeNodeTaintKey when Tainted.
+type NodeSet struct {
+	Zones   []string
+	PerZone int
+	First   int
+	Tainted bool
+}
+
+// CreateNodes creates the fake nodes of s that do not exist yet.
+func (c *Cluster) CreateNodes(ctx context.Context, s NodeSet) error {
 	var taints []corev1.Taint
-	if tainted {
+	if s.Tainted {
 		taints = []corev1.Taint{{Key: FakeNodeTaintKey, Value: "fake", Effect: corev1.TaintEffectNoSchedule}}
 	}
-	for _, zone := range zones {
-		for i := range perZone {
+	for _, zone := range s.Zones {
+		nodePool := NodePoolDefault
+		if zone == LoggingPoolZone {
+			nodePool = NodePoolLogging
+		}
+		for i := s.First; i < s.First+s.PerZone; i++ {
 			name := NodeName(zone, i)
 			// Fake nodes cost nothing, so they are large enough that
 			// capacity never limits a benchmark: 200 pods of the README
@@ -397,6 +426,8 @@ func (c *Cluster) createNodes(ctx context.Context, zones []string, perZone int, 
 					Name: name,
 					Labels: map[string]string{
 						corev1.LabelTopologyZone:   zone,
+						GKEZoneLabelKey:            zone,
+						NodePoolLabelKey:           nodePool,
 						corev1.LabelHostname:       name,
 						corev1.LabelOSStable:       "linux",
 						corev1.LabelArchStable:     "amd64",

@@ -7,8 +7,9 @@
 //
 // What Up creates:
 //   - nodes kwok-<zone>-<i> (2 per zone in zone-a, zone-b, zone-c), labelled
-//     topology.kubernetes.io/zone, kubernetes.io/hostname and type=kwok, not
-//     tainted, with 1000 CPUs, 4Ti of memory and 1000 pods (fake nodes cost
+//     topology.kubernetes.io/zone, topology.gke.io/zone (the same zone),
+//     kubernetes.io/hostname, cloud.google.com/gke-nodepool (logging in
+//     zone-b, default elsewhere) and type=kwok, not tainted, with 1000 CPUs, 4Ti of memory and 1000 pods (fake nodes cost
 //     nothing; capacity should never limit a benchmark);
 //   - StorageClass "standard" (default, WaitForFirstConsumer, Delete) and
 //     "standard-immediate" (Immediate, Delete), both of ProvisionerName;
