@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,7 +95,7 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 	pr, poolErr := r.reconcilePool(ctx, f, po)
 
 	now := r.clock.Now()
-	status := constructFluentPVCStatus(f, bindings.Items, pr.namespaces, now)
+	status := constructFluentPVCStatus(f, bindings.Items, pr, now)
 	result := ctrl.Result{RequeueAfter: pr.requeueAfter}
 	if !equality.Semantic.DeepEqual(f.Status, status) {
 		if wait := r.countsOnlyWait(f, status, now); wait > 0 {
@@ -188,7 +189,8 @@ func withoutCounts(s v1alpha1.FluentPVCStatus) v1alpha1.FluentPVCStatus {
 
 // constructFluentPVCStatus counts bindings by phase, reports the pool, and
 // sets Ready and PoolReady.
-func constructFluentPVCStatus(f *v1alpha1.FluentPVC, bindings []v1alpha1.FluentPVCBinding, poolNS []v1alpha1.PoolNamespaceStatus, now time.Time) v1alpha1.FluentPVCStatus {
+func constructFluentPVCStatus(f *v1alpha1.FluentPVC, bindings []v1alpha1.FluentPVCBinding, pr poolResult, now time.Time) v1alpha1.FluentPVCStatus {
+	poolNS := pr.namespaces
 	s := *f.Status.DeepCopy()
 	s.ObservedGeneration = f.Generation
 	s.Pool = poolNS
@@ -202,6 +204,9 @@ func constructFluentPVCStatus(f *v1alpha1.FluentPVC, bindings []v1alpha1.FluentP
 	switch {
 	case f.Spec.Pool.Size == 0:
 		poolReady.Status, poolReady.Reason, poolReady.Message = metav1.ConditionFalse, v1alpha1.PoolReadyReasonDisabled, "spec.pool.size is 0: every claim is created at admission"
+	case len(pr.missing) > 0:
+		poolReady.Status, poolReady.Reason, poolReady.Message = metav1.ConditionFalse, v1alpha1.PoolReadyReasonNamespaceNotFound,
+			fmt.Sprintf("pool namespaces %s do not exist: their warm PVCs are created once they do", strings.Join(pr.missing, ", "))
 	case len(poolNS) == 0:
 		poolReady.Status, poolReady.Reason, poolReady.Message = metav1.ConditionFalse, v1alpha1.PoolReadyReasonNoNamespaces, "no pool namespace is listed in spec.pool.namespaces or learned from admissions yet"
 	case full:
@@ -250,6 +255,13 @@ func (r *FluentPVCReconciler) pools(ctx context.Context, _ client.Object) []reco
 	return reqs
 }
 
+// namespaceMeta is a Namespace as the cache keeps it: metadata only.
+func namespaceMeta() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	return m
+}
+
 // nodeEligibilityChanged passes node events that can change which nodes a
 // pool may name: creation, deletion, and updates of readiness, taints,
 // cordoning or labels; not the heartbeats in between.
@@ -282,6 +294,11 @@ func (r *FluentPVCReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A node that comes, goes or changes whether it qualifies may be
 		// what a pool's pending PVCs wait for (see observePool).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.pools), builder.WithPredicates(nodeEligibilityChanged)).
+		// A pool namespace created after its FluentPVC is filled at once.
+		WatchesMetadata(namespaceMeta(), handler.EnqueueRequestsFromMapFunc(r.pools), builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(event.UpdateEvent) bool { return false },
+			DeleteFunc: func(event.DeleteEvent) bool { return false },
+		})).
 		Watches(&v1alpha1.FluentPVCBinding{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 			b := obj.(*v1alpha1.FluentPVCBinding)
 			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: b.Spec.FluentPVC.Name}}}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -25,6 +26,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumes,verbs=get
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=csinodes,verbs=get;list;watch
 
@@ -42,9 +44,14 @@ type poolObserved struct {
 	// binder: --pool-bind-mode=select-node and at least one eligible node.
 	selectNodes bool
 	// eligible are the nodes new warm PVCs may name, nodeZones the zone
-	// of every node (for the zones of pending PVCs).
+	// of every node (for the zones of pending PVCs), nodes every node (the
+	// cache's; for whether a volume can still be used anywhere).
 	eligible  []pool.Node
 	nodeZones map[string]string
+	nodes     map[string]*corev1.Node
+	// claimed are the pool's claims handed to pods, in select-node mode:
+	// where they are is where new warm PVCs are wanted (FollowDemand).
+	claimed []corev1.PersistentVolumeClaim
 	// unseen are the warm PVCs created by earlier reconciles that the
 	// cache did not show yet, by namespace.
 	unseen map[string][]pool.Expected
@@ -73,8 +80,14 @@ func (o poolObserved) emptied() bool {
 
 // poolResult is what reconcilePool reports for the status.
 type poolResult struct {
-	namespaces   []v1alpha1.PoolNamespaceStatus
+	namespaces []v1alpha1.PoolNamespaceStatus
+	// missing are pool namespaces that do not exist: nothing is created
+	// there until they do.
+	missing      []string
 	requeueAfter time.Duration
+	// unreachable are warm PVCs replaced because no node can use their
+	// volume, moved those replaced to follow demand, for the log.
+	unreachable, moved []string
 }
 
 func (r *FluentPVCReconciler) observePool(ctx context.Context, f *v1alpha1.FluentPVC, bindings []v1alpha1.FluentPVCBinding) (poolObserved, error) {
@@ -116,16 +129,19 @@ func (r *FluentPVCReconciler) observePool(ctx context.Context, f *v1alpha1.Fluen
 		return o, err
 	}
 	o.waitForFirstConsumer = sc != nil && sc.VolumeBindingMode != nil && *sc.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer
-	if !o.waitForFirstConsumer || r.opts.PoolBindMode == PoolBindBinderJob {
-		return o, nil
-	}
 	var nodes corev1.NodeList
 	if err := r.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return o, fmt.Errorf("listing nodes: %w", err)
 	}
 	o.nodeZones = make(map[string]string, len(nodes.Items))
-	for _, n := range nodes.Items {
+	o.nodes = make(map[string]*corev1.Node, len(nodes.Items))
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
 		o.nodeZones[n.Name] = n.Labels[pool.ZoneLabelKey]
+		o.nodes[n.Name] = n
+	}
+	if !o.waitForFirstConsumer || r.opts.PoolBindMode == PoolBindBinderJob {
+		return o, nil
 	}
 	var csiNodes storagev1.CSINodeList
 	if err := r.List(ctx, &csiNodes, client.UnsafeDisableDeepCopy); err != nil {
@@ -136,7 +152,13 @@ func (r *FluentPVCReconciler) observePool(ctx context.Context, f *v1alpha1.Fluen
 	o.selectNodes = len(o.eligible) > 0
 	if !o.selectNodes {
 		o.noNodeToSelect = fmt.Sprintf("none of %d nodes is Ready, untainted and allowed by StorageClass %s: warm PVCs are bound through binder Jobs until one is", len(nodes.Items), sc.Name)
+		return o, nil
 	}
+	var claimed corev1.PersistentVolumeClaimList
+	if err := r.List(ctx, &claimed, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name, v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed}, client.UnsafeDisableDeepCopy); err != nil {
+		return o, fmt.Errorf("listing claims: %w", err)
+	}
+	o.claimed = claimed.Items
 	return o, nil
 }
 
@@ -196,43 +218,94 @@ func (r *FluentPVCReconciler) reconcilePool(ctx context.Context, f *v1alpha1.Flu
 	slices.Sort(namespaces)
 	namespaces = slices.Compact(namespaces)
 
+	claimedByNS := map[string][]corev1.PersistentVolumeClaim{}
+	for _, c := range o.claimed {
+		claimedByNS[c.Namespace] = append(claimedByNS[c.Namespace], c)
+	}
+	// Whether any node can use a volume: judged only when the cache knows
+	// some node, since a pool is never emptied on an empty node list.
+	anyNode := pool.NewPlacement(nil, func() ([]*corev1.Node, error) { return slices.Collect(maps.Values(o.nodes)), nil })
+
 	var ops []func() error
 	for _, ns := range namespaces {
 		in := pool.Input{Hash: hash, WaitForFirstConsumer: o.waitForFirstConsumer, SelectNodes: o.selectNodes, Binders: bindersByNS[ns]}
 		kept := slices.Contains(keep, ns)
 		if kept {
+			exists, err := r.namespaceExists(ctx, ns)
+			if err != nil {
+				return res, err
+			}
+			if !exists {
+				// A listed one is reported; a learned one was deleted
+				// since its last admission and is forgotten in time.
+				if slices.Contains(f.Spec.Pool.Namespaces, ns) {
+					res.missing = append(res.missing, ns)
+				}
+				continue
+			}
 			in.Size = size
 		}
 		claims := map[string]*corev1.PersistentVolumeClaim{}
+		var places []pool.WarmPlace
 		for i := range byNS[ns] {
 			c := &byNS[ns][i]
 			claims[c.Name] = c
-			zones, recorded := c.Annotations[v1alpha1.ZonesAnnotationKey]
+			zones := c.Annotations[v1alpha1.ZonesAnnotationKey]
+			_, recorded := c.Annotations[v1alpha1.NodeAffinityAnnotationKey]
 			node := c.Annotations[pool.SelectedNodeAnnotationKey]
-			if !recorded {
+			if _, ok := c.Annotations[v1alpha1.ZonesAnnotationKey]; !ok {
 				zones = o.nodeZones[node]
 			}
 			if _, exists := o.nodeZones[node]; o.selectNodes && node != "" && !exists && c.Status.Phase != corev1.ClaimBound {
 				node = "" // named for a node that is gone: name another
 			}
-			in.Claims = append(in.Claims, pool.Claim{
+			claim := pool.Claim{
 				Name: c.Name, Bound: c.Status.Phase == corev1.ClaimBound, Deleting: !c.DeletionTimestamp.IsZero(),
-				Hash: c.Labels[v1alpha1.TemplateHashLabelKey], ZonesRecorded: recorded, NodeSelected: node != "",
+				Hash: c.Labels[v1alpha1.TemplateHashLabelKey], Recorded: recorded, NodeSelected: node != "",
 				Zone: zones, Created: c.CreationTimestamp.Time,
-			})
+			}
+			affinity, known := pool.WarmAffinity(c)
+			if claim.Bound && known && len(o.nodes) > 0 && !anyNode.Usable(affinity) {
+				claim.Replace = true
+				res.unreachable = append(res.unreachable, ns+"/"+c.Name)
+			}
+			if !claim.Deleting && !claim.Replace && claim.Hash == hash {
+				places = append(places, warmPlace(claim, node, affinity, known, o.nodes))
+			}
+			in.Claims = append(in.Claims, claim)
 		}
 		for _, x := range o.unseen[ns] {
 			if claims[x.Key.Name] != nil {
 				continue // reached the cache since
 			}
-			in.Claims = append(in.Claims, pool.Claim{Name: x.Key.Name, Hash: hash, NodeSelected: true, Zone: x.Zone, Created: x.At})
+			claim := pool.Claim{Name: x.Key.Name, Hash: hash, NodeSelected: true, Zone: x.Zone, Created: x.At}
+			in.Claims = append(in.Claims, claim)
+			places = append(places, warmPlace(claim, x.Node, "", false, o.nodes))
+		}
+		var preferred []string
+		if o.selectNodes && kept {
+			eligible := func(node string) bool {
+				return slices.ContainsFunc(o.eligible, func(n pool.Node) bool { return n.Name == node })
+			}
+			var replace []string
+			var wait time.Duration
+			preferred, replace, wait = pool.FollowDemand(demandNodes(claimedByNS[ns]), places, eligible, now)
+			for i := range in.Claims {
+				if slices.Contains(replace, in.Claims[i].Name) {
+					in.Claims[i].Replace = true
+					res.moved = append(res.moved, ns+"/"+in.Claims[i].Name)
+				}
+			}
+			if wait > 0 && (res.requeueAfter == 0 || wait < res.requeueAfter) {
+				res.requeueAfter = wait
+			}
 		}
 		p := pool.PlanNamespace(in)
 		if p.Create > 0 || len(p.Delete) > 0 {
 			ctrl.LoggerFrom(ctx).V(1).Info("resizing pool", "fluentPVC", klog.KObj(f), "namespace", ns,
-				"warm", p.Warm, "provisioning", p.Provisioning, "create", p.Create, "delete", p.Delete)
+				"warm", p.Warm, "provisioning", p.Provisioning, "create", p.Create, "delete", p.Delete, "preferredNodes", preferred)
 		}
-		ops = append(ops, r.poolOps(ctx, f, ns, hash, p, claims, o)...)
+		ops = append(ops, r.poolOps(ctx, f, ns, hash, p, claims, preferred, o)...)
 		pool.Warm.WithLabelValues(f.Name, ns).Set(float64(p.Warm))
 		if kept {
 			st := v1alpha1.PoolNamespaceStatus{Namespace: ns, Warm: p.Warm, Provisioning: p.Provisioning + int32(p.Create)}
@@ -244,23 +317,78 @@ func (r *FluentPVCReconciler) reconcilePool(ctx context.Context, f *v1alpha1.Flu
 			pool.Warm.DeleteLabelValues(f.Name, ns)
 		}
 	}
+	if len(res.unreachable) > 0 || len(res.moved) > 0 {
+		ctrl.LoggerFrom(ctx).Info("replacing warm PVCs", "fluentPVC", klog.KObj(f),
+			"unreachable", res.unreachable, "servingNoPods", res.moved)
+	}
 	return res, runParallel(ops, poolParallelism)
 }
 
+// warmPlace is warm PVC claim as FollowDemand sees it: once Bound with its
+// volume's affinity recorded, it reaches the nodes that affinity accepts;
+// before, only the node named for it (if any).
+func warmPlace(claim pool.Claim, node, affinity string, recorded bool, nodes map[string]*corev1.Node) pool.WarmPlace {
+	w := pool.WarmPlace{Name: claim.Name, Bound: claim.Bound, Created: claim.Created}
+	m, err := pool.ParseVolumeAffinity(affinity)
+	switch {
+	case claim.Bound && recorded && err == nil:
+		w.Reaches = func(n string) bool { return nodes[n] != nil && m.Match(nodes[n]) }
+	default:
+		w.Reaches = func(n string) bool { return node != "" && n == node }
+	}
+	return w
+}
+
+// demandNodes are the nodes named on a namespace's claims, with how many
+// claims and misses each holds.
+func demandNodes(claimed []corev1.PersistentVolumeClaim) []pool.DemandNode {
+	idx := map[string]int{}
+	var out []pool.DemandNode
+	for _, c := range claimed {
+		node := c.Annotations[pool.SelectedNodeAnnotationKey]
+		if node == "" {
+			continue
+		}
+		i, ok := idx[node]
+		if !ok {
+			i = len(out)
+			idx[node] = i
+			out = append(out, pool.DemandNode{Name: node})
+		}
+		out[i].Claims++
+		if c.Annotations[v1alpha1.CheckoutAnnotationKey] == v1alpha1.CheckoutMiss {
+			out[i].Misses++
+		}
+	}
+	return out
+}
+
+// namespaceExists reads, from the cache, whether namespace ns exists.
+func (r *FluentPVCReconciler) namespaceExists(ctx context.Context, ns string) (bool, error) {
+	switch err := r.Get(ctx, client.ObjectKey{Name: ns}, namespaceMeta()); {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading namespace %s: %w", ns, err)
+	}
+	return true, nil
+}
+
 // poolOps turns one namespace's plan into API calls that can run in parallel.
-func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, ns, hash string, p pool.Plan, claims map[string]*corev1.PersistentVolumeClaim, o poolObserved) []func() error {
+func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, ns, hash string, p pool.Plan, claims map[string]*corev1.PersistentVolumeClaim, preferred []string, o poolObserved) []func() error {
 	var ops []func() error
 	var nodes []string
 	if o.selectNodes {
-		nodes = pool.SpreadNodes(o.eligible, p.PerZone, p.Create+len(p.SelectNode), rand.IntN)
+		nodes = pool.SpreadNodes(o.eligible, p.PerZone, p.Create+len(p.SelectNode), preferred, rand.IntN)
 	}
 	for i := range p.Create {
 		ops = append(ops, func() error {
 			c := pool.WarmClaim(f, ns, hash)
-			zone := ""
+			zone, node := "", ""
 			if i < len(nodes) {
-				c.Annotations = map[string]string{pool.SelectedNodeAnnotationKey: nodes[i]}
-				zone = o.nodeZones[nodes[i]]
+				node = nodes[i]
+				c.Annotations = map[string]string{pool.SelectedNodeAnnotationKey: node}
+				zone = o.nodeZones[node]
 			}
 			err := r.Create(ctx, c)
 			if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
@@ -270,7 +398,7 @@ func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC
 			if err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("creating warm PVC in %s: %w", ns, err)
 			}
-			r.expect.Created(f.Name, client.ObjectKeyFromObject(c), zone, r.clock.Now())
+			r.expect.Created(f.Name, client.ObjectKeyFromObject(c), pool.Expected{Zone: zone, Node: node}, r.clock.Now())
 			return nil
 		})
 	}
@@ -331,20 +459,21 @@ func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC
 			return nil
 		})
 	}
-	for _, name := range p.RecordZones {
+	for _, name := range p.Record {
 		c := claims[name]
 		if c == nil {
 			continue
 		}
-		ops = append(ops, func() error { return r.recordZones(ctx, f, c) })
+		ops = append(ops, func() error { return r.recordAffinity(ctx, f, c) })
 	}
 	return ops
 }
 
-// recordZones annotates a newly Bound warm PVC with its volume's zones, so
-// that the webhook can match pods to it without reading PVs; this is also
-// when the PVC becomes warm.
-func (r *FluentPVCReconciler) recordZones(ctx context.Context, f *v1alpha1.FluentPVC, c *corev1.PersistentVolumeClaim) error {
+// recordAffinity annotates a newly Bound warm PVC with its volume's node
+// affinity (and, for webhooks of older versions, its zones), so that the
+// webhook can match pods to it without reading PVs; this is also when the
+// PVC becomes warm.
+func (r *FluentPVCReconciler) recordAffinity(ctx context.Context, f *v1alpha1.FluentPVC, c *corev1.PersistentVolumeClaim) error {
 	pv := &corev1.PersistentVolume{}
 	if err := r.apiReader.Get(ctx, client.ObjectKey{Name: c.Spec.VolumeName}, pv); err != nil {
 		return client.IgnoreNotFound(err)
@@ -355,6 +484,7 @@ func (r *FluentPVCReconciler) recordZones(ctx context.Context, f *v1alpha1.Fluen
 		c.Annotations = map[string]string{}
 	}
 	c.Annotations[v1alpha1.ZonesAnnotationKey] = pool.FormatZones(pool.PVZones(pv))
+	c.Annotations[v1alpha1.NodeAffinityAnnotationKey] = pool.VolumeAffinity(pv)
 	if err := r.Patch(ctx, c, patch); err != nil {
 		return client.IgnoreNotFound(err)
 	}

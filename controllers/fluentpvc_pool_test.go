@@ -323,6 +323,125 @@ var _ = Describe("Warm pool", func() {
 		}).Should(Succeed())
 	})
 
+	It("records each warm PVC's volume node affinity, and replaces a warm PVC that no node can use any more", func() {
+		// A zone of this spec's own, on one node; another node keeps the
+		// node list from being empty once that one goes.
+		zone := "only-" + ns
+		node("keep", "zone-a", true)
+		local := node("local", zone, true)
+		updateFluentPVC(ctx, fpvc, func(f *v1alpha1.FluentPVC) { f.Spec.Pool.Size = 1 })
+		var first corev1.PersistentVolumeClaim
+		Eventually(func(g Gomega) {
+			cs := warmClaims(g)
+			g.Expect(cs).To(HaveLen(1))
+			first = cs[0]
+			bindClaim(ctx, g, &first, zone)
+		}).Should(Succeed())
+		Eventually(func(g Gomega) {
+			c := &corev1.PersistentVolumeClaim{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(&first), c)).To(Succeed())
+			pv := &corev1.PersistentVolume{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Name: c.Spec.VolumeName}, pv)).To(Succeed())
+			g.Expect(c.Annotations).To(HaveKeyWithValue(v1alpha1.NodeAffinityAnnotationKey, pool.VolumeAffinity(pv)))
+			g.Expect(c.Annotations[v1alpha1.NodeAffinityAnnotationKey]).To(ContainSubstring(zone))
+		}).Should(Succeed())
+		Consistently(func(g Gomega) {
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(&first), &corev1.PersistentVolumeClaim{})).To(Succeed())
+		}).WithTimeout(fixtures.ConsistentlyFor).Should(Succeed(), "kept while its node exists")
+
+		Expect(k8sClient.Delete(ctx, local)).To(Succeed())
+		Eventually(func(g Gomega) {
+			cs := warmClaims(g)
+			g.Expect(cs).To(HaveLen(1))
+			g.Expect(cs[0].UID).NotTo(Equal(first.UID), "replaced")
+		}).Should(Succeed())
+	})
+
+	It("skips a listed pool namespace that does not exist, says so in PoolReady, and fills it once it exists", func() {
+		later := ns + "-later"
+		updateFluentPVC(ctx, fpvc, func(f *v1alpha1.FluentPVC) { f.Spec.Pool.Namespaces = []string{ns, later} })
+		Eventually(func(g Gomega) {
+			f := &v1alpha1.FluentPVC{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(fpvc), f)).To(Succeed())
+			g.Expect(meta(f.Status.Conditions, v1alpha1.FluentPVCConditionPoolReady)).To(And(
+				HaveField("Reason", v1alpha1.PoolReadyReasonNamespaceNotFound), HaveField("Message", ContainSubstring(later))))
+			g.Expect(warmClaims(g)).To(HaveLen(3), "the existing namespace is filled meanwhile")
+		}).Should(Succeed())
+
+		Expect(k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: later}})).To(Succeed())
+		DeferCleanup(func() {
+			Expect(k8sClient.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: later}})).To(Succeed())
+		})
+		Eventually(func(g Gomega) {
+			var l corev1.PersistentVolumeClaimList
+			g.Expect(k8sClient.List(ctx, &l, client.InNamespace(later), client.MatchingLabels{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm})).To(Succeed())
+			g.Expect(l.Items).To(HaveLen(3))
+			f := &v1alpha1.FluentPVC{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(fpvc), f)).To(Succeed())
+			g.Expect(meta(f.Status.Conditions, v1alpha1.FluentPVCConditionPoolReady).Reason).NotTo(Equal(v1alpha1.PoolReadyReasonNamespaceNotFound))
+		}).Should(Succeed())
+	})
+
+	It("hands a pod only a warm PVC it can use, and moves the pool to the node where its miss landed", func() {
+		sc := wffcClass()
+		// Node-local volumes: each node is a zone of its own.
+		zoneOf := map[string]string{ns + "-x": "x-" + ns, ns + "-y": "y-" + ns}
+		node("x", zoneOf[ns+"-x"], true)
+		node("y", zoneOf[ns+"-y"], true)
+		updateFluentPVC(ctx, fpvc, func(f *v1alpha1.FluentPVC) {
+			f.Spec.PVCSpecTemplate.StorageClassName = &sc.Name
+			f.Spec.Pool.Size = 1
+		})
+		hash := pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate)
+		var spare corev1.PersistentVolumeClaim
+		Eventually(func(g Gomega) {
+			var current []corev1.PersistentVolumeClaim
+			for _, c := range warmClaims(g) {
+				if c.Labels[v1alpha1.TemplateHashLabelKey] == hash {
+					current = append(current, c)
+				}
+			}
+			g.Expect(current).To(HaveLen(1))
+			spare = current[0]
+			named := spare.Annotations[pool.SelectedNodeAnnotationKey]
+			g.Expect(zoneOf).To(HaveKey(named))
+			bindClaim(ctx, g, &spare, zoneOf[named])
+		}).Should(Succeed())
+		Eventually(func(g Gomega) {
+			c := &corev1.PersistentVolumeClaim{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(&spare), c)).To(Succeed())
+			g.Expect(c.Annotations).To(HaveKey(v1alpha1.NodeAffinityAnnotationKey))
+		}).Should(Succeed())
+		other := ns + "-x"
+		if spare.Annotations[pool.SelectedNodeAnnotationKey] == other {
+			other = ns + "-y"
+		}
+
+		// A pod that can only run on the other node misses...
+		pod := fixtures.MakePod("pinned", ns).FluentPVC(fpvc.Name).NodeSelector(pool.ZoneLabelKey, zoneOf[other]).Obj()
+		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+		claim := &corev1.PersistentVolumeClaim{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: pod.Labels[v1alpha1.BindingNameLabelKey]}, claim)).To(Succeed())
+		Expect(claim.Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutMiss), "the warm PVC's volume is on the other node")
+		// ...and the scheduler names that node on its claim.
+		claim.Annotations[pool.SelectedNodeAnnotationKey] = other
+		Expect(k8sClient.Update(ctx, claim)).To(Succeed())
+
+		// The warm PVC serving no pod is replaced by one on the miss's
+		// node, once it has settled.
+		Eventually(func(g Gomega) {
+			var current []corev1.PersistentVolumeClaim
+			for _, c := range warmClaims(g) {
+				if c.Labels[v1alpha1.TemplateHashLabelKey] == hash {
+					current = append(current, c)
+				}
+			}
+			g.Expect(current).To(HaveLen(1))
+			g.Expect(current[0].UID).NotTo(Equal(spare.UID))
+			g.Expect(current[0].Annotations).To(HaveKeyWithValue(pool.SelectedNodeAnnotationKey, other))
+		}).WithTimeout(pool.SpareSettle + fixtures.LongTimeout).Should(Succeed())
+	})
+
 	It("deletes the warm PVCs with the FluentPVC", func() {
 		poolFull(3)
 		Expect(k8sClient.Delete(ctx, fpvc)).To(Succeed())

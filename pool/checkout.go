@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -25,11 +24,13 @@ import (
 // pod gets a freshly created claim.
 const DefaultMaxTries = 5
 
-// Candidates are the warm PVCs a pod allowed in zones may take, in random
-// order: Bound, made from the current template (hash), not being deleted,
-// and usable in one of the pod's zones. Random order spreads concurrent
-// checkouts over the pool instead of making them all race for one PVC.
-func Candidates(warm []corev1.PersistentVolumeClaim, hash string, zones Zones) []*corev1.PersistentVolumeClaim {
+// Candidates are the warm PVCs a pod may take, in random order: Bound,
+// made from the current template (hash), not being deleted, with their
+// volume's node affinity recorded, and usable on a node the pod can run on
+// (usable, given that record; Placement.Usable). Random order spreads
+// concurrent checkouts over the pool instead of making them all race for
+// one PVC.
+func Candidates(warm []corev1.PersistentVolumeClaim, hash string, usable func(affinity string) bool) []*corev1.PersistentVolumeClaim {
 	var out []*corev1.PersistentVolumeClaim
 	for i := range warm {
 		c := &warm[i]
@@ -37,10 +38,8 @@ func Candidates(warm []corev1.PersistentVolumeClaim, hash string, zones Zones) [
 			c.Status.Phase != corev1.ClaimBound || !c.DeletionTimestamp.IsZero() {
 			continue
 		}
-		if zones != nil {
-			if _, recorded := c.Annotations[v1alpha1.ZonesAnnotationKey]; !recorded || !Usable(c.Annotations[v1alpha1.ZonesAnnotationKey], zones) {
-				continue
-			}
+		if affinity, ok := WarmAffinity(c); !ok || !usable(affinity) {
+			continue
 		}
 		out = append(out, c)
 	}
@@ -121,13 +120,16 @@ func NewCheckouter(cache, live client.Reader, w client.Writer) *Checkouter {
 	return &Checkouter{Cache: cache, Live: live, Writer: w, MaxTries: DefaultMaxTries, taken: map[types.UID]time.Time{}}
 }
 
-// Checkout takes one warm PVC of fpvc in namespace for a pod allowed in
-// zones. Each try is one update conditioned on the resourceVersion read, so
+// Checkout takes one warm PVC of fpvc for pod, in its namespace, whose
+// volume can be used on a node the pod can run on (the cache's nodes; see
+// Placement). Each try is one update conditioned on the resourceVersion read, so
 // two webhooks, in one replica or several, never hand the same PVC to two
 // pods: the loser gets a conflict and tries another. It returns nil when no
 // warm PVC fits (a miss).
-func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, namespace string, zones Zones, admittedAt time.Time) (*corev1.PersistentVolumeClaim, error) {
+func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod, admittedAt time.Time) (*corev1.PersistentVolumeClaim, error) {
 	hash := TemplateHash(&fpvc.Spec.PVCSpecTemplate)
+	namespace := pod.Namespace
+	placement := NewPlacement(pod, func() ([]*corev1.Node, error) { return c.podNodes(ctx, pod) })
 	lostRace := false
 	var warmSeen, candidates int
 	// Readers are told apart by position: interface comparison panics on
@@ -150,7 +152,10 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, nam
 		if err := r.List(ctx, &warm, opts...); err != nil {
 			return nil, fmt.Errorf("listing warm PVCs: %w", err)
 		}
-		cands := Candidates(warm.Items, hash, zones)
+		cands := Candidates(warm.Items, hash, placement.Usable)
+		if err := placement.Err(); err != nil {
+			return nil, fmt.Errorf("reading nodes: %w", err)
+		}
 		warmSeen, candidates = len(warm.Items), len(cands)
 		tries := 0
 		for _, cand := range cands {
@@ -174,7 +179,7 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, nam
 		}
 	}
 	log.FromContext(ctx).V(1).Info("checkout missed; the pod gets a new claim",
-		"fluentPVC", klog.KObj(fpvc), "namespace", namespace, "reason", missReason(warmSeen, candidates, lostRace), "zones", sets.List(sets.Set[string](zones)))
+		"fluentPVC", klog.KObj(fpvc), "namespace", namespace, "reason", missReason(warmSeen, candidates, lostRace))
 	return nil, nil
 }
 
@@ -186,12 +191,42 @@ func missReason(warm, candidates int, lostRace bool) string {
 	case warm == 0:
 		return "the pool has no warm PVC in the namespace"
 	case candidates == 0:
-		return "no warm PVC is Bound, from the current template and usable in the pod's zones"
+		return "no warm PVC is Bound, from the current template and usable on a node the pod can run on"
 	case lostRace:
 		return "concurrent admissions took every warm PVC tried"
 	default:
 		return "every warm PVC was taken moments ago by this replica"
 	}
+}
+
+// podNodes are the nodes pod may run on as far as names go, from the cache:
+// the ones it pins itself to (PinnedNodeNames; one Get each, so that a
+// DaemonSet's pod costs the same on any cluster), else all of them.
+func (c *Checkouter) podNodes(ctx context.Context, pod *corev1.Pod) ([]*corev1.Node, error) {
+	if names, ok := PinnedNodeNames(pod); ok {
+		out := make([]*corev1.Node, 0, len(names))
+		for _, name := range names {
+			n := &corev1.Node{}
+			if err := c.Cache.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+				if apierrors.IsNotFound(err) {
+					continue
+				}
+				return nil, err
+			}
+			out = append(out, n)
+		}
+		return out, nil
+	}
+	var nodes corev1.NodeList
+	// Placement only reads them, so the cache's objects are listed as they are.
+	if err := c.Cache.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	out := make([]*corev1.Node, len(nodes.Items))
+	for i := range nodes.Items {
+		out[i] = &nodes.Items[i]
+	}
+	return out, nil
 }
 
 func (c *Checkouter) wasTaken(uid types.UID, now time.Time) bool {

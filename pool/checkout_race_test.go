@@ -65,6 +65,8 @@ var _ = Describe("Checkout", func() {
 			var names []string
 			for range warmPerRound {
 				c := pool.WarmClaim(fpvc, ns, hash)
+				// As the pool records it once Bound: a volume usable anywhere.
+				c.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
 				Expect(k8sClient.Create(ctx, c)).To(Succeed())
 				c.Status.Phase = corev1.ClaimBound
 				Expect(k8sClient.Status().Update(ctx, c)).To(Succeed())
@@ -93,7 +95,7 @@ var _ = Describe("Checkout", func() {
 				for range checkoutsPerReplica {
 					wg.Go(func() {
 						defer GinkgoRecover()
-						c, err := r.checkouter.Checkout(ctx, fpvc, ns, nil, time.Now())
+						c, err := r.checkouter.Checkout(ctx, fpvc, fixtures.MakePod("p", ns).Obj(), time.Now())
 						Expect(err).NotTo(HaveOccurred())
 						if c != nil {
 							mu.Lock()

@@ -23,9 +23,9 @@ type Expectations struct {
 // Expected is a created warm PVC not seen in the cache yet.
 type Expected struct {
 	Key types.NamespacedName
-	// Zone is the zone of the node named for it ("" if none).
-	Zone string
-	At   time.Time
+	// Zone and Node are the node named for it and its zone ("" if none).
+	Zone, Node string
+	At         time.Time
 }
 
 // NewExpectations is an empty Expectations.
@@ -33,8 +33,9 @@ func NewExpectations() *Expectations {
 	return &Expectations{created: map[string]map[types.NamespacedName]Expected{}}
 }
 
-// Created records warm PVC key of FluentPVC fpvc as just created.
-func (e *Expectations) Created(fpvc string, key types.NamespacedName, zone string, now time.Time) {
+// Created records warm PVC key of FluentPVC fpvc as just created, named
+// for the node and zone in x (its Key and At are set here).
+func (e *Expectations) Created(fpvc string, key types.NamespacedName, x Expected, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	m := e.created[fpvc]
@@ -42,7 +43,8 @@ func (e *Expectations) Created(fpvc string, key types.NamespacedName, zone strin
 		m = map[types.NamespacedName]Expected{}
 		e.created[fpvc] = m
 	}
-	m[key] = Expected{Key: key, Zone: zone, At: now}
+	x.Key, x.At = key, now
+	m[key] = x
 }
 
 // Unseen returns fpvc's created PVCs that seen (the cache) does not know

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -96,18 +97,35 @@ func allowedByClass(n *corev1.Node, class *storagev1.StorageClass) bool {
 	})
 }
 
-// SpreadNodes picks a node for each of n new warm PVCs so that the pool's
-// zones stay balanced: each goes to the zone with the fewest warm PVCs so far
-// (perZone, updated as it goes; ties by name), on a random node of that zone.
-// Nodes without a zone form a zone of their own (""). intN picks the node
-// (rand.IntN in production). It returns nil when there is no node.
-func SpreadNodes(nodes []Node, perZone map[string]int, n int, intN func(int) int) []string {
+// SpreadNodes picks a node for each of n new warm PVCs. The first go to
+// the preferred nodes (FollowDemand's uncovered ones), one each, in order.
+// The others keep the pool's zones balanced: each goes to the zone with the
+// fewest warm PVCs so far (perZone, updated as it goes; ties by name), on a
+// random node of that zone. Nodes without a zone form a zone of their own
+// (""). intN picks the node (rand.IntN in production). It returns nil when
+// there is no node.
+func SpreadNodes(nodes []Node, perZone map[string]int, n int, preferred []string, intN func(int) int) []string {
 	if len(nodes) == 0 || n <= 0 {
 		return nil
 	}
 	byZone := map[string][]string{}
+	zoneOf := map[string]string{}
 	for _, node := range nodes {
 		byZone[node.Zone] = append(byZone[node.Zone], node.Name)
+		zoneOf[node.Name] = node.Zone
+	}
+	perZone = maps.Clone(perZone)
+	if perZone == nil {
+		perZone = map[string]int{}
+	}
+	out := make([]string, 0, n)
+	for _, name := range preferred {
+		zone, ok := zoneOf[name]
+		if !ok || len(out) == n {
+			continue
+		}
+		out = append(out, name)
+		perZone[zone]++
 	}
 	zones := make([]string, 0, len(byZone))
 	counts := map[string]int{}
@@ -116,8 +134,7 @@ func SpreadNodes(nodes []Node, perZone map[string]int, n int, intN func(int) int
 		counts[z] = perZone[z]
 	}
 	slices.Sort(zones)
-	out := make([]string, 0, n)
-	for range n {
+	for len(out) < n {
 		best := zones[0]
 		for _, z := range zones[1:] {
 			if counts[z] < counts[best] {

@@ -101,11 +101,21 @@ func TestEligibleNodes(t *testing.T) {
 func TestSpreadNodes(t *testing.T) {
 	nodes := []Node{{"a1", "a"}, {"a2", "a"}, {"b1", "b"}, {"c1", "c"}}
 	cases := map[string]struct {
-		nodes    []Node
-		perZone  map[string]int
-		n        int
-		wantZone map[string]int // new claims per zone
+		nodes     []Node
+		perZone   map[string]int
+		n         int
+		preferred []string
+		wantZone  map[string]int // new claims per zone
 	}{
+		"preferred nodes first, then the emptiest zones": {
+			nodes: nodes, n: 4, preferred: []string{"a2", "a1"}, wantZone: map[string]int{"a": 2, "b": 1, "c": 1},
+		},
+		"preferred nodes that are not eligible are skipped": {
+			nodes: nodes, n: 3, preferred: []string{"gone", "c1"}, wantZone: map[string]int{"a": 1, "b": 1, "c": 1},
+		},
+		"no more than n, even with more preferred": {
+			nodes: nodes, n: 1, preferred: []string{"b1", "c1"}, wantZone: map[string]int{"b": 1},
+		},
 		"an empty pool of 6 over 3 zones: 2 each": {
 			nodes: nodes, n: 6, wantZone: map[string]int{"a": 2, "b": 2, "c": 2},
 		},
@@ -126,7 +136,7 @@ func TestSpreadNodes(t *testing.T) {
 			for _, n := range tc.nodes {
 				zoneOf[n.Name] = n.Zone
 			}
-			got := SpreadNodes(tc.nodes, tc.perZone, tc.n, rand.New(rand.NewPCG(1, 2)).IntN)
+			got := SpreadNodes(tc.nodes, tc.perZone, tc.n, tc.preferred, rand.New(rand.NewPCG(1, 2)).IntN)
 			var perZone map[string]int
 			if tc.wantZone != nil {
 				perZone = map[string]int{}
@@ -170,9 +180,9 @@ func TestExpectations(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			e := NewExpectations()
 			for _, n := range tc.created {
-				e.Created("f", key(n), "z", t0)
+				e.Created("f", key(n), Expected{Zone: "z"}, t0)
 			}
-			e.Created("other", key("x"), "", t0)
+			e.Created("other", key("x"), Expected{}, t0)
 			seen := sets.New(tc.seen...)
 			names := func(xs []Expected) []string {
 				var out []string

@@ -13,8 +13,13 @@ type Claim struct {
 	Deleting bool
 	// Hash is the claim's template hash.
 	Hash string
-	// ZonesRecorded is true once the claim carries its volume's zones.
-	ZonesRecorded bool
+	// Recorded is true once the claim carries its volume's node affinity
+	// (NodeAffinityAnnotationKey).
+	Recorded bool
+	// Replace is true for a claim to delete and create anew elsewhere: no
+	// node can use its volume any more, or it serves no demand node while
+	// one waits (FollowDemand).
+	Replace bool
 	// NodeSelected is true once the claim names the node to provision for
 	// (SelectedNodeAnnotationKey).
 	NodeSelected bool
@@ -57,15 +62,16 @@ type Plan struct {
 	CreateBinders []string
 	// DeleteBinders are the PVCs whose binder Job is done or pointless.
 	DeleteBinders []string
-	// RecordZones are Bound warm PVCs whose zones are not recorded yet.
-	RecordZones []string
+	// Record are Bound warm PVCs whose volume's node affinity is not
+	// recorded yet.
+	Record []string
 	// Warm and Provisioning count the current, non-stale claims kept.
 	Warm, Provisioning int32
 }
 
 // PlanNamespace decides how to bring one namespace's pool to in.Size: create
 // the missing PVCs all at once, replace stale ones (made from another
-// template), delete the surplus (unbound and newest first, so that the PVCs
+// template) and those marked Replace, delete the surplus (unbound and newest first, so that the PVCs
 // that took longest to provision are kept), and give every unbound PVC of a
 // WaitForFirstConsumer class a selected node (SelectNodes) or else a binder,
 // until it is Bound.
@@ -75,7 +81,7 @@ func PlanNamespace(in Input) Plan {
 	for _, c := range in.Claims {
 		switch {
 		case c.Deleting:
-		case c.Hash != in.Hash:
+		case c.Hash != in.Hash, c.Replace:
 			p.Delete = append(p.Delete, c.Name)
 		default:
 			valid = append(valid, c)
@@ -108,8 +114,8 @@ func PlanNamespace(in Input) Plan {
 		}
 		if c.Bound {
 			p.Warm++
-			if !c.ZonesRecorded {
-				p.RecordZones = append(p.RecordZones, c.Name)
+			if !c.Recorded {
+				p.Record = append(p.Record, c.Name)
 			}
 			continue
 		}

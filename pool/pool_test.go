@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +10,6 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
@@ -18,11 +18,11 @@ import (
 func TestPlanNamespace(t *testing.T) {
 	t0 := fixtures.Epoch
 	bound := func(name string, age int) Claim {
-		return Claim{Name: name, Bound: true, Hash: "h", ZonesRecorded: true, Created: t0.Add(time.Duration(-age) * time.Minute)}
+		return Claim{Name: name, Bound: true, Hash: "h", Recorded: true, Created: t0.Add(time.Duration(-age) * time.Minute)}
 	}
 	unbound := func(name string, age int) Claim {
 		c := bound(name, age)
-		c.Bound, c.ZonesRecorded = false, false
+		c.Bound, c.Recorded = false, false
 		return c
 	}
 	cases := map[string]struct {
@@ -42,7 +42,7 @@ func TestPlanNamespace(t *testing.T) {
 			want: Plan{Create: 1, Warm: 2},
 		},
 		"stale claims are replaced, never kept": {
-			in:   Input{Size: 2, Hash: "new", Claims: []Claim{bound("a", 1), {Name: "b", Bound: true, Hash: "new", ZonesRecorded: true}}},
+			in:   Input{Size: 2, Hash: "new", Claims: []Claim{bound("a", 1), {Name: "b", Bound: true, Hash: "new", Recorded: true}}},
 			want: Plan{Create: 1, Delete: []string{"a"}, Warm: 1},
 		},
 		"scale down deletes unbound, then newest": {
@@ -65,14 +65,18 @@ func TestPlanNamespace(t *testing.T) {
 			in:   Input{Size: 2, Hash: "h", WaitForFirstConsumer: true, Claims: []Claim{bound("a", 1), bound("b", 1)}, Binders: []string{"a", "gone"}},
 			want: Plan{DeleteBinders: []string{"a", "gone"}, Warm: 2},
 		},
-		"a newly Bound claim gets its zones recorded": {
+		"claims marked Replace are deleted and created anew": {
+			in:   Input{Size: 2, Hash: "h", Claims: []Claim{bound("a", 1), {Name: "unreachable", Bound: true, Hash: "h", Recorded: true, Replace: true}}},
+			want: Plan{Create: 1, Delete: []string{"unreachable"}, Warm: 1},
+		},
+		"a newly Bound claim gets its node affinity recorded": {
 			in:   Input{Size: 1, Hash: "h", Claims: []Claim{{Name: "a", Bound: true, Hash: "h"}}},
-			want: Plan{RecordZones: []string{"a"}, Warm: 1},
+			want: Plan{Record: []string{"a"}, Warm: 1},
 		},
 		"SelectNodes: unbound claims without a node get one, and binders not yet placed go": {
 			in: Input{Size: 4, Hash: "h", WaitForFirstConsumer: true, SelectNodes: true, Claims: []Claim{
 				unbound("given-back", 1), {Name: "selected", Hash: "h", NodeSelected: true, Zone: "z1"}, {Name: "binding", Hash: "h"},
-				{Name: "placed", Hash: "h", Bound: true, ZonesRecorded: true},
+				{Name: "placed", Hash: "h", Bound: true, Recorded: true},
 			}, Binders: []string{"binding", "placed"}},
 			want: Plan{SelectNode: []string{"given-back", "binding"}, DeleteBinders: []string{"binding", "placed"}, Warm: 1, Provisioning: 3, PerZone: map[string]int{"z1": 1}},
 		},
@@ -82,8 +86,8 @@ func TestPlanNamespace(t *testing.T) {
 		},
 		"PerZone counts the kept claims only": {
 			in: Input{Size: 2, Hash: "h", Claims: []Claim{
-				{Name: "a", Bound: true, Hash: "h", ZonesRecorded: true, Zone: "z1", Created: t0.Add(-time.Hour)},
-				{Name: "b", Bound: true, Hash: "h", ZonesRecorded: true, Zone: "z2", Created: t0.Add(-time.Minute)},
+				{Name: "a", Bound: true, Hash: "h", Recorded: true, Zone: "z1", Created: t0.Add(-time.Hour)},
+				{Name: "b", Bound: true, Hash: "h", Recorded: true, Zone: "z2", Created: t0.Add(-time.Minute)},
 				{Name: "surplus", Hash: "h", NodeSelected: true, Zone: "z2", Created: t0},
 				{Name: "stale", Bound: true, Hash: "old", Zone: "z3"},
 			}},
@@ -135,84 +139,44 @@ func TestNamespaces(t *testing.T) {
 	}
 }
 
-func TestAllowedZones(t *testing.T) {
-	zoneTerm := func(vals ...string) corev1.NodeSelectorTerm {
-		return corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: ZoneLabelKey, Operator: corev1.NodeSelectorOpIn, Values: vals}}}
-	}
-	withAffinity := func(terms ...corev1.NodeSelectorTerm) *corev1.Pod {
-		p := fixtures.MakePod("p", "ns").Obj()
-		p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
-			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: terms},
-		}}
-		return p
-	}
-	cases := map[string]struct {
-		pod      *corev1.Pod
-		nodeZone string
-		want     []string // nil: any zone
-	}{
-		"no constraint":          {pod: fixtures.MakePod("p", "ns").Obj()},
-		"nodeSelector":           {pod: fixtures.MakePod("p", "ns").NodeSelector(ZoneLabelKey, "a").Obj(), want: []string{"a"}},
-		"other nodeSelector":     {pod: fixtures.MakePod("p", "ns").NodeSelector("disk", "ssd").Obj()},
-		"required affinity":      {pod: withAffinity(zoneTerm("a", "b")), want: []string{"a", "b"}},
-		"terms are ORed":         {pod: withAffinity(zoneTerm("a"), zoneTerm("c")), want: []string{"a", "c"}},
-		"a zone-free term wins":  {pod: withAffinity(zoneTerm("a"), corev1.NodeSelectorTerm{})},
-		"node name's zone":       {pod: fixtures.MakePod("p", "ns").Obj(), nodeZone: "b", want: []string{"b"}},
-		"selector and affinity":  {pod: withAffinity(zoneTerm("a", "b")), nodeZone: "b", want: []string{"b"}},
-		"contradiction: no zone": {pod: fixtures.MakePod("p", "ns").NodeSelector(ZoneLabelKey, "a").Obj(), nodeZone: "b", want: []string{}},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			got := AllowedZones(tc.pod, tc.nodeZone)
-			if tc.want == nil {
-				if got != nil {
-					t.Errorf("AllowedZones = %v, want any zone", sets.List(sets.Set[string](got)))
-				}
-				return
-			}
-			if diff := cmp.Diff(tc.want, sets.List(sets.Set[string](got)), cmpopts.EquateEmpty()); diff != "" || got == nil {
-				t.Errorf("AllowedZones (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
 func TestCandidates(t *testing.T) {
-	warm := func(name, hash, zones string, phase corev1.PersistentVolumeClaimPhase) corev1.PersistentVolumeClaim {
-		c := corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+	zone := func(z string) string { return VolumeAffinity(fixtures.MakePV("pv", fixtures.InTerm(ZoneLabelKey, z))) }
+	warm := func(name, hash string, annotations map[string]string, phase corev1.PersistentVolumeClaimPhase) corev1.PersistentVolumeClaim {
+		return corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations, Labels: map[string]string{
 			v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm, v1alpha1.TemplateHashLabelKey: hash,
 		}}, Status: corev1.PersistentVolumeClaimStatus{Phase: phase}}
-		if zones != "-" {
-			c.Annotations = map[string]string{v1alpha1.ZonesAnnotationKey: zones}
-		}
-		return c
 	}
-	claimed := warm("claimed", "h", "a", corev1.ClaimBound)
+	recorded := func(affinity string) map[string]string {
+		return map[string]string{v1alpha1.NodeAffinityAnnotationKey: affinity}
+	}
+	claimed := warm("claimed", "h", recorded(zone("a")), corev1.ClaimBound)
 	claimed.Labels[v1alpha1.ClaimRoleLabelKey] = v1alpha1.ClaimRoleClaimed
-	deleting := warm("deleting", "h", "a", corev1.ClaimBound)
+	deleting := warm("deleting", "h", recorded(zone("a")), corev1.ClaimBound)
 	deleting.DeletionTimestamp = &metav1.Time{Time: fixtures.Epoch}
 	pool := []corev1.PersistentVolumeClaim{
-		warm("in-a", "h", "a", corev1.ClaimBound),
-		warm("in-b", "h", "b", corev1.ClaimBound),
-		warm("anywhere", "h", "", corev1.ClaimBound),
-		warm("zones-unknown", "h", "-", corev1.ClaimBound),
-		warm("pending", "h", "a", corev1.ClaimPending),
-		warm("stale", "old", "a", corev1.ClaimBound),
+		warm("in-a", "h", recorded(zone("a")), corev1.ClaimBound),
+		warm("in-b", "h", recorded(zone("b")), corev1.ClaimBound),
+		warm("anywhere", "h", recorded(""), corev1.ClaimBound),
+		warm("legacy-zones-a", "h", map[string]string{v1alpha1.ZonesAnnotationKey: "a"}, corev1.ClaimBound),
+		warm("legacy-empty-zones", "h", map[string]string{v1alpha1.ZonesAnnotationKey: ""}, corev1.ClaimBound),
+		warm("not-recorded", "h", nil, corev1.ClaimBound),
+		warm("pending", "h", recorded(zone("a")), corev1.ClaimPending),
+		warm("stale", "old", recorded(zone("a")), corev1.ClaimBound),
 		claimed, deleting,
 	}
 	cases := map[string]struct {
-		zones Zones
-		want  []string
+		usable []string // affinities the pod can use, besides ""
+		want   []string
 	}{
-		"any zone takes every Bound, current, warm claim": {want: []string{"anywhere", "in-a", "in-b", "zones-unknown"}},
-		"zone a":      {zones: Zones(sets.New("a")), want: []string{"anywhere", "in-a"}},
-		"zone a or b": {zones: Zones(sets.New("a", "b")), want: []string{"anywhere", "in-a", "in-b"}},
-		"zone c":      {zones: Zones(sets.New("c")), want: []string{"anywhere"}},
+		"every zone": {usable: []string{zone("a"), zone("b")}, want: []string{"anywhere", "in-a", "in-b", "legacy-zones-a"}},
+		"zone a":     {usable: []string{zone("a")}, want: []string{"anywhere", "in-a", "legacy-zones-a"}},
+		"zone c":     {want: []string{"anywhere"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
+			usable := func(affinity string) bool { return affinity == "" || slices.Contains(tc.usable, affinity) }
 			var got []string
-			for _, c := range Candidates(pool, "h", tc.zones) {
+			for _, c := range Candidates(pool, "h", usable) {
 				got = append(got, c.Name)
 			}
 			if diff := cmp.Diff(tc.want, got, cmpopts.SortSlices(strings.Compare)); diff != "" {
@@ -266,7 +230,7 @@ func TestMissReason(t *testing.T) {
 		want             string
 	}{
 		"empty pool":            {want: "the pool has no warm PVC in the namespace"},
-		"none usable":           {warm: 3, want: "no warm PVC is Bound, from the current template and usable in the pod's zones"},
+		"none usable":           {warm: 3, want: "no warm PVC is Bound, from the current template and usable on a node the pod can run on"},
 		"lost every race":       {warm: 3, candidates: 2, lostRace: true, want: "concurrent admissions took every warm PVC tried"},
 		"all taken just before": {warm: 3, candidates: 2, want: "every warm PVC was taken moments ago by this replica"},
 	}

@@ -1,7 +1,6 @@
 package pool
 
 import (
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,50 +9,6 @@ import (
 
 // ZoneLabelKey is the well-known node label of a zone.
 const ZoneLabelKey = corev1.LabelTopologyZone
-
-// Zones is a set of zones a pod may run in; nil means any zone.
-type Zones sets.Set[string]
-
-// AllowedZones reads the zones a pod may run in from its nodeSelector and its
-// required node affinity on topology.kubernetes.io/zone; nodeZone is the zone
-// of spec.nodeName when the pod names a node ("" when it does not or the
-// zone is unknown). It returns nil when the pod may run in any zone.
-func AllowedZones(pod *corev1.Pod, nodeZone string) Zones {
-	var allowed sets.Set[string]
-	restrict := func(zones sets.Set[string]) {
-		if allowed == nil {
-			allowed = zones
-		} else {
-			allowed = allowed.Intersection(zones)
-		}
-	}
-	if z, ok := pod.Spec.NodeSelector[ZoneLabelKey]; ok {
-		restrict(sets.New(z))
-	}
-	if nodeZone != "" {
-		restrict(sets.New(nodeZone))
-	}
-	if a := pod.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
-		// Terms are ORed; a term without a zone requirement allows any zone.
-		var union sets.Set[string]
-		anyZone := false
-		for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
-			z, ok := termZones(term)
-			if !ok {
-				anyZone = true
-				break
-			}
-			union = union.Union(z)
-		}
-		if !anyZone {
-			restrict(union)
-		}
-	}
-	if allowed == nil {
-		return nil
-	}
-	return Zones(allowed)
-}
 
 // termZones is the zones a node selector term allows; ok is false when the
 // term does not restrict zones.
@@ -102,13 +57,6 @@ func FormatZones(zones []string) string {
 	return strings.Join(zones, ",")
 }
 
-// Usable reports whether a volume usable in the zones annotated zonesValue
-// (see FormatZones; empty means any) can serve a pod allowed in allowed.
-func Usable(zonesValue string, allowed Zones) bool {
-	if allowed == nil || zonesValue == "" {
-		return true
-	}
-	return slices.ContainsFunc(strings.Split(zonesValue, ","), func(z string) bool {
-		return sets.Set[string](allowed).Has(z)
-	})
+func splitZones(v string) []string {
+	return strings.Split(v, ",")
 }

@@ -63,6 +63,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := pool.IndexWarm(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return fmt.Errorf("indexing warm PVCs: %w", err)
 	}
+	// Checkouts place pods on the cached nodes: start watching them with
+	// the cache, not at the first admission.
+	if _, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Node{}); err != nil {
+		return fmt.Errorf("watching nodes: %w", err)
+	}
 	m := NewPodMutator(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetClient(), admission.NewDecoder(mgr.GetScheme()), opts.Clock)
 	m.NativeSidecarsUnsupported = opts.NativeSidecarsUnsupported
 	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: m})
@@ -268,17 +273,10 @@ func (m *PodMutator) provision(ctx context.Context, fpvc *v1alpha1.FluentPVC, po
 	return name, err
 }
 
-// checkout takes a warm PVC that fits the pod's zones. It returns "" on a
-// miss.
+// checkout takes a warm PVC whose volume can be used where the pod can run.
+// It returns "" on a miss.
 func (m *PodMutator) checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod, now time.Time) (string, error) {
-	nodeZone := ""
-	if pod.Spec.NodeName != "" {
-		node := &corev1.Node{}
-		if err := m.APIReader.Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, node); err == nil {
-			nodeZone = node.Labels[pool.ZoneLabelKey]
-		}
-	}
-	claim, err := m.Pool.Checkout(ctx, fpvc, pod.Namespace, pool.AllowedZones(pod, nodeZone), now)
+	claim, err := m.Pool.Checkout(ctx, fpvc, pod, now)
 	if err != nil || claim == nil {
 		return "", err
 	}

@@ -266,4 +266,7 @@ const (
 	PoolReadyReasonDisabled = "Disabled"
 	// PoolReadyReasonNoNamespaces: no namespace has been listed or learned yet.
 	PoolReadyReasonNoNamespaces = "NoNamespaces"
+	// PoolReadyReasonNamespaceNotFound: a pool namespace does not exist;
+	// the others are filled meanwhile.
+	PoolReadyReasonNamespaceNotFound = "NamespaceNotFound"
 )

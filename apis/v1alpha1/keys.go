@@ -41,10 +41,20 @@ const (
 	// it is replaced and never handed out.
 	TemplateHashLabelKey = keyPrefix + "template-hash"
 
-	// ZonesAnnotationKey lists, comma-separated, the zones in which a warm
-	// PVC's volume can be used, read from its PV's node affinity once it is
-	// Bound. Absent or empty means any zone.
+	// ZonesAnnotationKey lists, comma-separated, the zones
+	// (topology.kubernetes.io/zone) in which a warm PVC's volume can be
+	// used, read from its PV's node affinity once it is Bound; empty when
+	// the affinity names no such zone. NodeAffinityAnnotationKey, which
+	// covers every key, supersedes it; it is still written for webhooks of
+	// older versions during an upgrade.
 	ZonesAnnotationKey = keyPrefix + "zones"
+
+	// NodeAffinityAnnotationKey records on a warm PVC, once it is Bound, its
+	// PV's required node affinity as JSON (empty: any node), whatever keys
+	// it uses (a zone, topology.gke.io/zone, a hostname...). The webhook
+	// hands the PVC only to a pod that can run on a node it accepts,
+	// without reading PVs; the pool replaces a warm PVC no node accepts.
+	NodeAffinityAnnotationKey = keyPrefix + "node-affinity"
 
 	// DrainAttemptLabelKey numbers a binding's finalizer Jobs (1, 2, ...), so
 	// that a restarted operator derives the next attempt from the Jobs.
