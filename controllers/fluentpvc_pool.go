@@ -86,7 +86,8 @@ type poolResult struct {
 	missing      []string
 	requeueAfter time.Duration
 	// unreachable are warm PVCs replaced because no node can use their
-	// volume, moved those replaced to follow demand, for the log.
+	// volume, moved those replaced to follow demand ("namespace/name"), for
+	// the log.
 	unreachable, moved []string
 }
 
@@ -227,6 +228,8 @@ func (r *FluentPVCReconciler) reconcilePool(ctx context.Context, f *v1alpha1.Flu
 	anyNode := pool.NewPlacement(nil, func() ([]*corev1.Node, error) { return slices.Collect(maps.Values(o.nodes)), nil })
 
 	var ops []func() error
+	// replaced says why a warm PVC is replaced, by name, for the metric.
+	replaced := map[string]string{}
 	for _, ns := range namespaces {
 		in := pool.Input{Hash: hash, WaitForFirstConsumer: o.waitForFirstConsumer, SelectNodes: o.selectNodes, Binders: bindersByNS[ns]}
 		kept := slices.Contains(keep, ns)
@@ -268,6 +271,7 @@ func (r *FluentPVCReconciler) reconcilePool(ctx context.Context, f *v1alpha1.Flu
 			if claim.Bound && known && len(o.nodes) > 0 && !anyNode.Usable(affinity) {
 				claim.Replace = true
 				res.unreachable = append(res.unreachable, ns+"/"+c.Name)
+				replaced[ns+"/"+c.Name] = pool.ReplacedUnreachable
 			}
 			if !claim.Deleting && !claim.Replace && claim.Hash == hash {
 				places = append(places, warmPlace(claim, node, affinity, known, o.nodes))
@@ -294,6 +298,7 @@ func (r *FluentPVCReconciler) reconcilePool(ctx context.Context, f *v1alpha1.Flu
 				if slices.Contains(replace, in.Claims[i].Name) {
 					in.Claims[i].Replace = true
 					res.moved = append(res.moved, ns+"/"+in.Claims[i].Name)
+					replaced[ns+"/"+in.Claims[i].Name] = pool.ReplacedDemand
 				}
 			}
 			if wait > 0 && (res.requeueAfter == 0 || wait < res.requeueAfter) {
@@ -305,7 +310,7 @@ func (r *FluentPVCReconciler) reconcilePool(ctx context.Context, f *v1alpha1.Flu
 			ctrl.LoggerFrom(ctx).V(1).Info("resizing pool", "fluentPVC", klog.KObj(f), "namespace", ns,
 				"warm", p.Warm, "provisioning", p.Provisioning, "create", p.Create, "delete", p.Delete, "preferredNodes", preferred)
 		}
-		ops = append(ops, r.poolOps(ctx, f, ns, hash, p, claims, preferred, o)...)
+		ops = append(ops, r.poolOps(ctx, f, ns, hash, p, claims, preferred, replaced, o)...)
 		pool.Warm.WithLabelValues(f.Name, ns).Set(float64(p.Warm))
 		if kept {
 			st := v1alpha1.PoolNamespaceStatus{Namespace: ns, Warm: p.Warm, Provisioning: p.Provisioning + int32(p.Create)}
@@ -375,7 +380,7 @@ func (r *FluentPVCReconciler) namespaceExists(ctx context.Context, ns string) (b
 }
 
 // poolOps turns one namespace's plan into API calls that can run in parallel.
-func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, ns, hash string, p pool.Plan, claims map[string]*corev1.PersistentVolumeClaim, preferred []string, o poolObserved) []func() error {
+func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, ns, hash string, p pool.Plan, claims map[string]*corev1.PersistentVolumeClaim, preferred []string, replaced map[string]string, o poolObserved) []func() error {
 	var ops []func() error
 	var nodes []string
 	if o.selectNodes {
@@ -434,6 +439,9 @@ func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC
 			err := r.Delete(ctx, c.DeepCopy(), client.Preconditions{UID: &c.UID, ResourceVersion: &c.ResourceVersion})
 			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				return fmt.Errorf("deleting warm PVC %s/%s: %w", ns, name, err)
+			}
+			if reason, ok := replaced[ns+"/"+name]; ok && err == nil {
+				pool.Replaced.WithLabelValues(f.Name, reason).Inc()
 			}
 			return nil
 		})

@@ -5,6 +5,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
+// Why warm PVCs are replaced, the "reason" label of Replaced.
+const (
+	// ReplacedUnreachable: no node accepts the volume any more.
+	ReplacedUnreachable = "unreachable"
+	// ReplacedDemand: it served no node where pods run while one waited.
+	ReplacedDemand = "demand"
+)
+
 // Checkout results, the "result" label of CheckoutsTotal.
 const (
 	ResultHit  = "hit"
@@ -31,6 +39,12 @@ var (
 		Help: "Warm, Bound PVCs ready to be handed out, by FluentPVC and namespace.",
 	}, []string{"fluentpvc", "namespace"})
 
+	// Replaced counts warm PVCs deleted to be made again elsewhere.
+	Replaced = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fluentpvc_pool_replaced_total",
+		Help: "Warm PVCs deleted to be made again elsewhere, by FluentPVC and reason: unreachable (no node accepts the volume) or demand (moved to a node where pods run).",
+	}, []string{"fluentpvc", "reason"})
+
 	// TimeToWarm is the time from a pool PVC's creation to its being Bound.
 	TimeToWarm = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "fluentpvc_pool_time_to_warm_seconds",
@@ -40,5 +54,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(CheckoutsTotal, CheckoutDuration, Warm, TimeToWarm)
+	metrics.Registry.MustRegister(CheckoutsTotal, CheckoutDuration, Warm, Replaced, TimeToWarm)
 }
