@@ -230,6 +230,10 @@ func (r *FluentPVCReconciler) reconcilePool(ctx context.Context, f *v1alpha1.Flu
 	var ops []func() error
 	// replaced says why a warm PVC is replaced, by name, for the metric.
 	replaced := map[string]string{}
+	eligibleNames := make(map[string]bool, len(o.eligible))
+	for _, n := range o.eligible {
+		eligibleNames[n.Name] = true
+	}
 	for _, ns := range namespaces {
 		in := pool.Input{Hash: hash, WaitForFirstConsumer: o.waitForFirstConsumer, SelectNodes: o.selectNodes, Binders: bindersByNS[ns]}
 		kept := slices.Contains(keep, ns)
@@ -288,9 +292,7 @@ func (r *FluentPVCReconciler) reconcilePool(ctx context.Context, f *v1alpha1.Flu
 		}
 		var preferred []string
 		if o.selectNodes && kept {
-			eligible := func(node string) bool {
-				return slices.ContainsFunc(o.eligible, func(n pool.Node) bool { return n.Name == node })
-			}
+			eligible := func(node string) bool { return eligibleNames[node] }
 			var replace []string
 			var wait time.Duration
 			preferred, replace, wait = pool.FollowDemand(demandNodes(claimedByNS[ns]), places, eligible, now)
