@@ -93,6 +93,13 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 		return ctrl.Result{}, err
 	}
 	pr, poolErr := r.reconcilePool(ctx, f, po)
+	binderWarnings, binderRecheck, err := r.unschedulableBinders(ctx, f, po)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if binderRecheck > 0 && (pr.requeueAfter == 0 || binderRecheck < pr.requeueAfter) {
+		pr.requeueAfter = binderRecheck
+	}
 
 	now := r.clock.Now()
 	status := constructFluentPVCStatus(f, bindings.Items, pr, now)
@@ -116,6 +123,9 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 	}
 	if po.noNodeToSelect != "" {
 		r.recorder.Eventf(f, nil, corev1.EventTypeWarning, v1alpha1.EventReasonNoNodeToSelect, v1alpha1.EventReasonNoNodeToSelect, "%s", po.noNodeToSelect)
+	}
+	for _, w := range binderWarnings {
+		r.recorder.Eventf(f, nil, corev1.EventTypeWarning, v1alpha1.EventReasonBinderUnschedulable, v1alpha1.EventReasonBinderUnschedulable, "%s", w)
 	}
 	if poolErr != nil {
 		return ctrl.Result{}, poolErr

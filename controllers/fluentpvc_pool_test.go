@@ -442,6 +442,39 @@ var _ = Describe("Warm pool", func() {
 		}).WithTimeout(pool.SpareSettle + fixtures.LongTimeout).Should(Succeed())
 	})
 
+	It("warns on the FluentPVC, quoting the scheduler, when a binder cannot be scheduled", func() {
+		sc := wffcClass()
+		node("only", "zone-a", true, corev1.Taint{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule})
+		updateFluentPVC(ctx, fpvc, func(f *v1alpha1.FluentPVC) {
+			f.Spec.PVCSpecTemplate.StorageClassName = &sc.Name
+			f.Spec.Pool.Size = 1
+		})
+		var job batchv1.Job
+		Eventually(func(g Gomega) {
+			var l batchv1.JobList
+			g.Expect(k8sClient.List(ctx, &l, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder})).To(Succeed())
+			g.Expect(l.Items).To(HaveLen(1))
+			job = l.Items[0]
+		}).Should(Succeed())
+		// There is no Job controller or scheduler here: the spec makes the
+		// binder's pod and writes what the scheduler would.
+		const reason = "0/1 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}."
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: job.Name + "-x", Labels: job.Spec.Template.Labels},
+			Spec:       job.Spec.Template.Spec,
+		}
+		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+		updatePodStatus(ctx, pod, func(p *corev1.Pod) {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: reason}}
+		})
+		Eventually(func(g Gomega) {
+			var l eventsv1.EventList
+			g.Expect(k8sClient.List(ctx, &l)).To(Succeed())
+			g.Expect(l.Items).To(ContainElement(And(HaveField("Regarding.Name", fpvc.Name), HaveField("Reason", v1alpha1.EventReasonBinderUnschedulable),
+				HaveField("Note", And(ContainSubstring(job.Labels[v1alpha1.WarmClaimLabelKey]), ContainSubstring(reason))))))
+		}).WithTimeout(fixtures.LongTimeout).Should(Succeed())
+	})
+
 	It("deletes the warm PVCs with the FluentPVC", func() {
 		poolFull(3)
 		Expect(k8sClient.Delete(ctx, fpvc)).To(Succeed())

@@ -1,6 +1,9 @@
 package pool
 
 import (
+	"fmt"
+	"slices"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -37,7 +40,9 @@ func BinderJobName(claimName string) string {
 // BinderJob is a Job whose pod uses warm PVC claim, so that the scheduler
 // binds a WaitForFirstConsumer volume when it places the pod. The pod need
 // not run to completion: the Job is deleted as soon as the PVC is Bound. Its
-// pods spread over zones so that the warm PVCs do too.
+// pods prefer to spread over zones so that the warm PVCs do too; only
+// prefer, since on a cluster whose nodes have no zone label a required
+// spread would keep every binder Pending.
 func BinderJob(fpvc *v1alpha1.FluentPVC, claim *corev1.PersistentVolumeClaim, image string) *batchv1.Job {
 	podLabels := map[string]string{
 		v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder,
@@ -88,7 +93,7 @@ func BinderJob(fpvc *v1alpha1.FluentPVC, claim *corev1.PersistentVolumeClaim, im
 					TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
 						MaxSkew:           1,
 						TopologyKey:       ZoneLabelKey,
-						WhenUnsatisfiable: corev1.DoNotSchedule,
+						WhenUnsatisfiable: corev1.ScheduleAnyway,
 						LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
 							v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder,
 							binderPoolLabelKey:         fpvc.Name,
@@ -102,3 +107,27 @@ func BinderJob(fpvc *v1alpha1.FluentPVC, claim *corev1.PersistentVolumeClaim, im
 
 // binderPoolLabelKey groups the binder pods of one FluentPVC for spreading.
 const binderPoolLabelKey = "fluent-pvc-operator.tech.zozo.com/binder-of"
+
+// BinderPodLabels select the binder pods of FluentPVC fpvc.
+func BinderPodLabels(fpvc string) map[string]string {
+	return map[string]string{v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder, binderPoolLabelKey: fpvc}
+}
+
+// BinderUnschedulable is, for each binder pod that the scheduler could not
+// place, a message naming its warm PVC and quoting the scheduler's reason
+// (its PodScheduled condition), sorted.
+func BinderUnschedulable(pods []corev1.Pod) []string {
+	var out []string
+	for _, p := range pods {
+		if !p.DeletionTimestamp.IsZero() || p.Spec.NodeName != "" {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				out = append(out, fmt.Sprintf("the binder of warm PVC %s/%s cannot be scheduled: %s", p.Namespace, p.Labels[v1alpha1.WarmClaimLabelKey], c.Message))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -138,6 +138,10 @@ const (
 	// EventReasonNoNodeToSelect: no node qualifies to be named on warm PVCs
 	// (--pool-bind-mode=select-node), so binder Jobs bind them instead.
 	EventReasonNoNodeToSelect = "NoNodeToSelect"
+	// EventReasonBinderUnschedulable: a warm PVC's binder pod
+	// (--pool-bind-mode=binder-job) cannot be scheduled; the message quotes
+	// the scheduler's reason.
+	EventReasonBinderUnschedulable = "BinderUnschedulable"
 	// EventReasonFluentPVCMissing: the binding's FluentPVC is gone, so no finalizer Job can be built.
 	EventReasonFluentPVCMissing = "FluentPVCMissing"
 	// EventReasonReleasedUndrained: the FluentPVC stayed gone past the
