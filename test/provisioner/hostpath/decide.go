@@ -34,6 +34,22 @@ const (
 	ZoneLabelKey = corev1.LabelTopologyZone
 )
 
+// TopologyKeyParameter is the StorageClass parameter naming the node label
+// that keys the PVs' node affinity: topology.kubernetes.io/zone when unset,
+// another zone key (e.g. topology.gke.io/zone, as GCE PD CSI does), or
+// kubernetes.io/hostname for node-local volumes. A volume's value is the
+// selected node's label for WaitForFirstConsumer classes, else the next of
+// the cluster's values, round-robin.
+const TopologyKeyParameter = "topologyKey"
+
+// TopologyKey is the node label that keys class's volumes.
+func TopologyKey(class *storagev1.StorageClass) string {
+	if k := class.Parameters[TopologyKeyParameter]; k != "" {
+		return k
+	}
+	return ZoneLabelKey
+}
+
 // HostPathRoot is where the PVs point; nothing mounts them on kwok nodes.
 const HostPathRoot = "/tmp/fluent-pvc-operator-test-provisioner"
 
@@ -91,20 +107,21 @@ func isDelayed(class *storagev1.StorageClass) bool {
 	return class.VolumeBindingMode != nil && *class.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer
 }
 
-// ChooseZone picks the zone of a new volume. For a WaitForFirstConsumer
-// class it is the zone of the selected node (nodeZone). For an Immediate
-// class it is the next-th zone, round-robin, of the cluster's zones (from
-// its nodes) narrowed by the class's allowedTopologies on ZoneLabelKey;
-// with no nodes yet, of the allowed zones alone.
+// ChooseZone picks the topology value (a zone, or a hostname: see
+// TopologyKey) of a new volume. For a WaitForFirstConsumer class it is the
+// selected node's (nodeZone). For an Immediate class it is the next-th
+// value, round-robin, of the cluster's (from its nodes), narrowed by the
+// class's allowedTopologies on ZoneLabelKey when the class is keyed by
+// zone; with no nodes yet, of the allowed zones alone.
 func ChooseZone(class *storagev1.StorageClass, nodeZone string, clusterZones []string, next int) (string, error) {
 	if isDelayed(class) {
 		if nodeZone == "" {
-			return "", fmt.Errorf("the selected node has no %s label", ZoneLabelKey)
+			return "", fmt.Errorf("the selected node has no %s label", TopologyKey(class))
 		}
 		return nodeZone, nil
 	}
 	candidates := uniqueSorted(clusterZones)
-	if allowed, restricted := allowedZones(class); restricted {
+	if allowed, restricted := allowedZones(class); restricted && TopologyKey(class) == ZoneLabelKey {
 		if len(candidates) == 0 {
 			candidates = allowed
 		} else {
@@ -149,9 +166,10 @@ func PVName(pvc *corev1.PersistentVolumeClaim) string {
 	return "pvc-" + string(pvc.UID)
 }
 
-// ConstructPV builds the volume of a claim in a zone: pre-bound to the
-// claim, sized by its request, with its access and volume modes, the class's
-// reclaim policy and mount options, and a required node affinity on the zone.
+// ConstructPV builds the volume of a claim in a zone (or another topology
+// value, see TopologyKey): pre-bound to the claim, sized by its request,
+// with its access and volume modes, the class's reclaim policy and mount
+// options, and a required node affinity on the class's topology key.
 func ConstructPV(pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageClass, zone string) *corev1.PersistentVolume {
 	name := PVName(pvc)
 	reclaim := corev1.PersistentVolumeReclaimDelete
@@ -189,7 +207,7 @@ func ConstructPV(pvc *corev1.PersistentVolumeClaim, class *storagev1.StorageClas
 				Required: &corev1.NodeSelector{
 					NodeSelectorTerms: []corev1.NodeSelectorTerm{{
 						MatchExpressions: []corev1.NodeSelectorRequirement{{
-							Key:      ZoneLabelKey,
+							Key:      TopologyKey(class),
 							Operator: corev1.NodeSelectorOpIn,
 							Values:   []string{zone},
 						}},

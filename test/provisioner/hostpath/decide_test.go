@@ -136,6 +136,9 @@ func TestChooseZone(t *testing.T) {
 		"immediate, no zones at all": {
 			class: makeClass("i", storagev1.VolumeBindingImmediate), wantErr: true,
 		},
+		"keyed by hostname: allowed zones do not narrow hostnames": {
+			class: makeClass("i", storagev1.VolumeBindingImmediate, allowZones("zone-x"), keyedBy(corev1.LabelHostname)), clusterZones: []string{"n2", "n1"}, next: 1, want: "n2",
+		},
 		"nil binding mode means Immediate": {
 			class: makeClass("i", storagev1.VolumeBindingImmediate, func(c *storagev1.StorageClass) { c.VolumeBindingMode = nil }), nodeZone: "zone-c", clusterZones: cluster, next: 1, want: "zone-b",
 		},
@@ -154,11 +157,12 @@ func TestChooseZone(t *testing.T) {
 }
 
 func TestConstructPV(t *testing.T) {
-	zoneAffinity := func(zone string) *corev1.VolumeNodeAffinity {
+	keyAffinity := func(key, value string) *corev1.VolumeNodeAffinity {
 		return &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: ZoneLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{zone}}},
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpIn, Values: []string{value}}},
 		}}}}
 	}
+	zoneAffinity := func(zone string) *corev1.VolumeNodeAffinity { return keyAffinity(ZoneLabelKey, zone) }
 	wantPV := func(mutate ...func(*corev1.PersistentVolume)) *corev1.PersistentVolume {
 		pv := &corev1.PersistentVolume{
 			ObjectMeta: metav1.ObjectMeta{Name: "pvc-1234", Annotations: map[string]string{ProvisionedByAnnotationKey: ProvisionerName}},
@@ -210,6 +214,14 @@ func TestConstructPV(t *testing.T) {
 				pv.Spec.NodeAffinity = zoneAffinity("zone-c")
 			}),
 		},
+		"keyed by the GKE zone label": {
+			pvc: makeClaim(), class: makeClass("standard", storagev1.VolumeBindingWaitForFirstConsumer, keyedBy("topology.gke.io/zone")), zone: "zone-b",
+			want: wantPV(func(pv *corev1.PersistentVolume) { pv.Spec.NodeAffinity = keyAffinity("topology.gke.io/zone", "zone-b") }),
+		},
+		"node-local, keyed by hostname": {
+			pvc: makeClaim(), class: makeClass("standard", storagev1.VolumeBindingWaitForFirstConsumer, keyedBy(corev1.LabelHostname)), zone: "kwok-zone-a-1",
+			want: wantPV(func(pv *corev1.PersistentVolume) { pv.Spec.NodeAffinity = keyAffinity(corev1.LabelHostname, "kwok-zone-a-1") }),
+		},
 		"class without reclaim policy defaults to Delete": {
 			pvc:   makeClaim(),
 			class: makeClass("standard", storagev1.VolumeBindingWaitForFirstConsumer, func(c *storagev1.StorageClass) { c.ReclaimPolicy = nil }),
@@ -255,5 +267,12 @@ func TestShouldDelete(t *testing.T) {
 				t.Errorf("ShouldDelete() = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// keyedBy sets the class's TopologyKeyParameter.
+func keyedBy(key string) func(*storagev1.StorageClass) {
+	return func(c *storagev1.StorageClass) {
+		c.Parameters = map[string]string{TopologyKeyParameter: key}
 	}
 }

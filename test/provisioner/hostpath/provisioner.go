@@ -1,7 +1,10 @@
 // Package hostpath is a test-only dynamic provisioner for kwok clusters:
 // it gives every claim of a StorageClass whose provisioner is
 // ProvisionerName a hostPath PV pinned to a zone, after a delay that models
-// a cloud disk, and deletes the PVs its claims release.
+// a cloud disk, and deletes the PVs its claims release. The class parameter
+// topologyKey (TopologyKeyParameter) keys the PVs by another node label: a
+// CSI driver's zone key such as topology.gke.io/zone, or
+// kubernetes.io/hostname for node-local volumes.
 //
 // It follows the hand-off of the PV controller and the scheduler to an
 // external provisioner: the PV controller annotates a claim with
@@ -127,7 +130,7 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 		if err := r.Client.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
 			return reconcile.Result{}, fmt.Errorf("getting the selected node %s: %w", nodeName, err)
 		}
-		nodeZone = node.Labels[ZoneLabelKey]
+		nodeZone = node.Labels[TopologyKey(class)]
 	}
 	nodes := &corev1.NodeList{}
 	if err := r.Client.List(ctx, nodes); err != nil {
@@ -135,7 +138,7 @@ func (r *ClaimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	}
 	zones := make([]string, 0, len(nodes.Items))
 	for _, n := range nodes.Items {
-		zones = append(zones, n.Labels[ZoneLabelKey])
+		zones = append(zones, n.Labels[TopologyKey(class)])
 	}
 	next := 0
 	if !isDelayed(class) {
