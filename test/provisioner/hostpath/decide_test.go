@@ -216,11 +216,15 @@ func TestConstructPV(t *testing.T) {
 		},
 		"keyed by the GKE zone label": {
 			pvc: makeClaim(), class: makeClass("standard", storagev1.VolumeBindingWaitForFirstConsumer, keyedBy("topology.gke.io/zone")), zone: "zone-b",
-			want: wantPV(func(pv *corev1.PersistentVolume) { pv.Spec.NodeAffinity = keyAffinity("topology.gke.io/zone", "zone-b") }),
+			want: wantPV(func(pv *corev1.PersistentVolume) {
+				pv.Spec.NodeAffinity = keyAffinity("topology.gke.io/zone", "zone-b")
+			}),
 		},
 		"node-local, keyed by hostname": {
 			pvc: makeClaim(), class: makeClass("standard", storagev1.VolumeBindingWaitForFirstConsumer, keyedBy(corev1.LabelHostname)), zone: "kwok-zone-a-1",
-			want: wantPV(func(pv *corev1.PersistentVolume) { pv.Spec.NodeAffinity = keyAffinity(corev1.LabelHostname, "kwok-zone-a-1") }),
+			want: wantPV(func(pv *corev1.PersistentVolume) {
+				pv.Spec.NodeAffinity = keyAffinity(corev1.LabelHostname, "kwok-zone-a-1")
+			}),
 		},
 		"class without reclaim policy defaults to Delete": {
 			pvc:   makeClaim(),
