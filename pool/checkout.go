@@ -154,7 +154,9 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 		}
 		cands := Candidates(warm.Items, hash, placement.Usable)
 		if err := placement.Err(); err != nil {
-			return nil, fmt.Errorf("reading nodes: %w", err)
+			// Only volumes usable anywhere were candidates: the pod may
+			// miss, which costs it time, not its start.
+			log.FromContext(ctx).Error(err, "reading nodes for a checkout; only warm PVCs usable on any node are handed out")
 		}
 		warmSeen, candidates = len(warm.Items), len(cands)
 		tries := 0
