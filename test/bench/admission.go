@@ -64,6 +64,12 @@ type admissionLevel struct {
 }
 
 func (e *env) admissionLevel(ctx context.Context, kind string, c int, ns, fpvc string) (admissionLevel, error) {
+	return e.admissionLevelOf(ctx, kind, c, ns, fpvc, nil)
+}
+
+// admissionLevelOf is admissionLevel with each pod changed by mutate (if
+// not nil) before it is created.
+func (e *env) admissionLevelOf(ctx context.Context, kind string, c int, ns, fpvc string, mutate func(*corev1.Pod, int)) (admissionLevel, error) {
 	lvl := admissionLevel{Checkout: kind, Concurrency: c, Pods: e.cfg.AdmissionPods}
 	apiBefore, err := scrapeAPIServer(ctx, e.kc.Clientset)
 	if err != nil {
@@ -76,6 +82,9 @@ func (e *env) admissionLevel(ctx context.Context, kind string, c int, ns, fpvc s
 	pods := make([]*corev1.Pod, lvl.Pods)
 	for i := range pods {
 		pods[i] = unscheduled(fluentPod(ns, fmt.Sprintf("adm-%s-%d-%d", kind, c, i), fpvc))
+		if mutate != nil {
+			mutate(pods[i], i)
+		}
 	}
 	durs, _, err := e.createPods(ctx, pods, c)
 	if err != nil {

@@ -73,12 +73,13 @@ type config struct {
 	OperatorArgs      []string      `json:"operatorArgs,omitempty"`
 	RealNode          bool          `json:"realNode"`
 	RealN             int           `json:"realN"`
+	ExtraNodes        int           `json:"extraNodes"`
 	Timeout           time.Duration `json:"-"`
 	Keep              bool          `json:"-"`
 }
 
 // allPhases are the bench's phases, in the order they run.
-var allPhases = []string{"start-up", "cost", "burst", "admission", "memory"}
+var allPhases = []string{"start-up", "cost", "burst", "admission", "memory", "nodes"}
 
 // smokeDefaults replace the defaults of the flags not set under -smoke.
 var smokeDefaults = map[string]string{
@@ -93,6 +94,7 @@ var smokeDefaults = map[string]string{
 	"unlabelled":     "200",
 	"cost-pods":      "3",
 	"real-n":         "3",
+	"extra-nodes":    "100",
 	"timeout":        "8m",
 }
 
@@ -118,6 +120,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&opArgs, "operator-args", "", "extra flags of the operator, space-separated (e.g. --pprof-bind-address=127.0.0.1:6060)")
 	fs.BoolVar(&c.RealNode, "real-node", true, "also run the real-node tier (a kubelet with containerd) after the kwok one; skipped, saying why, where this machine cannot run it")
 	fs.IntVar(&c.RealN, "real-n", 20, "pods per start-up mode on the real node (one at a time)")
+	fs.IntVar(&c.ExtraNodes, "extra-nodes", 1000, "fake nodes added for the nodes phase's second checkout level")
 	fs.DurationVar(&c.Timeout, "timeout", 30*time.Minute, "bound on the whole run")
 	fs.BoolVar(&c.Keep, "keep", false, "leave the cluster up at the end")
 	if err := fs.Parse(args); err != nil {
@@ -263,6 +266,8 @@ func runKwok(ctx context.Context, cfg config, res *results, progress io.Writer) 
 		{"burst", e.burstPhase},
 		{"admission", e.admissionPhase},
 		{"memory", e.memoryPhase},
+		// Last: its extra nodes would change the other phases' cluster.
+		{"nodes", e.nodesPhase},
 	}
 	var errs []error
 	for _, p := range phases {
