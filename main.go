@@ -43,7 +43,7 @@ const (
 // of the operator's namespace and injects the CA into the webhook
 // configuration. These are its only Secret permissions, and namespaced.
 // +kubebuilder:rbac:groups="",namespace=fluent-pvc-operator-system,resources=secrets,verbs=get;list;watch;update
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;list;watch;update
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -60,9 +60,11 @@ type options struct {
 	namespace            string
 	webhookService       string
 	webhookConfig        string
-	certSecret           string
-	gracefulShutdown     time.Duration
-	controllers          controllers.Options
+	// validatingWebhookConfig is the FluentPVC webhook's configuration.
+	validatingWebhookConfig string
+	certSecret              string
+	gracefulShutdown        time.Duration
+	controllers             controllers.Options
 }
 
 func main() {
@@ -146,7 +148,10 @@ func run(ctx context.Context, args []string) error {
 			CAOrganization: "fluent-pvc-operator",
 			DNSName:        fmt.Sprintf("%s.%s.svc", opts.webhookService, opts.namespace),
 			IsReady:        certsReady,
-			Webhooks:       []rotator.WebhookInfo{{Name: opts.webhookConfig, Type: rotator.Mutating}},
+			Webhooks: []rotator.WebhookInfo{
+				{Name: opts.webhookConfig, Type: rotator.Mutating},
+				{Name: opts.validatingWebhookConfig, Type: rotator.Validating},
+			},
 			// Every replica serves the webhook, so every replica keeps its
 			// certificate in step with the shared Secret; only the leader
 			// rotates it.
@@ -167,7 +172,7 @@ func run(ctx context.Context, args []string) error {
 	go func() {
 		select {
 		case <-certsReady:
-			webhookSetupErr <- webhook.Setup(mgr, webhook.Options{NativeSidecarsUnsupported: nativeUnsupported})
+			webhookSetupErr <- webhook.Setup(mgr, webhook.Options{NativeSidecarsUnsupported: nativeUnsupported, Namespace: opts.namespace})
 		case <-ctx.Done():
 			webhookSetupErr <- nil
 		}
@@ -213,9 +218,10 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.StringVar(&o.webhookHost, "webhook-host", "", "Address the webhook server binds to; empty means all.")
 	fs.StringVar(&o.certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory of the webhook serving certificate (tls.crt, tls.key).")
 	fs.StringVar(&o.certManagement, "cert-management", certSelf, "Who provides the webhook certificate: \"self\" (the operator issues it and injects the caBundle) or \"external\" (cert-manager or you write it into --cert-dir).")
-	fs.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "fluent-pvc-operator-system"), "The operator's namespace, where its certificate Secret lives.")
+	fs.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "fluent-pvc-operator-system"), "The operator's namespace, where its certificate Secret lives and where FluentPVCs are checked by dry runs.")
 	fs.StringVar(&o.webhookService, "webhook-service-name", "fluent-pvc-operator-webhook-service", "Service in front of the webhook; the certificate is issued for it.")
 	fs.StringVar(&o.webhookConfig, "webhook-config-name", "fluent-pvc-operator-mutating-webhook-configuration", "MutatingWebhookConfiguration whose caBundle the operator injects.")
+	fs.StringVar(&o.validatingWebhookConfig, "validating-webhook-config-name", "fluent-pvc-operator-validating-webhook-configuration", "ValidatingWebhookConfiguration (of FluentPVCs) whose caBundle the operator injects.")
 	fs.StringVar(&o.certSecret, "cert-secret-name", "fluent-pvc-operator-webhook-server-cert", "Secret that holds the operator's own CA and serving certificate.")
 	fs.DurationVar(&o.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long to wait for running reconciles and requests on shutdown.")
 	o.controllers.BindFlags(fs)

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -345,12 +346,30 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl
 			return ctrl.Result{}, fmt.Errorf("releasing pod %s: %w", o.pod.Name, err)
 		}
 	}
+	// rejected is the API server's refusal of the finalizer Job: recorded
+	// in the status and told in Events before the retry, not lost in a
+	// returned error.
+	var rejected error
+	var rejectedJob string
 	if p.createJob > 0 {
 		job := objects.DrainJob(o.fluentPVC, b, p.createJob)
 		switch err := r.Create(ctx, job); {
 		case err == nil:
 			drainsStarted.WithLabelValues(fpvcName).Inc()
-		case !apierrors.IsAlreadyExists(err):
+			meta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.BindingConditionDrainJobRejected)
+		case apierrors.IsAlreadyExists(err):
+		case drainJobRejected(err):
+			// No attempt was made: the status keeps the last one, says why,
+			// and nothing else planned with the Job happens.
+			rejected = err
+			now := r.clock.Now()
+			p.status.DrainAttempts, p.status.DrainJobName = p.createJob-1, b.Status.DrainJobName
+			setCondition(&p.status, v1alpha1.BindingConditionDrained, metav1.ConditionFalse, v1alpha1.DrainedReasonJobRejected,
+				fmt.Sprintf("the API server refused finalizer Job %s: %v", job.Name, err), b.Generation, now)
+			setCondition(&p.status, v1alpha1.BindingConditionDrainJobRejected, metav1.ConditionTrue, string(apierrors.ReasonForError(err)), err.Error(), b.Generation, now)
+			p.createJob, p.deleteJobs, p.events = 0, nil, nil
+			rejectedJob = job.Name
+		default:
 			return ctrl.Result{}, fmt.Errorf("creating finalizer Job %s: %w", job.Name, err)
 		}
 	}
@@ -418,6 +437,18 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl
 		if p.abandoned && o.fluentPVC != nil {
 			r.recorder.Eventf(o.fluentPVC, b, typ, e.reason, e.reason, "%s/%s: %s", b.Namespace, b.Name, e.message)
 		}
+	}
+	if rejected != nil {
+		drainJobsRejected.WithLabelValues(fpvcName).Inc()
+		msg := fmt.Sprintf("the API server refused finalizer Job %s made from FluentPVC %s; the claim is kept and the Job is tried again when the FluentPVC changes: %v",
+			rejectedJob, fpvcName, rejected)
+		r.recorder.Eventf(b, nil, corev1.EventTypeWarning, v1alpha1.EventReasonDrainJobRejected, v1alpha1.EventReasonDrainJobRejected, "%s", msg)
+		if o.fluentPVC != nil {
+			r.recorder.Eventf(o.fluentPVC, b, corev1.EventTypeWarning, v1alpha1.EventReasonDrainJobRejected, v1alpha1.EventReasonDrainJobRejected, "%s/%s: %s", b.Namespace, b.Name, msg)
+		}
+		// Retried with the rate limiter's backoff; a change of the
+		// FluentPVC brings the binding back at once (SetupWithManager).
+		return ctrl.Result{}, fmt.Errorf("creating finalizer Job %s: %w", rejectedJob, rejected)
 	}
 
 	if p.finish {
@@ -557,7 +588,33 @@ func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Pod{}, byBindingLabel).
 		Watches(&corev1.PersistentVolumeClaim{}, byBindingLabel).
 		Watches(&v1alpha1.FluentPVC{}, handler.EnqueueRequestsFromMapFunc(r.bindingsOf), builder.WithPredicates(fluentPVCCreated)).
+		// A changed FluentPVC may fix the finalizer Jobs it made refused.
+		Watches(&v1alpha1.FluentPVC{}, handler.EnqueueRequestsFromMapFunc(r.rejectedBindingsOf), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
+}
+
+// drainJobRejected is true for an error that says the finalizer Job itself
+// is refused, so that only a change of its template (or of a policy or
+// quota) can help: invalid, malformed, or forbidden.
+func drainJobRejected(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err)
+}
+
+// rejectedBindingsOf are the bindings of a FluentPVC whose finalizer Job
+// was refused: a change of the FluentPVC may fix it, so they try again now
+// instead of after their backoff.
+func (r *BindingReconciler) rejectedBindingsOf(ctx context.Context, obj client.Object) []reconcile.Request {
+	var l v1alpha1.FluentPVCBindingList
+	if err := r.List(ctx, &l, client.MatchingFields{bindingFluentPVCIndex: obj.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, b := range l.Items {
+		if meta.IsStatusConditionTrue(b.Status.Conditions, v1alpha1.BindingConditionDrainJobRejected) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&b)})
+		}
+	}
+	return reqs
 }
 
 func (r *BindingReconciler) bindingsOf(ctx context.Context, obj client.Object) []reconcile.Request {

@@ -225,6 +225,19 @@ func constructFluentPVCStatus(f *v1alpha1.FluentPVC, bindings []v1alpha1.FluentP
 		poolReady.Status, poolReady.Reason, poolReady.Message = metav1.ConditionFalse, v1alpha1.PoolReadyReasonFilling, fmt.Sprintf("%d of %d warm PVCs are ready", s.Warm, int(f.Spec.Pool.Size)*len(poolNS))
 	}
 	meta.SetStatusCondition(&s.Conditions, poolReady)
+	if f.Spec.Pool.MaxNamespaces == 0 {
+		meta.RemoveStatusCondition(&s.Conditions, v1alpha1.FluentPVCConditionNamespaceLimitReached)
+	} else {
+		limit := metav1.Condition{Type: v1alpha1.FluentPVCConditionNamespaceLimitReached, ObservedGeneration: f.Generation, LastTransitionTime: metav1.NewTime(now),
+			Status: metav1.ConditionFalse, Reason: v1alpha1.NamespaceLimitReasonBelow,
+			Message: fmt.Sprintf("every learned namespace has a pool (at most %d)", f.Spec.Pool.MaxNamespaces)}
+		if len(pr.capped) > 0 {
+			shown := pr.capped[:min(len(pr.capped), 10)]
+			limit.Status, limit.Reason = metav1.ConditionTrue, v1alpha1.NamespaceLimitReasonReached
+			limit.Message = fmt.Sprintf("spec.pool.maxNamespaces (%d) leaves %d learned namespaces without a pool: %s", f.Spec.Pool.MaxNamespaces, len(pr.capped), strings.Join(shown, ", "))
+		}
+		meta.SetStatusCondition(&s.Conditions, limit)
+	}
 	s.Bindings = v1alpha1.BindingCounts{}
 	for _, b := range bindings {
 		switch b.Status.Phase {

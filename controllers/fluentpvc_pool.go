@@ -19,6 +19,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
@@ -83,7 +84,9 @@ type poolResult struct {
 	namespaces []v1alpha1.PoolNamespaceStatus
 	// missing are pool namespaces that do not exist: nothing is created
 	// there until they do.
-	missing      []string
+	missing []string
+	// capped are learned namespaces spec.pool.maxNamespaces leaves out.
+	capped       []string
 	requeueAfter time.Duration
 	// unreachable are warm PVCs replaced because no node can use their
 	// volume, moved those replaced to follow demand ("namespace/name"), for
@@ -198,7 +201,7 @@ func (r *FluentPVCReconciler) reconcilePool(ctx context.Context, f *v1alpha1.Flu
 	var keep []string
 	var res poolResult
 	if size > 0 && f.DeletionTimestamp.IsZero() {
-		keep, res.requeueAfter = pool.Namespaces(f.Spec.Pool.Namespaces, o.lastAdmission, now, r.opts.PoolIdleNamespaceTTL)
+		keep, res.requeueAfter, res.capped = pool.Namespaces(f.Spec.Pool.Namespaces, o.lastAdmission, now, r.opts.PoolIdleNamespaceTTL, r.learning(ctx, f))
 	}
 
 	byNS := map[string][]corev1.PersistentVolumeClaim{}
@@ -368,6 +371,23 @@ func demandNodes(claimed []corev1.PersistentVolumeClaim) []pool.DemandNode {
 		}
 	}
 	return out
+}
+
+// learning is what limits the namespaces f's pool learns: its
+// namespaceSelector, on the namespaces' cached labels, and its cap.
+func (r *FluentPVCReconciler) learning(ctx context.Context, f *v1alpha1.FluentPVC) pool.Learning {
+	l := pool.Learning{Max: int(f.Spec.Pool.MaxNamespaces)}
+	if sel := f.Spec.NamespaceSelector; sel != nil && len(sel.MatchLabels)+len(sel.MatchExpressions) > 0 {
+		l.Selected = func(ns string) bool {
+			m := namespaceMeta()
+			if err := r.Get(ctx, client.ObjectKey{Name: ns}, m); err != nil {
+				return false // gone, or unknown: no pool there
+			}
+			ok, err := objects.NamespaceSelected(sel, m.Labels)
+			return err == nil && ok
+		}
+	}
+	return l
 }
 
 // namespaceExists reads, from the cache, whether namespace ns exists.

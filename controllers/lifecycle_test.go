@@ -315,6 +315,57 @@ var _ = Describe("Claim lifecycle", func() {
 		Entry("an evicted pod whose sidecar was killed: the pod stays, with its status", true, evicted, false),
 	)
 
+	It("shows a refused finalizer Job on the binding and the FluentPVC, keeps the claim, and drains within 30 s once the FluentPVC is fixed", func() {
+		// A policy the FluentPVC cannot know of refuses its Jobs here.
+		const refused = "example.com/refused:1"
+		policy, policyBinding := fixtures.RejectJobsPolicy(ns, refused, "drain image refused by policy")
+		Expect(k8sClient.Create(ctx, policy)).To(Succeed())
+		Expect(k8sClient.Create(ctx, policyBinding)).To(Succeed())
+		DeferCleanup(func() {
+			Expect(k8sClient.Delete(context.Background(), policyBinding)).To(Succeed())
+			Expect(k8sClient.Delete(context.Background(), policy)).To(Succeed())
+		})
+		updateFluentPVC(ctx, fpvc, func(f *v1alpha1.FluentPVC) {
+			f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers[0].Image = refused
+		})
+		Eventually(func() error {
+			probe := &v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe"}}
+			probe.Spec.PVC.Name = "probe"
+			job := objects.DrainJob(fpvc, probe, 1)
+			job.OwnerReferences = nil
+			return k8sClient.Create(ctx, job, client.DryRunAll)
+		}).Should(MatchError(ContainSubstring("drain image refused by policy")))
+
+		pod, claim := admit("refused")
+		Expect(k8sClient.Delete(ctx, pod)).To(Succeed())
+		Eventually(func(g Gomega) {
+			b := binding(claim)(g)
+			c := meta(b.Status.Conditions, v1alpha1.BindingConditionDrainJobRejected)
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(c.Message).To(ContainSubstring("drain image refused by policy"))
+		}).Should(Succeed())
+		Eventually(func() []string { return eventReasons(claim) }).Should(ContainElement(v1alpha1.EventReasonDrainJobRejected))
+		Eventually(func(g Gomega) {
+			var l eventsv1.EventList
+			g.Expect(k8sClient.List(ctx, &l)).To(Succeed())
+			g.Expect(l.Items).To(ContainElement(And(HaveField("Regarding.Name", fpvc.Name), HaveField("Reason", v1alpha1.EventReasonDrainJobRejected))))
+		}).Should(Succeed())
+		Expect(jobs()).To(BeEmpty())
+		claimHeld(claim)
+
+		fixed := time.Now()
+		updateFluentPVC(ctx, fpvc, func(f *v1alpha1.FluentPVC) {
+			f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers[0].Image = "example.com/drain:1"
+		})
+		job := drainJob(claim, 1)
+		Expect(job.CreationTimestamp.Sub(fixed)).To(BeNumerically("<", 30*time.Second))
+		Eventually(func(g Gomega) {
+			g.Expect(binding(claim)(g).Status.Conditions).NotTo(ContainElement(HaveField("Type", v1alpha1.BindingConditionDrainJobRejected)))
+		}).Should(Succeed())
+		completeJob(ctx, job)
+		Eventually(claimReleased(claim)).Should(Succeed())
+	})
+
 	It("reclaims an orphan claim without a Job once its grace period has passed", func() {
 		// What the webhook leaves when a later admission step rejects the
 		// pod: a claim, whose binding the operator makes.

@@ -21,6 +21,11 @@ var (
 		Help: "Finalizer Jobs that failed and will be retried, by FluentPVC.",
 	}, []string{"fluentpvc"})
 
+	drainJobsRejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fluentpvc_drain_job_rejections_total",
+		Help: "Finalizer Jobs the API server refused to create (an invalid or forbidden template), by FluentPVC.",
+	}, []string{"fluentpvc"})
+
 	drainDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "fluentpvc_drain_duration_seconds",
 		Help:    "Time from a claim's first finalizer Job to its successful drain, retries included.",
@@ -44,6 +49,6 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(drainsStarted, drainsSucceeded, drainsFailed, drainDuration,
+	metrics.Registry.MustRegister(drainsStarted, drainsSucceeded, drainsFailed, drainJobsRejected, drainDuration,
 		podsDeletedForSidecar, orphansReclaimed, claimsAbandoned)
 }

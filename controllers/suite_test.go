@@ -62,6 +62,9 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	testEnv = fixtures.NewEnvtest()
 	testEnv.WebhookInstallOptions.MutatingWebhooks = []*admissionregistrationv1.MutatingWebhookConfiguration{whc}
+	vwhc, err := fixtures.FluentPVCWebhookConfiguration()
+	Expect(err).NotTo(HaveOccurred())
+	testEnv.WebhookInstallOptions.ValidatingWebhooks = []*admissionregistrationv1.ValidatingWebhookConfiguration{vwhc}
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
@@ -89,7 +92,7 @@ func startOperator() (manager.Manager, func()) {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(controllers.Setup(mgr, testOptions)).To(Succeed())
-	Expect(webhook.Setup(mgr, webhook.Options{})).To(Succeed())
+	Expect(webhook.Setup(mgr, webhook.Options{Namespace: "default"})).To(Succeed())
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -143,26 +143,50 @@ func boundClaim(claims []Claim, name string) bool {
 	return i >= 0 && claims[i].Bound
 }
 
+// Learning limits what Namespaces learns from admissions.
+type Learning struct {
+	// Selected tells whether a namespace may use the FluentPVC at all (its
+	// namespaceSelector); nil selects every namespace.
+	Selected func(ns string) bool
+	// Max caps the learned namespaces (0: no cap); the most recently active
+	// are kept.
+	Max int
+}
+
 // Namespaces decides which namespaces hold a pool. Listed namespaces always
 // do. With none listed, a namespace learned from admissions (lastAdmission)
-// keeps its pool until idleTTL passes without an admission; requeueAfter is
-// when the next one expires (0 when none will).
-func Namespaces(listed []string, lastAdmission map[string]time.Time, now time.Time, idleTTL time.Duration) (keep []string, requeueAfter time.Duration) {
+// keeps its pool until idleTTL passes without an admission, if learn
+// selects it and its cap leaves room; capped are the selected, active
+// namespaces the cap leaves out. requeueAfter is when the next one expires
+// (0 when none will).
+func Namespaces(listed []string, lastAdmission map[string]time.Time, now time.Time, idleTTL time.Duration, learn Learning) (keep []string, requeueAfter time.Duration, capped []string) {
 	if len(listed) > 0 {
 		keep = slices.Clone(listed)
 		slices.Sort(keep)
-		return keep, 0
+		return keep, 0, nil
 	}
 	for ns, t := range lastAdmission {
 		left := t.Add(idleTTL).Sub(now)
-		if left <= 0 {
+		if left <= 0 || (learn.Selected != nil && !learn.Selected(ns)) {
 			continue
 		}
 		keep = append(keep, ns)
+	}
+	// Most recently active first, so that a cap keeps those.
+	slices.SortFunc(keep, func(a, b string) int {
+		return cmp.Or(lastAdmission[b].Compare(lastAdmission[a]), cmp.Compare(a, b))
+	})
+	if learn.Max > 0 && len(keep) > learn.Max {
+		capped = slices.Clone(keep[learn.Max:])
+		slices.Sort(capped)
+		keep = keep[:learn.Max]
+	}
+	for _, ns := range keep {
+		left := lastAdmission[ns].Add(idleTTL).Sub(now)
 		if requeueAfter == 0 || left < requeueAfter {
 			requeueAfter = left
 		}
 	}
 	slices.Sort(keep)
-	return keep, requeueAfter
+	return keep, requeueAfter, capped
 }

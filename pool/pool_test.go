@@ -113,9 +113,25 @@ func TestNamespaces(t *testing.T) {
 	cases := map[string]struct {
 		listed        []string
 		lastAdmission map[string]time.Time
+		learn         Learning
 		wantKeep      []string
 		wantRequeue   time.Duration
+		wantCapped    []string
 	}{
+		"a namespace the selector leaves out is never learned": {
+			lastAdmission: map[string]time.Time{"team-a": now, "other": now},
+			learn:         Learning{Selected: func(ns string) bool { return ns == "team-a" }},
+			wantKeep:      []string{"team-a"}, wantRequeue: time.Hour,
+		},
+		"a cap keeps the most recently active, and says which it leaves out": {
+			lastAdmission: map[string]time.Time{"a": now.Add(-30 * time.Minute), "b": now.Add(-time.Minute), "c": now.Add(-10 * time.Minute), "d": now.Add(-40 * time.Minute)},
+			learn:         Learning{Max: 2},
+			wantKeep:      []string{"b", "c"}, wantRequeue: 50 * time.Minute, wantCapped: []string{"a", "d"},
+		},
+		"a cap does not apply to listed namespaces": {
+			listed: []string{"a", "b", "c"}, learn: Learning{Max: 1},
+			wantKeep: []string{"a", "b", "c"},
+		},
 		"listed namespaces are kept whatever the admissions": {
 			listed: []string{"b", "a"}, lastAdmission: map[string]time.Time{"c": now},
 			wantKeep: []string{"a", "b"},
@@ -128,7 +144,10 @@ func TestNamespaces(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			keep, requeue := Namespaces(tc.listed, tc.lastAdmission, now, time.Hour)
+			keep, requeue, capped := Namespaces(tc.listed, tc.lastAdmission, now, time.Hour, tc.learn)
+			if diff := cmp.Diff(tc.wantCapped, capped, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("capped (-want +got):\n%s", diff)
+			}
 			if diff := cmp.Diff(tc.wantKeep, keep, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("keep (-want +got):\n%s", diff)
 			}

@@ -24,6 +24,11 @@ const (
 	// reasonNativeSidecarUnsupported: a Native FluentPVC on a cluster
 	// older than 1.29.
 	reasonNativeSidecarUnsupported = "NativeSidecarUnsupported"
+	// reasonNamespaceNotSelected: the FluentPVC's namespaceSelector leaves
+	// the pod's namespace out.
+	reasonNamespaceNotSelected = "NamespaceNotSelected"
+	// reasonUseForbidden: the pod's creator may not "use" the FluentPVC.
+	reasonUseForbidden = "UseForbidden"
 )
 
 var (

@@ -40,6 +40,9 @@ type Options struct {
 	// native sidecars (NativeSidecarSupport); pods of FluentPVCs in Native
 	// mode are then refused with it.
 	NativeSidecarsUnsupported string
+	// Namespace is where FluentPVCs' representative objects are dry-run
+	// (the operator's own).
+	Namespace string
 }
 
 // NativeSidecarSupport says why an API server of version gitVersion (its
@@ -55,7 +58,8 @@ func NativeSidecarSupport(gitVersion string) string {
 	return fmt.Sprintf("the API server is %s and native sidecars need Kubernetes 1.29 or later", gitVersion)
 }
 
-// Setup registers the pod webhook with mgr's webhook server.
+// Setup registers the pod webhook and the FluentPVC validating webhook with
+// mgr's webhook server.
 func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -68,9 +72,16 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if _, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Node{}); err != nil {
 		return fmt.Errorf("watching nodes: %w", err)
 	}
+	// And namespaces' labels, for FluentPVCs' namespaceSelector.
+	if _, err := mgr.GetCache().GetInformer(context.Background(), namespaceMeta()); err != nil {
+		return fmt.Errorf("watching namespaces: %w", err)
+	}
 	m := NewPodMutator(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetClient(), admission.NewDecoder(mgr.GetScheme()), opts.Clock)
 	m.NativeSidecarsUnsupported = opts.NativeSidecarsUnsupported
 	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: m})
+	mgr.GetWebhookServer().Register(FluentPVCPath, &admission.Webhook{Handler: &FluentPVCValidator{
+		Writer: mgr.GetClient(), Decoder: admission.NewDecoder(mgr.GetScheme()), Namespace: opts.Namespace,
+	}})
 	return nil
 }
 
@@ -181,6 +192,13 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	}
 	if fpvc.Spec.NativeSidecar() && m.NativeSidecarsUnsupported != "" {
 		return admission.Denied(fmt.Sprintf("FluentPVC %q has sidecarMode Native, but %s: set its sidecarMode to Container", name, m.NativeSidecarsUnsupported)), resultDenied, reasonNativeSidecarUnsupported
+	}
+	why, reason, err := m.accessDenied(ctx, fpvc, pod.Namespace, req)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
+	}
+	if why != "" {
+		return admission.Denied(why), resultDenied, reason
 	}
 
 	// The API server sends JSON. The decoder would also take YAML, or

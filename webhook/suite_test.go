@@ -53,6 +53,9 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	testEnv = fixtures.NewEnvtest()
 	testEnv.WebhookInstallOptions.MutatingWebhooks = []*admissionregistrationv1.MutatingWebhookConfiguration{whc}
+	vwhc, err := fixtures.FluentPVCWebhookConfiguration()
+	Expect(err).NotTo(HaveOccurred())
+	testEnv.WebhookInstallOptions.ValidatingWebhooks = []*admissionregistrationv1.ValidatingWebhookConfiguration{vwhc}
 	cfg, err = testEnv.Start()
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
@@ -68,7 +71,7 @@ var _ = BeforeSuite(func() {
 		}),
 	})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(webhook.Setup(mgr, webhook.Options{})).To(Succeed())
+	Expect(webhook.Setup(mgr, webhook.Options{Namespace: "default"})).To(Succeed())
 	mgrClient = mgr.GetClient()
 	mutator = webhook.NewPodMutator(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetClient(), admission.NewDecoder(scheme), clock.RealClock{})
 

@@ -95,12 +95,46 @@ type FluentPVCSpec struct {
 	// +kubebuilder:default=true
 	DeletePodIfSidecarContainerTerminationDetected *bool `json:"deletePodIfSidecarContainerTerminationDetected,omitempty"`
 
+	// namespaceSelector selects, by their labels, the namespaces whose pods
+	// may use this FluentPVC. Unset or empty selects every namespace, as
+	// fluent-pvc-operator did. A pod in another namespace is refused at
+	// admission with a message naming the FluentPVC and the selector, and
+	// the pool never learns such a namespace.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+
+	// usePermission says whether the user who creates a pod must be allowed
+	// the verb "use" on this FluentPVC (resource fluentpvcs of group
+	// fluent-pvc-operator.tech.zozo.com), checked with a SubjectAccessReview,
+	// as pvpool guards its pools: NotRequired (the default) or Required. The
+	// review is made in the pod's namespace, so a RoleBinding there grants
+	// it as well as a ClusterRoleBinding.
+	// For pods that a controller creates (Deployments, Jobs, DaemonSets),
+	// that user is the controller's service account, not the person who
+	// applied the workload: grant it there, or use namespaceSelector.
+	// +optional
+	// +kubebuilder:default=NotRequired
+	UsePermission UsePermission `json:"usePermission,omitempty"`
+
 	// pool keeps warm, bound PVCs ready so that pods start without waiting for
 	// a disk to be provisioned. Defaults to no pool.
 	// +optional
 	// +kubebuilder:default={}
 	Pool PoolSpec `json:"pool,omitempty"`
 }
+
+// UsePermission is whether creating a pod of a FluentPVC needs the verb
+// "use" on it.
+// +kubebuilder:validation:Enum=NotRequired;Required
+type UsePermission string
+
+const (
+	// UsePermissionNotRequired admits pods whoever creates them.
+	UsePermissionNotRequired UsePermission = "NotRequired"
+	// UsePermissionRequired admits a pod only if its creator may "use" the
+	// FluentPVC.
+	UsePermissionRequired UsePermission = "Required"
+)
 
 // SidecarMode is how the sidecar is added to a pod.
 // +kubebuilder:validation:Enum=Native;Container
@@ -132,6 +166,16 @@ type PoolSpec struct {
 	// +kubebuilder:validation:items:MaxLength=63
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Namespaces []string `json:"namespaces,omitempty"`
+
+	// maxNamespaces caps how many namespaces the pool learns from
+	// admissions when none are listed: the most recently active ones keep a
+	// pool, and pods elsewhere get claims made at admission. The
+	// NamespaceLimitReached condition says when the cap is reached and which
+	// namespaces it leaves out. Unset: no cap.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxNamespaces int32 `json:"maxNamespaces,omitempty"`
 }
 
 // FluentPVCStatus is the observed state of a FluentPVC.
@@ -266,6 +310,13 @@ const (
 	PoolReadyReasonDisabled = "Disabled"
 	// PoolReadyReasonNoNamespaces: no namespace has been listed or learned yet.
 	PoolReadyReasonNoNamespaces = "NoNamespaces"
+	// FluentPVCConditionNamespaceLimitReached is True while
+	// spec.pool.maxNamespaces leaves learned namespaces without a pool.
+	FluentPVCConditionNamespaceLimitReached = "NamespaceLimitReached"
+	// NamespaceLimitReasonReached: some learned namespaces have no pool.
+	NamespaceLimitReasonReached = "Reached"
+	// NamespaceLimitReasonBelow: every learned namespace has a pool.
+	NamespaceLimitReasonBelow = "BelowLimit"
 	// PoolReadyReasonNamespaceNotFound: a pool namespace does not exist;
 	// the others are filled meanwhile.
 	PoolReadyReasonNamespaceNotFound = "NamespaceNotFound"

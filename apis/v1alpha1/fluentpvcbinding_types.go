@@ -146,6 +146,13 @@ const (
 	// PodReadyReasonNeverAppeared: the grace period passed without a pod.
 	PodReadyReasonNeverAppeared = "NeverAppeared"
 
+	// BindingConditionDrainJobRejected is True while the API server refuses
+	// the finalizer Job made from the FluentPVC's template (for example a
+	// container without an image); its message is the API server's. The
+	// claim is kept, the Job is tried again with backoff, and at once when
+	// the FluentPVC changes. It goes once a Job is created.
+	BindingConditionDrainJobRejected = "DrainJobRejected"
+
 	// BindingConditionDrained is True once a finalizer Job succeeded.
 	BindingConditionDrained = "Drained"
 	// DrainedReasonNotStarted: the claim is in use.
@@ -154,6 +161,9 @@ const (
 	DrainedReasonRunning = "JobRunning"
 	// DrainedReasonBackoff: the last finalizer Job failed; the next waits for its backoff.
 	DrainedReasonBackoff = "BackoffAfterFailure"
+	// DrainedReasonJobRejected: the API server refused the finalizer Job
+	// (see the DrainJobRejected condition).
+	DrainedReasonJobRejected = "JobRejected"
 	// DrainedReasonSucceeded: a finalizer Job succeeded.
 	DrainedReasonSucceeded = "JobSucceeded"
 	// DrainedReasonNotNeeded: no pod ever used the claim.

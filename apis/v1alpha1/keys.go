@@ -127,6 +127,10 @@ const (
 	EventReasonDrainStarted = "DrainStarted"
 	// EventReasonDrainFailed: a finalizer Job failed; it will be retried.
 	EventReasonDrainFailed = "DrainFailed"
+	// EventReasonDrainJobRejected: the API server refused the finalizer Job
+	// made from the FluentPVC's template; the claim is kept and the Job is
+	// tried again once the FluentPVC changes, or after a backoff.
+	EventReasonDrainJobRejected = "DrainJobRejected"
 	// EventReasonDrained: a finalizer Job succeeded; the claim is deleted.
 	EventReasonDrained = "Drained"
 	// EventReasonOrphanReclaimed: no pod ever used the claim; it was reclaimed.

@@ -227,6 +227,11 @@ func (in *FluentPVCSpec) DeepCopyInto(out *FluentPVCSpec) {
 		*out = new(bool)
 		**out = **in
 	}
+	if in.NamespaceSelector != nil {
+		in, out := &in.NamespaceSelector, &out.NamespaceSelector
+		*out = new(metav1.LabelSelector)
+		(*in).DeepCopyInto(*out)
+	}
 	in.Pool.DeepCopyInto(&out.Pool)
 }
 
