@@ -44,10 +44,11 @@ const representativeImage = "registry.k8s.io/pause:3.10"
 // refuse later, once per pod: it builds a representative pod (a minimal pod
 // with everything the FluentPVC injects), the finalizer Job and a claim,
 // submits each as a server-side dry run in Namespace, so that the API
-// server's own validation, defaulting and admission plugins judge them,
-// and maps the errors back to the FluentPVC's fields. An error that is not
-// about the objects (a policy of Namespace, the API server unreachable)
-// becomes a warning: the CRD's schema still applies.
+// server's own validation and defaulting judge them, and maps the errors
+// back to the FluentPVC's fields. A refusal by a policy or quota of
+// Namespace (Forbidden, which the API server checks after validation) says
+// nothing of the users' namespaces and is ignored; any other error (the API
+// server unreachable) becomes a warning: the CRD's schema still applies.
 type FluentPVCValidator struct {
 	// Writer makes the dry runs.
 	Writer    client.Writer
@@ -97,6 +98,10 @@ func (v *FluentPVCValidator) Validate(ctx context.Context, f *v1alpha1.FluentPVC
 			}
 		case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
 			errs = append(errs, field.Invalid(field.NewPath("spec"), nil, fmt.Sprintf("the %s made from this FluentPVC is refused: %v", o.what, err)))
+		case apierrors.IsForbidden(err):
+			// Validation passed: only a policy or quota of the operator's
+			// namespace (its Pod Security level is restricted) refused
+			// it, which says nothing of the users' namespaces.
 		default:
 			warnings = append(warnings, fmt.Sprintf("the %s made from this FluentPVC could not be checked in namespace %s: %v", o.what, v.Namespace, err))
 		}

@@ -1,11 +1,19 @@
 package webhook
 
 import (
+	"context"
+	"errors"
 	"testing"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
@@ -83,5 +91,35 @@ func TestRepresentatives(t *testing.T) {
 	}
 	if job.Spec.Template.Spec.Containers[0].Image != f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers[0].Image {
 		t.Errorf("the Job is not made from the template")
+	}
+}
+
+func TestValidateOutcomes(t *testing.T) {
+	f := fixtures.MakeFluentPVC("f").Obj()
+	gr := schema.GroupResource{Resource: "pods"}
+	invalid := apierrors.NewInvalid(schema.GroupKind{Group: "batch", Kind: "Job"}, "x", field.ErrorList{
+		field.Required(field.NewPath("spec", "template", "spec", "containers").Index(0).Child("image"), ""),
+	})
+	cases := map[string]struct {
+		err          error
+		wantErrs     int
+		wantWarnings int
+	}{
+		"admitted by the API server":                         {},
+		"invalid: an error at the FluentPVC's field":         {err: invalid, wantErrs: 3},
+		"forbidden by the operator namespace's Pod Security": {err: apierrors.NewForbidden(gr, "x", errors.New("violates PodSecurity \"restricted:latest\""))},
+		"the API server unreachable: a warning, admitted":    {err: apierrors.NewServiceUnavailable("down"), wantWarnings: 3},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+				Create: func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error { return tc.err },
+			}).Build()
+			v := &FluentPVCValidator{Writer: c, Namespace: "ns"}
+			errs, warnings := v.Validate(context.Background(), f)
+			if len(errs) != tc.wantErrs || len(warnings) != tc.wantWarnings {
+				t.Errorf("Validate = %d errors %v, %d warnings %v; want %d and %d", len(errs), errs, len(warnings), warnings, tc.wantErrs, tc.wantWarnings)
+			}
+		})
 	}
 }
