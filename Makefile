@@ -21,6 +21,12 @@ GOLANGCI_LINT := go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v
 # would git-clone golangci-lint from GitHub, which a machine with only the Go
 # module proxy cannot). Rebuilt only when that module changes.
 KAL := $(BIN)/golangci-lint-kube-api-linter
+# Helm from the Go module proxy (make helm), for the chart's lint, template
+# and install.
+CHART := charts/fluent-pvc-operator
+HELM_VERSION := v3.22.0
+HELM := $(BIN)/helm
+RELEASE_IMG ?= fluent-pvc-operator.local/manager:dev
 GINKGO_FLAGS ?=
 # Embedded core types whose field descriptions are dropped from the CRD so
 # that it fits a client-side `kubectl apply`, and strings in them bounded so
@@ -58,16 +64,45 @@ manifests: ## Generate CRDs, RBAC and webhook manifests into config/.
 		output:rbac:artifacts:config=config/rbac \
 		output:webhook:artifacts:config=config/webhook
 	go run ./hack/crdtrim config/crd/bases/fluent-pvc-operator.tech.zozo.com_fluentpvcs.yaml $(CRD_TRIM_PATHS)
+	@# The Helm chart takes the same CRDs, RBAC rules and webhooks, never edited twice.
+	cp config/crd/bases/*.yaml $(CHART)/crds/
+	cp config/rbac/role.yaml $(CHART)/files/role.yaml
+	cp config/rbac/leader_election_role.yaml $(CHART)/files/leader_election_role.yaml
+	cp config/webhook/manifests.yaml $(CHART)/files/webhooks.yaml
 
 .PHONY: verify
-verify: generate manifests ## Regenerate and fail on any diff, untracked generated file, unformatted Go file, or tracked binary or file over 1 MiB.
+verify: generate manifests $(HELM) ## Regenerate and fail on any diff, untracked generated file, unformatted Go file, or tracked binary or file over 1 MiB.
 	@hack/check-tracked-files.sh --self-test
 	@hack/check-tracked-files.sh
-	@if [ -n "$$(git status --porcelain -- apis config)" ]; then \
+	@if [ -n "$$(git status --porcelain -- apis config $(CHART))" ]; then \
 		echo "generated files are out of date; run 'make generate manifests' and commit:"; \
-		git status --porcelain -- apis config; exit 1; fi
+		git status --porcelain -- apis config $(CHART); exit 1; fi
+	@# The chart renders what config/default does, but for the differences
+	@# test/helm declares.
+	HELM=$(HELM) go test ./test/helm -count=1
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then \
 		echo "go files are not formatted; run 'make fmt':"; echo "$$unformatted"; exit 1; fi
+
+##@ Release
+
+
+$(HELM):
+	GOBIN=$(BIN) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+.PHONY: helm
+helm: $(HELM) ## Build helm (from the Go module proxy) into bin/.
+
+.PHONY: helm-lint
+helm-lint: $(HELM) ## Lint the chart with its default and cert-manager values.
+	$(HELM) lint --strict $(CHART)
+	$(HELM) lint --strict $(CHART) --set certManagement.mode=cert-manager
+
+.PHONY: release-manifests
+release-manifests: ## Write dist/install.yaml, config/default as one file with RELEASE_IMG, for kubectl apply -f.
+	@rm -rf $(BIN)/release && mkdir -p $(BIN)/release dist
+	cd $(BIN)/release && $(KUSTOMIZE) create --resources ../../config/default && $(KUSTOMIZE) edit set image controller=$(RELEASE_IMG)
+	$(KUSTOMIZE) build $(BIN)/release > dist/install.yaml
+	@echo "dist/install.yaml: $$(grep -c '^kind:' dist/install.yaml) objects, image $(RELEASE_IMG)"
 
 .PHONY: fmt
 fmt: ## Run go fmt.
@@ -78,10 +113,11 @@ vet: ## Run go vet.
 	go vet ./...
 
 .PHONY: lint
-lint: $(KAL) ## Run golangci-lint (.golangci.yaml) on all the code and kube-api-linter (.golangci-kal.yaml) on apis/.
+lint: $(KAL) $(HELM) ## Run golangci-lint (.golangci.yaml) on all the code, kube-api-linter (.golangci-kal.yaml) on apis/, and helm lint on the chart.
 	@rc=0; \
 	$(GOLANGCI_LINT) run || rc=1; \
 	$(KAL) run -c .golangci-kal.yaml ./apis/... || rc=1; \
+	$(MAKE) --no-print-directory helm-lint >/dev/null || { $(MAKE) --no-print-directory helm-lint; rc=1; }; \
 	exit $$rc
 
 .PHONY: lint-fix
@@ -119,7 +155,7 @@ $(BIN)/%:
 	@hack/build-bin.sh $*
 
 .PHONY: test
-test: bins vet ## Run every suite: unit, integration (envtest), end-to-end (kwok), a reduced fault-injection run, the real-node smoke test and end-to-end suite, and a reduced benchmark.
+test: bins vet $(HELM) ## Run every suite: unit, integration (envtest), end-to-end (kwok), a reduced fault-injection run, the real-node smoke test and end-to-end suite, and a reduced benchmark.
 	$(MAKE) test-unit
 	$(MAKE) test-integration
 	$(MAKE) test-e2e
