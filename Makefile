@@ -99,9 +99,9 @@ helm-lint: $(HELM) ## Lint the chart with its default and cert-manager values.
 
 .PHONY: release-manifests
 release-manifests: ## Write dist/install.yaml, config/default as one file with RELEASE_IMG, for kubectl apply -f.
-	@rm -rf $(BIN)/release && mkdir -p $(BIN)/release dist
-	cd $(BIN)/release && $(KUSTOMIZE) create --resources ../../config/default && $(KUSTOMIZE) edit set image controller=$(RELEASE_IMG)
-	$(KUSTOMIZE) build $(BIN)/release > dist/install.yaml
+	@rm -rf $(DEPLOY_DIR) && mkdir -p $(DEPLOY_DIR) dist
+	cd $(DEPLOY_DIR) && $(KUSTOMIZE) create --resources ../../config/default && $(KUSTOMIZE) edit set image controller=$(RELEASE_IMG)
+	$(KUSTOMIZE) build $(DEPLOY_DIR) > dist/install.yaml
 	@echo "dist/install.yaml: $$(grep -c '^kind:' dist/install.yaml) objects, image $(RELEASE_IMG)"
 
 .PHONY: fmt
@@ -188,7 +188,7 @@ test-real-node: bins ## Run the real-node tier: a kubelet with containerd beside
 	fi
 
 .PHONY: test-e2e-real
-test-e2e-real: bins ## Run the end-to-end suite on the real node: the operator installed by make deploy, real containers (skipped, with its reason, where the machine cannot).
+test-e2e-real: bins $(HELM) ## Run the end-to-end suite on the real node: the operator installed by make deploy, real containers (skipped, with its reason, where the machine cannot).
 	@if hack/real-node-deps.sh; then \
 		$(MAKE) real-node-bins images && \
 		REAL_NODE=1 flock $(REAL_NODE_LOCK) go test ./test/realnode -count=1 -timeout 30m -v -run '^TestE2EReal$$' -ginkgo.v $(GINKGO_FLAGS); \
@@ -246,10 +246,9 @@ install: ## Install the CRDs into the cluster of the current kubeconfig.
 DEPLOY_DIR := $(BIN)/deploy
 
 .PHONY: deploy
-deploy: ## Deploy the operator (config/default) with image IMG into the cluster of the current kubeconfig, and wait until it serves.
-	@rm -rf $(DEPLOY_DIR) && mkdir -p $(DEPLOY_DIR)
-	cd $(DEPLOY_DIR) && $(KUSTOMIZE) create --resources ../../config/default && $(KUSTOMIZE) edit set image controller=$(IMG)
-	$(KUSTOMIZE) build $(DEPLOY_DIR) | $(KUBECTL) apply -f -
+deploy: ## Deploy the operator (config/default, as dist/install.yaml) with image IMG into the cluster of the current kubeconfig, and wait until it serves.
+	$(MAKE) --no-print-directory release-manifests RELEASE_IMG=$(IMG)
+	$(KUBECTL) apply -f dist/install.yaml
 	$(KUBECTL) -n $(DEPLOY_NAMESPACE) rollout status deployment/fluent-pvc-operator-controller-manager --timeout=$(DEPLOY_TIMEOUT)
 
 .PHONY: undeploy
