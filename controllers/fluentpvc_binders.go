@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
@@ -14,31 +15,44 @@ import (
 )
 
 // binderPatience is how long a binder Job may wait before its pod is read:
-// the scheduler places a pod in milliseconds when it can, so a binder still
-// unbound after this is worth a look, and a healthy pool costs no reads.
+// the scheduler places a pod in milliseconds when it can, so a binder whose
+// warm PVC is still unbound after this is worth a look, and a healthy pool
+// costs no reads.
 const binderPatience = 10 * time.Second
 
 // unschedulableBinders says why the binders of f that have waited longer
-// than binderPatience cannot be scheduled, quoting the scheduler, and when
-// to look again while some wait. Binder pods are not in the cache (they
-// carry no FluentPVC label, so that the pod webhook leaves them alone), so
-// they are read live, only then, per namespace.
+// than binderPatience for their warm PVC to be Bound cannot be scheduled,
+// quoting the scheduler, and when to look again while some wait. Binder
+// pods are not in the cache (they carry no FluentPVC label, so that the pod
+// webhook leaves them alone), so they are read live, only then, in the
+// namespaces of those binders.
 func (r *FluentPVCReconciler) unschedulableBinders(ctx context.Context, f *v1alpha1.FluentPVC, o poolObserved) ([]string, time.Duration, error) {
+	bound := sets.New[string]()
+	for _, c := range o.warm {
+		if c.Status.Phase == corev1.ClaimBound {
+			bound.Insert(c.Namespace + "/" + c.Name)
+		}
+	}
 	now := r.clock.Now()
+	waiting := sets.New[string]() // "namespace/warm PVC"
 	var namespaces []string
 	var requeueAfter time.Duration
 	for _, j := range o.binders {
-		if !j.DeletionTimestamp.IsZero() {
-			continue
+		claim := j.Namespace + "/" + j.Labels[v1alpha1.WarmClaimLabelKey]
+		if !j.DeletionTimestamp.IsZero() || bound.Has(claim) {
+			continue // done: deleted in this reconcile or the last
 		}
-		if left := j.CreationTimestamp.Add(binderPatience).Sub(now); left > 0 {
-			if requeueAfter == 0 || left < requeueAfter {
-				requeueAfter = left
-			}
-			continue
+		// Look again when a young binder comes of age, or every
+		// binderPatience while an old one waits.
+		recheck := j.CreationTimestamp.Add(binderPatience).Sub(now)
+		if recheck <= 0 {
+			recheck = binderPatience
+			waiting.Insert(claim)
+			namespaces = append(namespaces, j.Namespace)
 		}
-		namespaces = append(namespaces, j.Namespace)
-		requeueAfter = binderPatience
+		if requeueAfter == 0 || recheck < requeueAfter {
+			requeueAfter = recheck
+		}
 	}
 	slices.Sort(namespaces)
 	var warnings []string
@@ -47,6 +61,9 @@ func (r *FluentPVCReconciler) unschedulableBinders(ctx context.Context, f *v1alp
 		if err := r.apiReader.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels(pool.BinderPodLabels(f.Name))); err != nil {
 			return nil, 0, fmt.Errorf("listing binder pods in %s: %w", ns, err)
 		}
+		pods.Items = slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool {
+			return !waiting.Has(p.Namespace + "/" + p.Labels[v1alpha1.WarmClaimLabelKey])
+		})
 		warnings = append(warnings, pool.BinderUnschedulable(pods.Items)...)
 	}
 	return warnings, requeueAfter, nil

@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -13,36 +14,50 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
-func TestBinderJobSpreadIsAPreference(t *testing.T) {
-	fpvc := fixtures.MakeFluentPVC("f").Obj()
-	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "f-warm", Namespace: "ns"}}
-	spec := BinderJob(fpvc, claim, "pause").Spec.Template.Spec
-	cases := map[string]struct {
-		check func(corev1.TopologySpreadConstraint) bool
-	}{
-		// A required spread keeps every binder Pending on a cluster whose
-		// nodes carry no zone label.
-		"never required": {check: func(c corev1.TopologySpreadConstraint) bool { return c.WhenUnsatisfiable == corev1.ScheduleAnyway }},
-		"over zones":     {check: func(c corev1.TopologySpreadConstraint) bool { return c.TopologyKey == ZoneLabelKey && c.MaxSkew == 1 }},
-		"among this pool's": {check: func(c corev1.TopologySpreadConstraint) bool {
-			return c.LabelSelector != nil && c.LabelSelector.MatchLabels[v1alpha1.ComponentLabelKey] == v1alpha1.ComponentBinder &&
-				c.LabelSelector.MatchLabels[binderPoolLabelKey] == fpvc.Name
-		}},
+func TestBinderJobSpread(t *testing.T) {
+	spread := func(fpvc string) []corev1.TopologySpreadConstraint {
+		return []corev1.TopologySpreadConstraint{{
+			MaxSkew:     1,
+			TopologyKey: ZoneLabelKey,
+			// Only a preference: a required spread (DoNotSchedule) filters
+			// out every node without a zone label, so on a cluster without
+			// zone labels no binder would ever schedule.
+			WhenUnsatisfiable: corev1.ScheduleAnyway,
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
+				v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder,
+				binderPoolLabelKey:         fpvc,
+			}},
+		}}
 	}
-	if len(spec.TopologySpreadConstraints) != 1 {
-		t.Fatalf("binder has %d spread constraints, want 1", len(spec.TopologySpreadConstraints))
+	cases := map[string]struct {
+		fpvc, namespace, claim string
+		want                   []corev1.TopologySpreadConstraint
+	}{
+		"spreads over zones by preference, among the binders of its FluentPVC": {
+			fpvc: "f", namespace: "ns", claim: "f-warm", want: spread("f"),
+		},
+		"another FluentPVC's binders spread among themselves": {
+			fpvc: "g", namespace: "other", claim: "g-warm", want: spread("g"),
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if c := spec.TopologySpreadConstraints[0]; !tc.check(c) {
-				t.Errorf("spread constraint %+v", c)
+			claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: tc.claim, Namespace: tc.namespace}}
+			job := BinderJob(fixtures.MakeFluentPVC(tc.fpvc).Obj(), claim, "pause")
+			got := job.Spec.Template.Spec.TopologySpreadConstraints
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Fatalf("spread constraints (-want +got):\n%s", diff)
+			}
+			// The selector must match the binder's own pod, or the spread
+			// counts nothing.
+			sel, err := metav1.LabelSelectorAsSelector(got[0].LabelSelector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !sel.Matches(labels.Set(job.Spec.Template.Labels)) {
+				t.Errorf("the spread's selector %v does not match the binder pod's labels %v", sel, job.Spec.Template.Labels)
 			}
 		})
-	}
-	for _, c := range spec.TopologySpreadConstraints {
-		if c.WhenUnsatisfiable == corev1.DoNotSchedule {
-			t.Errorf("a required spread: %+v", c)
-		}
 	}
 }
 
