@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -95,7 +96,9 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 	pr, poolErr := r.reconcilePool(ctx, f, po)
 	binderWarnings, binderRecheck, err := r.unschedulableBinders(ctx, f, po)
 	if err != nil {
-		return ctrl.Result{}, err
+		// Best effort: why binders wait is worth telling, not worth the
+		// status write; the recheck comes with the next event or requeue.
+		ctrl.LoggerFrom(ctx).Error(err, "reading binder pods", "fluentPVC", klog.KObj(f))
 	}
 	if binderRecheck > 0 && (pr.requeueAfter == 0 || binderRecheck < pr.requeueAfter) {
 		pr.requeueAfter = binderRecheck
