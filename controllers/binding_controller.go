@@ -604,27 +604,26 @@ func drainJobRejected(err error) bool {
 // was refused: a change of the FluentPVC may fix it, so they try again now
 // instead of after their backoff.
 func (r *BindingReconciler) rejectedBindingsOf(ctx context.Context, obj client.Object) []reconcile.Request {
-	var l v1alpha1.FluentPVCBindingList
-	if err := r.List(ctx, &l, client.MatchingFields{bindingFluentPVCIndex: obj.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil
-	}
-	var reqs []reconcile.Request
-	for _, b := range l.Items {
-		if meta.IsStatusConditionTrue(b.Status.Conditions, v1alpha1.BindingConditionDrainJobRejected) {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&b)})
-		}
-	}
-	return reqs
+	return r.bindingsWhere(ctx, obj.GetName(), func(b *v1alpha1.FluentPVCBinding) bool {
+		return meta.IsStatusConditionTrue(b.Status.Conditions, v1alpha1.BindingConditionDrainJobRejected)
+	})
 }
 
 func (r *BindingReconciler) bindingsOf(ctx context.Context, obj client.Object) []reconcile.Request {
+	return r.bindingsWhere(ctx, obj.GetName(), func(*v1alpha1.FluentPVCBinding) bool { return true })
+}
+
+// bindingsWhere are the bindings of FluentPVC fpvc that keep selects.
+func (r *BindingReconciler) bindingsWhere(ctx context.Context, fpvc string, keep func(*v1alpha1.FluentPVCBinding) bool) []reconcile.Request {
 	var l v1alpha1.FluentPVCBindingList
-	if err := r.List(ctx, &l, client.MatchingFields{bindingFluentPVCIndex: obj.GetName()}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.List(ctx, &l, client.MatchingFields{bindingFluentPVCIndex: fpvc}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil
 	}
-	reqs := make([]reconcile.Request, 0, len(l.Items))
-	for _, b := range l.Items {
-		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&b)})
+	var reqs []reconcile.Request
+	for i := range l.Items {
+		if keep(&l.Items[i]) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&l.Items[i])})
+		}
 	}
 	return reqs
 }

@@ -393,14 +393,19 @@ var _ = Describe("Warm pool", func() {
 			f.Spec.Pool.Size = 1
 		})
 		hash := pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate)
-		var spare corev1.PersistentVolumeClaim
-		Eventually(func(g Gomega) {
-			var current []corev1.PersistentVolumeClaim
+		// currentWarm are the warm PVCs of the class's template.
+		currentWarm := func(g Gomega) []corev1.PersistentVolumeClaim {
+			var out []corev1.PersistentVolumeClaim
 			for _, c := range warmClaims(g) {
 				if c.Labels[v1alpha1.TemplateHashLabelKey] == hash {
-					current = append(current, c)
+					out = append(out, c)
 				}
 			}
+			return out
+		}
+		var spare corev1.PersistentVolumeClaim
+		Eventually(func(g Gomega) {
+			current := currentWarm(g)
 			g.Expect(current).To(HaveLen(1))
 			spare = current[0]
 			named := spare.Annotations[pool.SelectedNodeAnnotationKey]
@@ -430,12 +435,7 @@ var _ = Describe("Warm pool", func() {
 		// The warm PVC serving no pod is replaced by one on the miss's
 		// node, once it has settled.
 		Eventually(func(g Gomega) {
-			var current []corev1.PersistentVolumeClaim
-			for _, c := range warmClaims(g) {
-				if c.Labels[v1alpha1.TemplateHashLabelKey] == hash {
-					current = append(current, c)
-				}
-			}
+			current := currentWarm(g)
 			g.Expect(current).To(HaveLen(1))
 			g.Expect(current[0].UID).NotTo(Equal(spare.UID))
 			g.Expect(current[0].Annotations).To(HaveKeyWithValue(pool.SelectedNodeAnnotationKey, other))

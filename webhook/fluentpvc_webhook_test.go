@@ -2,11 +2,13 @@ package webhook_test
 
 import (
 	"context"
+	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -29,35 +31,26 @@ var _ = Describe("FluentPVC validation by dry run", func() {
 		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")},
 		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
 	}
+	// objectsIn names the PVCs, Jobs, pods and bindings in ns.
 	objectsIn := func(g Gomega, ns string) []string {
 		var out []string
-		var pvcs corev1.PersistentVolumeClaimList
-		g.Expect(k8sClient.List(ctx, &pvcs, client.InNamespace(ns))).To(Succeed())
-		for _, o := range pvcs.Items {
-			out = append(out, "pvc/"+o.Name)
-		}
-		var jobs batchv1.JobList
-		g.Expect(k8sClient.List(ctx, &jobs, client.InNamespace(ns))).To(Succeed())
-		for _, o := range jobs.Items {
-			out = append(out, "job/"+o.Name)
-		}
-		var pods corev1.PodList
-		g.Expect(k8sClient.List(ctx, &pods, client.InNamespace(ns))).To(Succeed())
-		for _, o := range pods.Items {
-			out = append(out, "pod/"+o.Name)
-		}
-		var bindings v1alpha1.FluentPVCBindingList
-		g.Expect(k8sClient.List(ctx, &bindings, client.InNamespace(ns))).To(Succeed())
-		for _, o := range bindings.Items {
-			out = append(out, "binding/"+o.Name)
+		for kind, l := range map[string]client.ObjectList{
+			"pvc": &corev1.PersistentVolumeClaimList{}, "job": &batchv1.JobList{},
+			"pod": &corev1.PodList{}, "binding": &v1alpha1.FluentPVCBindingList{},
+		} {
+			g.Expect(k8sClient.List(ctx, l, client.InNamespace(ns))).To(Succeed())
+			items, err := apimeta.ExtractList(l)
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, o := range items {
+				out = append(out, kind+"/"+o.(client.Object).GetName())
+			}
 		}
 		return out
 	}
 
 	It("admits the sample, in both sidecar modes, and a fix of a refused one", func() {
 		for _, mode := range []v1alpha1.SidecarMode{v1alpha1.SidecarModeNative, v1alpha1.SidecarModeContainer} {
-			f := fixtures.MakeFluentPVC("valid-" + string(mode)).Mutate(func(f *v1alpha1.FluentPVC) { f.Spec.SidecarMode = mode }).Obj()
-			f.Name = "valid-" + map[v1alpha1.SidecarMode]string{v1alpha1.SidecarModeNative: "native", v1alpha1.SidecarModeContainer: "container"}[mode]
+			f := fixtures.MakeFluentPVC("valid-" + strings.ToLower(string(mode))).Mutate(func(f *v1alpha1.FluentPVC) { f.Spec.SidecarMode = mode }).Obj()
 			Expect(k8sClient.Create(ctx, f)).To(Succeed())
 			DeferCleanup(func() { Expect(k8sClient.Delete(context.Background(), f)).To(Succeed()) })
 		}
@@ -73,12 +66,7 @@ var _ = Describe("FluentPVC validation by dry run", func() {
 		func(mutate func(*v1alpha1.FluentPVC), wantField string) {
 			f := fixtures.MakeFluentPVC("bad").Mutate(mutate).Obj()
 			f.GenerateName, f.Name = "bad-", ""
-			err := k8sClient.Create(ctx, f)
-			Expect(err).To(HaveOccurred(), "the FluentPVC is refused")
-			if err == nil {
-				DeferCleanup(func() { Expect(k8sClient.Delete(context.Background(), f)).To(Succeed()) })
-			}
-			Expect(err.Error()).To(ContainSubstring(wantField))
+			Expect(k8sClient.Create(ctx, f)).To(MatchError(ContainSubstring(wantField)), "the FluentPVC is refused at its field")
 			Consistently(func(g Gomega) []string { return objectsIn(g, "default") }).WithTimeout(fixtures.ConsistentlyFor/4).Should(BeEmpty(), "the dry runs leave nothing")
 		},
 		// The finalizer Job.
