@@ -253,6 +253,7 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 	for i := range o.jobs {
 		j := &o.jobs[i]
 		if jobSucceeded(j) {
+			meta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.BindingConditionDrainJobRejected)
 			if p.status.Phase != v1alpha1.BindingPhaseDrained {
 				p.drained = true
 				p.events = append(p.events, note{reason: v1alpha1.EventReasonDrained,
@@ -282,6 +283,10 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 		// No Job yet, or the current one vanished: start the next attempt.
 		p.createJob = attempts + 1
 	case !jobFailed(current):
+		// The Job was made after all: whatever refused it no longer does.
+		// (Decided here from what exists, not only when this reconcile
+		// made it: one decided from an older cached binding may not have.)
+		meta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.BindingConditionDrainJobRejected)
 		p.status.DrainJobName = current.Name
 		setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonRunning, fmt.Sprintf("finalizer Job %s (attempt %d) runs", current.Name, attempts))
 		return

@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -69,6 +70,17 @@ func TestDecide(t *testing.T) {
 		newFailure    bool
 		attempts      int32
 		events        []string
+		// refused is whether the DrainJobRejected condition stays True.
+		refused bool
+	}
+	// refused is a binding whose last finalizer Job the API server refused,
+	// after attempts earlier ones.
+	refused := func(attempts int32) func(*v1alpha1.FluentPVCBinding) {
+		return func(b *v1alpha1.FluentPVCBinding) {
+			recorded(b)
+			b.Status.DrainAttempts = attempts
+			meta.SetStatusCondition(&b.Status.Conditions, metav1.Condition{Type: v1alpha1.BindingConditionDrainJobRejected, Status: metav1.ConditionTrue, Reason: "Forbidden", Message: "denied"})
+		}
 	}
 	cases := map[string]struct {
 		obs  observed
@@ -230,6 +242,26 @@ func TestDecide(t *testing.T) {
 			now:  admitted.Add(time.Hour),
 			want: want{finish: true, events: []string{v1alpha1.EventReasonClaimLost}},
 		},
+		"Job refused: still refused while no Job exists, tried again": {
+			obs:  observed{binding: mkBinding(refused(0)), fluentPVC: fpvc, pvc: pvc},
+			now:  admitted.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1, events: []string{v1alpha1.EventReasonDrainStarted}, refused: true},
+		},
+		"Job refused, then made by a reconcile that read an older binding: the refusal is cleared": {
+			obs:  observed{binding: mkBinding(refused(0)), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, "", time.Time{})}},
+			now:  admitted.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, attempts: 1},
+		},
+		"Job refused, then made and succeeded: the refusal is cleared": {
+			obs:  observed{binding: mkBinding(refused(0)), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, batchv1.JobComplete, failedAt)}},
+			now:  failedAt,
+			want: want{phase: v1alpha1.BindingPhaseDrained, drainedReas: v1alpha1.DrainedReasonSucceeded, releaseClaim: true, deleteClaim: true, events: []string{v1alpha1.EventReasonDrained}},
+		},
+		"second attempt refused after the first failed: the failed Job does not clear the refusal": {
+			obs:  observed{binding: mkBinding(refused(1)), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, batchv1.JobFailed, failedAt)}},
+			now:  failedAt.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 2, deleteJobs: []string{"f-abc-drain-1"}, newFailure: true, attempts: 2, events: []string{v1alpha1.EventReasonDrainStarted}, refused: true},
+		},
 		"claim back in the pool after this checkout: finish quietly, touch nothing": {
 			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, checkoutOver: true},
 			now:  admitted.Add(time.Hour),
@@ -252,6 +284,7 @@ func TestDecide(t *testing.T) {
 				phase: p.status.Phase, recordPod: p.recordPod != nil, recordOnClaim: p.recordOnClaim != nil, releasePod: p.releasePod,
 				createJob: p.createJob, deleteJobs: p.deleteJobs, releaseClaim: p.releaseClaim, deleteClaim: p.deleteClaim,
 				finish: p.finish, requeueAfter: p.requeueAfter, newFailure: p.newFailure, attempts: p.status.DrainAttempts, events: events,
+				refused: meta.IsStatusConditionTrue(p.status.Conditions, v1alpha1.BindingConditionDrainJobRejected),
 			}
 			for _, c := range p.status.Conditions {
 				if c.Type == v1alpha1.BindingConditionDrained {
