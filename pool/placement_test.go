@@ -254,6 +254,51 @@ func TestWarmAffinity(t *testing.T) {
 	}
 }
 
+func TestParseVolumeAffinity(t *testing.T) {
+	nodeA := fixtures.MakeNode("a-0").Zone("a").Obj()
+	nodeB := fixtures.MakeNode("b-0").Zone("b").Obj()
+	cases := map[string]struct {
+		affinity  string
+		wantErr   bool
+		wantAny   bool
+		wantMatch map[string]bool
+	}{
+		"empty: any node": {affinity: "", wantAny: true, wantMatch: map[string]bool{"a-0": true, "b-0": true}},
+		"zone a":          {affinity: VolumeAffinity(fixtures.MakePV("pv", fixtures.InTerm(ZoneLabelKey, "a"))), wantMatch: map[string]bool{"a-0": true, "b-0": false}},
+		"hostname b-0":    {affinity: VolumeAffinity(fixtures.MakePV("pv", fixtures.InTerm(corev1.LabelHostname, "b-0"))), wantMatch: map[string]bool{"a-0": false, "b-0": true}},
+		"not JSON":        {affinity: "{", wantErr: true},
+		"bad operator":    {affinity: `{"nodeSelectorTerms":[{"matchExpressions":[{"key":"k","operator":"Near","values":["v"]}]}]}`, wantErr: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			// Twice: the second call is served from the shared map, and must
+			// be the same matcher, or the same error (errors are not kept).
+			first, err := ParseVolumeAffinity(tc.affinity)
+			second, err2 := ParseVolumeAffinity(tc.affinity)
+			if tc.wantErr {
+				if err == nil || err2 == nil {
+					t.Fatalf("ParseVolumeAffinity(%q) errors = %v, %v; want both non-nil", tc.affinity, err, err2)
+				}
+				return
+			}
+			if err != nil || err2 != nil {
+				t.Fatalf("ParseVolumeAffinity(%q) errors = %v, %v", tc.affinity, err, err2)
+			}
+			if first != second {
+				t.Errorf("ParseVolumeAffinity(%q) parsed the same value twice; want one shared matcher", tc.affinity)
+			}
+			if first.Any() != tc.wantAny {
+				t.Errorf("Any() = %v; want %v", first.Any(), tc.wantAny)
+			}
+			for _, n := range []*corev1.Node{nodeA, nodeB} {
+				if got := first.Match(n); got != tc.wantMatch[n.Name] {
+					t.Errorf("Match(%s) = %v; want %v", n.Name, got, tc.wantMatch[n.Name])
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkPlacement is a checkout's placement work on 1,000 nodes: one
 // pass over the nodes, then a lookup per distinct volume affinity.
 func BenchmarkPlacement(b *testing.B) {
