@@ -399,9 +399,17 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl
 	}
 
 	if !equality.Semantic.DeepEqual(b.Status, p.status) && !p.finish {
-		patch := client.MergeFrom(b.DeepCopy())
+		// Conditioned on the version read: a status computed from a stale
+		// copy (the cache behind our own last write) must not overwrite a
+		// newer one, nor count its metrics and Events twice. The newer
+		// copy's event reconciles the binding again.
+		patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		b.Status = p.status
 		if err := r.Status().Patch(ctx, b, patch); err != nil {
+			if apierrors.IsConflict(err) {
+				ctrl.LoggerFrom(ctx).V(1).Info("binding changed since it was read; its newer version is reconciled next", "binding", klog.KObj(b))
+				return ctrl.Result{}, nil
+			}
 			return ctrl.Result{}, fmt.Errorf("writing the binding's status: %w", err)
 		}
 	}

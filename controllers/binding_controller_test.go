@@ -357,3 +357,53 @@ func TestReconcileDrainedClaimOnStaleBinding(t *testing.T) {
 		t.Errorf("the drained binding is still there (err %v)", err)
 	}
 }
+
+// TestReconcileStatusFromStaleBinding reconciles a binding the cache still
+// has as InUse while the API server already has its drain started: the
+// reconcile's status, computed from the stale copy, must not overwrite the
+// newer one (here it would restart the drain's clock), and the reconcile
+// must not fail, since the newer copy's own event reconciles it again.
+func TestReconcileStatusFromStaleBinding(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	fpvc := fixtures.MakeFluentPVC("f").Obj()
+	pvc := objects.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
+	pvc.UID = "pvc-uid"
+	b := objects.Binding(pvc, fpvc.UID)
+	b.Spec.Pod = v1alpha1.ObjectIdentity{Name: "gone", UID: "pod-uid"}
+	b.Status.Phase = v1alpha1.BindingPhaseDraining
+	b.Status.DrainAttempts = 1
+	b.Status.DrainJobName = objects.DrainJobName(b.Name, 1)
+	b.Status.DrainStartTime = &metav1.Time{Time: now.Add(-time.Minute)}
+	running := objects.DrainJob(fpvc, b, 1)
+
+	live := fakeAPI(t, interceptor.Funcs{}, fpvc, pvc, b, running)
+	before := &v1alpha1.FluentPVCBinding{}
+	if err := live.Get(context.Background(), client.ObjectKeyFromObject(b), before); err != nil {
+		t.Fatal(err)
+	}
+	// The cache: the binding before its drain began, at an older version.
+	cached := interceptor.NewClient(live, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := c.Get(ctx, key, obj, opts...); err != nil {
+				return err
+			}
+			if sb, ok := obj.(*v1alpha1.FluentPVCBinding); ok {
+				sb.ResourceVersion = "1"
+				sb.Status = v1alpha1.FluentPVCBindingStatus{Phase: v1alpha1.BindingPhaseInUse}
+			}
+			return nil
+		},
+	})
+	r := testBindingReconciler(cached, live, now)
+
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)}); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	after := &v1alpha1.FluentPVCBinding{}
+	if err := live.Get(context.Background(), client.ObjectKeyFromObject(b), after); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before.Status, after.Status); diff != "" {
+		t.Errorf("a status computed from a stale binding overwrote the newer one (-before +after):\n%s", diff)
+	}
+}
