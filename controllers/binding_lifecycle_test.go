@@ -13,6 +13,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -314,6 +315,43 @@ func TestBackoff(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if got := backoff(tc.attempt, opts); got != tc.want {
 				t.Errorf("backoff(%d) = %s, want %s", tc.attempt, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestAdmissionTimeOrdersWithinASecond admits a pod in namespace "a-early"
+// and, 500 ms later in the same second, one in "z-late", with
+// spec.pool.maxNamespaces 1: the pool must stay with the later one. With
+// admission times of whole seconds the two tied, and the tie went to the
+// first name (a flake of the envtest spec "keeps pools in at most
+// maxNamespaces learned namespaces").
+func TestAdmissionTimeOrdersWithinASecond(t *testing.T) {
+	fpvc := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+	early := fixtures.Epoch.Add(200 * time.Millisecond)
+	late := early.Add(500 * time.Millisecond)
+	cases := map[string]func(ns string, at time.Time) *corev1.PersistentVolumeClaim{
+		"miss: a new claim": func(ns string, at time.Time) *corev1.PersistentVolumeClaim {
+			return objects.Claim(fpvc, ns, "f-abc", "h", v1alpha1.CheckoutMiss, at)
+		},
+		"hit: a warm PVC checked out": func(ns string, at time.Time) *corev1.PersistentVolumeClaim {
+			return pool.CheckedOut(objects.Claim(fpvc, ns, "f-abc", "h", v1alpha1.CheckoutHit, fixtures.Epoch), at)
+		},
+	}
+	for name, claim := range cases {
+		t.Run(name, func(t *testing.T) {
+			last := map[string]time.Time{}
+			for ns, at := range map[string]time.Time{"a-early": early, "z-late": late} {
+				b := objects.Binding(claim(ns, at), fpvc.UID)
+				b.CreationTimestamp = metav1.NewTime(at.Truncate(time.Second))
+				if got := admissionTime(b); !got.Equal(at) {
+					t.Errorf("admissionTime in %s = %v; want %v", ns, got, at)
+				}
+				last[ns] = admissionTime(b)
+			}
+			keep, _, capped := pool.Namespaces(nil, last, late, time.Hour, pool.Learning{Max: 1})
+			if !cmp.Equal(keep, []string{"z-late"}) || !cmp.Equal(capped, []string{"a-early"}) {
+				t.Errorf("kept %v, capped %v; want [z-late], [a-early]", keep, capped)
 			}
 		})
 	}

@@ -320,7 +320,10 @@ func (r *FluentPVCReconciler) reconcilePool(ctx context.Context, f *v1alpha1.Flu
 		if kept {
 			st := v1alpha1.PoolNamespaceStatus{Namespace: ns, Warm: p.Warm, Provisioning: p.Provisioning + int32(p.Create)}
 			if t, ok := o.lastAdmission[ns]; ok {
-				st.LastAdmissionTime = &metav1.Time{Time: t}
+				// Whole seconds, as a status time reads back: a fraction
+				// (from the admitted-at annotation) would make every
+				// reconcile's status differ from the stored one.
+				st.LastAdmissionTime = &metav1.Time{Time: t.Truncate(time.Second)}
 			}
 			res.namespaces = append(res.namespaces, st)
 		} else {

@@ -57,7 +57,7 @@ func CheckedOut(c *corev1.PersistentVolumeClaim, admittedAt time.Time) *corev1.P
 	if out.Annotations == nil {
 		out.Annotations = map[string]string{}
 	}
-	out.Annotations[v1alpha1.AdmittedAtAnnotationKey] = admittedAt.UTC().Format(time.RFC3339)
+	out.Annotations[v1alpha1.AdmittedAtAnnotationKey] = admittedAt.UTC().Format(time.RFC3339Nano)
 	out.Annotations[v1alpha1.CheckoutAnnotationKey] = v1alpha1.CheckoutHit
 	out.Annotations[v1alpha1.UsedByPodAnnotationKey] = ""
 	out.Annotations[v1alpha1.CheckoutIDAnnotationKey] = objects.NewCheckoutID()

@@ -62,7 +62,7 @@ func Claim(fpvc *v1alpha1.FluentPVC, namespace, name, templateHash, checkout str
 				v1alpha1.TemplateHashLabelKey:  templateHash,
 			},
 			Annotations: map[string]string{
-				v1alpha1.AdmittedAtAnnotationKey: now.UTC().Format(time.RFC3339),
+				v1alpha1.AdmittedAtAnnotationKey: now.UTC().Format(time.RFC3339Nano),
 				v1alpha1.CheckoutAnnotationKey:   checkout,
 				v1alpha1.UsedByPodAnnotationKey:  "",
 				v1alpha1.CheckoutIDAnnotationKey: NewCheckoutID(),

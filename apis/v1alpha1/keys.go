@@ -60,10 +60,13 @@ const (
 	// that a restarted operator derives the next attempt from the Jobs.
 	DrainAttemptLabelKey = keyPrefix + "drain-attempt"
 
-	// AdmittedAtAnnotationKey records, in RFC 3339, when the webhook handed a
-	// claim to a pod. With the binding's empty spec.pod.uid it is the orphan
-	// record: a claim whose pod never appeared is reclaimed without draining
-	// once the orphan grace period has passed since this time.
+	// AdmittedAtAnnotationKey records, in RFC 3339 with the fraction of a
+	// second (older claims have whole seconds), when the webhook handed a
+	// claim to a pod. The fraction orders admissions of the same second, as
+	// spec.pool.maxNamespaces needs to keep the most recently active. With
+	// the binding's empty spec.pod.uid it is the orphan record: a claim
+	// whose pod never appeared is reclaimed without draining once the
+	// orphan grace period has passed since this time.
 	AdmittedAtAnnotationKey = keyPrefix + "admitted-at"
 
 	// UsedByPodAnnotationKey records on a claim the pod that used it, as
