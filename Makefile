@@ -142,7 +142,7 @@ run: ## Run the manager against the cluster of the current kubeconfig.
 bins: $(CONTROL_PLANE_BINS) ## Build the control-plane binaries into bin/ (only the missing ones).
 
 .PHONY: real-node-bins
-real-node-bins: $(REAL_NODE_BINS) ## Build the kubelet of the real-node tier into bin/ and install its Debian packages when missing (work in progress, issue 13).
+real-node-bins: $(REAL_NODE_BINS) ## Build the kubelet of the real-node tier into bin/ and install its Debian packages when missing (containerd, runc, CNI plugins; needs root and apt-get).
 	@hack/real-node-deps.sh
 
 .PHONY: images
@@ -188,7 +188,7 @@ test-real-node: bins ## Run the real-node tier: a kubelet with containerd beside
 	fi
 
 .PHONY: test-e2e-real
-test-e2e-real: bins $(HELM) ## Run the end-to-end suite on the real node: the operator installed by make deploy, real containers (skipped, with its reason, where the machine cannot).
+test-e2e-real: bins $(HELM) ## Run the end-to-end suite on the real node: the operator installed by make deploy and by Helm (install, upgrade, reinstall), real containers (skipped, with its reason, where the machine cannot).
 	@if hack/real-node-deps.sh; then \
 		$(MAKE) real-node-bins images && \
 		REAL_NODE=1 flock $(REAL_NODE_LOCK) go test ./test/realnode -count=1 -timeout 30m -v -run '^TestE2EReal$$' -ginkgo.v $(GINKGO_FLAGS); \
@@ -201,13 +201,13 @@ chaos: bins ## Run the full fault-injection suite (two replicas, API faults, SIG
 	CHAOS=full go test ./test/chaos -count=1 -timeout 30m -v -run '^TestChaos$$'
 
 .PHONY: chaos-reduced
-chaos-reduced: bins ## Run a reduced fault-injection run (about 3 min); results in test/chaos/results/reduced.md (not tracked).
+chaos-reduced: bins ## Run a reduced fault-injection run (about 2 min); results in test/chaos/results/reduced.md (not tracked).
 	CHAOS=reduced go test ./test/chaos -count=1 -timeout 20m -v -run '^TestChaos$$'
 
 ##@ Benchmarks
 
 .PHONY: bench
-bench: bins ## Measure pod start-up (modes a-e), admission latency, bursts, memory and API cost on a simulated cluster, then a, d and e on the real node where the machine can run one; results in test/bench/results/ (about 10 min).
+bench: bins ## Measure pod start-up (modes a-e and the no-op webhook control w), admission latency, bursts, memory, API cost and the checkout with 1,000 more nodes on a simulated cluster, then a, d and e on the real node where the machine can run one; results in test/bench/results/ (about 12 min).
 	@if hack/real-node-deps.sh; then $(MAKE) --no-print-directory real-node-bins images || echo "bench: could not prepare the real node (see above)"; fi
 	flock $(REAL_NODE_LOCK) go run ./test/bench $(BENCH_FLAGS)
 
