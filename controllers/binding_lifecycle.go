@@ -203,10 +203,14 @@ func decide(o observed, now time.Time, opts Options) plan {
 			p.requeueAfter = graceLeft
 			return p
 		}
-		if !o.claimUnused {
+		if !o.claimUnused || drainStarted(o) {
 			// No pod is recorded, but nothing proves that none used the
 			// claim (its record predates this version, or a pod still
-			// carries it unseen): keep its data and drain it.
+			// carries it unseen): keep its data and drain it. A drain once
+			// started is seen through even if a later reconcile finds the
+			// proof: that reconcile may have read an older binding, and a
+			// claim whose drain Job may be running is neither the pool's
+			// nor deleted before the Job succeeded.
 			setPod(metav1.ConditionFalse, v1alpha1.PodReadyReasonNotSeen, "no pod is recorded, but the claim's history is unknown: it is drained")
 			decideDrain(o, now, opts, &p)
 			return p
@@ -365,6 +369,13 @@ func backoff(attempt int32, opts Options) time.Duration {
 		d *= 2
 	}
 	return min(d, opts.DrainBackoffMax)
+}
+
+// drainStarted is true once the binding started draining its claim: its
+// status says so, or one of its finalizer Jobs exists.
+func drainStarted(o observed) bool {
+	s := o.binding.Status
+	return s.Phase == v1alpha1.BindingPhaseDraining || s.DrainAttempts > 0 || len(o.jobs) > 0
 }
 
 // drainDecided is true once a binding has moved past its pod: it drains, or

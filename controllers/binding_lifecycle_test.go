@@ -202,6 +202,23 @@ func TestDecide(t *testing.T) {
 			now:  admitted.Add(2 * time.Minute),
 			want: want{phase: v1alpha1.BindingPhaseOrphaned, drainedReas: v1alpha1.DrainedReasonNotNeeded, releaseClaim: true, deleteClaim: true, events: []string{v1alpha1.EventReasonOrphanReclaimed}},
 		},
+		"proof of no pod found after a drain started (older binding read): keep draining, never reclaim": {
+			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: fresh, claimUnused: true, jobs: []batchv1.Job{job(1, "", time.Time{})}},
+			now:  admitted.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, attempts: 1},
+		},
+		"proof of no pod found while the status says Draining and the Job is not cached yet: keep draining": {
+			obs: observed{binding: mkBinding(func(b *v1alpha1.FluentPVCBinding) {
+				b.Status.Phase, b.Status.DrainAttempts = v1alpha1.BindingPhaseDraining, 1
+			}), fluentPVC: fpvc, pvc: fresh, claimUnused: true},
+			now:  admitted.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 2, attempts: 2, events: []string{v1alpha1.EventReasonDrainStarted}},
+		},
+		"proof of no pod found after the drain succeeded: delete after the drain, never return to the pool": {
+			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: fresh, claimUnused: true, poolAccepts: true, jobs: []batchv1.Job{job(1, batchv1.JobComplete, failedAt)}},
+			now:  failedAt,
+			want: want{phase: v1alpha1.BindingPhaseDrained, drainedReas: v1alpha1.DrainedReasonSucceeded, releaseClaim: true, deleteClaim: true, events: []string{v1alpha1.EventReasonDrained}},
+		},
 		"namespace deleted: abandon, warn, finish": {
 			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, "", time.Time{})}, namespaceTerminating: true},
 			now:  admitted.Add(time.Hour),
