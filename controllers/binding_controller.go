@@ -112,7 +112,7 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 	case used.UID != "":
 		// Made again after it was lost: the claim remembers its pod.
 		b.Spec.Pod = used
-	case len(pods.Items) == 1:
+	case len(pods.Items) == 1 && !isDrainPod(&pods.Items[0]):
 		b.Spec.Pod = v1alpha1.ObjectIdentity{Name: pods.Items[0].Name, UID: pods.Items[0].UID}
 	}
 	err := r.Create(ctx, b)
@@ -207,7 +207,7 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 		return o, fmt.Errorf("listing pods: %w", err)
 	}
 	for i := range pods.Items {
-		if o.pod == nil || pods.Items[i].UID == b.Spec.Pod.UID {
+		if !isDrainPod(&pods.Items[i]) && (o.pod == nil || pods.Items[i].UID == b.Spec.Pod.UID) {
 			o.pod = &pods.Items[i]
 		}
 	}
@@ -287,13 +287,21 @@ func (r *BindingReconciler) observeUncachedPod(ctx context.Context, o *observed)
 	if err := r.apiReader.List(ctx, &live, client.InNamespace(b.Namespace), client.MatchingLabels{v1alpha1.BindingNameLabelKey: b.Name}); err != nil {
 		return fmt.Errorf("listing the pods of claim %s: %w", b.Spec.PVC.Name, err)
 	}
-	if len(live.Items) > 0 {
-		o.pod, o.podUncached = &live.Items[0], true
-		return nil
+	for i := range live.Items {
+		if !isDrainPod(&live.Items[i]) {
+			o.pod, o.podUncached = &live.Items[i], true
+			return nil
+		}
 	}
 	_, tracked := objects.ClaimPod(o.pvc)
 	o.claimUnused = tracked
 	return nil
+}
+
+// isDrainPod is true for a pod of a finalizer Job. It carries the binding
+// label and mounts the claim, but it is not the pod the claim was made for.
+func isDrainPod(p *corev1.Pod) bool {
+	return p.Labels[v1alpha1.ComponentLabelKey] == v1alpha1.ComponentDrain
 }
 
 // releaseLabelledPods removes the pod-protection finalizer from every pod

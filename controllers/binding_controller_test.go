@@ -407,3 +407,57 @@ func TestReconcileStatusFromStaleBinding(t *testing.T) {
 		t.Errorf("a status computed from a stale binding overwrote the newer one (-before +after):\n%s", diff)
 	}
 }
+
+// TestReconcileDrainPodIsNotTheClaimsPod reconciles a binding, read before
+// its drain started, whose claim tracks its pod and records none, while
+// the drain Job's pod runs with the binding label. That pod mounts the
+// claim but is not the pod the claim was made for: it is not recorded as
+// the binding's pod, and the started drain goes on.
+func TestReconcileDrainPodIsNotTheClaimsPod(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	fpvc := fixtures.MakeFluentPVC("f").Obj()
+	claim := objects.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
+	claim.UID = "pvc-uid"
+	b := objects.Binding(claim, fpvc.UID)
+	b.UID = "binding-uid"
+	b.Status.Phase = v1alpha1.BindingPhasePending
+	job := objects.DrainJob(fpvc, b, 1)
+	drainPod := fixtures.MakePod("f-abc-drain-1-x", "ns").Obj()
+	drainPod.Labels = job.Spec.Template.Labels
+	drainPod.UID, drainPod.Status.Phase = "drain-pod-uid", corev1.PodRunning
+
+	live := fakeAPI(t, interceptor.Funcs{}, fpvc, claim, b, job, drainPod)
+	cached := withoutPods(live)
+	r := testBindingReconciler(cached, live, now)
+	ctx := context.Background()
+	for range 2 {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)}); err != nil {
+			t.Fatalf("Reconcile: %v", err)
+		}
+	}
+
+	gotB := &v1alpha1.FluentPVCBinding{}
+	if err := live.Get(ctx, client.ObjectKeyFromObject(b), gotB); err != nil {
+		t.Fatal(err)
+	}
+	if gotB.Spec.Pod.UID != "" {
+		t.Errorf("binding records pod %s/%s, want none: it is the drain Job's", gotB.Spec.Pod.Name, gotB.Spec.Pod.UID)
+	}
+	if gotB.Status.Phase != v1alpha1.BindingPhaseDraining {
+		t.Errorf("binding phase = %s, want %s", gotB.Status.Phase, v1alpha1.BindingPhaseDraining)
+	}
+	gotC := &corev1.PersistentVolumeClaim{}
+	if err := live.Get(ctx, client.ObjectKeyFromObject(claim), gotC); err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	if gotC.Labels[v1alpha1.ClaimRoleLabelKey] == v1alpha1.ClaimRoleWarm || !gotC.DeletionTimestamp.IsZero() {
+		t.Errorf("claim %s went back to the pool or is deleted while its drain runs", claim.Name)
+	}
+	var jobs batchv1.JobList
+	if err := live.List(ctx, &jobs); err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs.Items) != 1 {
+		t.Errorf("%d Jobs, want the one drain Job", len(jobs.Items))
+	}
+}
