@@ -428,9 +428,13 @@ var _ = Describe("Warm pool", func() {
 		claim := &corev1.PersistentVolumeClaim{}
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: pod.Labels[v1alpha1.BindingNameLabelKey]}, claim)).To(Succeed())
 		Expect(claim.Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutMiss), "the warm PVC's volume is on the other node")
-		// ...and the scheduler names that node on its claim.
-		claim.Annotations[pool.SelectedNodeAnnotationKey] = other
-		Expect(k8sClient.Update(ctx, claim)).To(Succeed())
+		// ...and the scheduler names that node on its claim (which the
+		// operator may be writing too: it records the pod there).
+		Eventually(func(g Gomega) {
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(claim), claim)).To(Succeed())
+			claim.Annotations[pool.SelectedNodeAnnotationKey] = other
+			g.Expect(k8sClient.Update(ctx, claim)).To(Succeed())
+		}).Should(Succeed())
 
 		// The warm PVC serving no pod is replaced by one on the miss's
 		// node, once it has settled.
