@@ -112,7 +112,7 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 	case used.UID != "":
 		// Made again after it was lost: the claim remembers its pod.
 		b.Spec.Pod = used
-	case len(pods.Items) == 1 && !isDrainPod(&pods.Items[0]):
+	case len(pods.Items) == 1 && claimantPod(&pods.Items[0], pvc.Name):
 		b.Spec.Pod = v1alpha1.ObjectIdentity{Name: pods.Items[0].Name, UID: pods.Items[0].UID}
 	}
 	err := r.Create(ctx, b)
@@ -207,7 +207,7 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 		return o, fmt.Errorf("listing pods: %w", err)
 	}
 	for i := range pods.Items {
-		if !isDrainPod(&pods.Items[i]) && (o.pod == nil || pods.Items[i].UID == b.Spec.Pod.UID) {
+		if claimantPod(&pods.Items[i], b.Spec.PVC.Name) && (o.pod == nil || pods.Items[i].UID == b.Spec.Pod.UID) {
 			o.pod = &pods.Items[i]
 		}
 	}
@@ -259,11 +259,13 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 // observeUncachedPod looks, with live reads, for the pod of a binding
 // whose pod the cache does not hold. A pod known by UID (recorded on the
 // binding, or on the claim by the binding's earlier self) is read by name.
-// A binding that never recorded its pod lists the pods carrying its
-// binding label once the orphan grace period is over: a pod found there
-// lost its opt-in label before the operator saw it, and is taken as the
-// binding's pod; none found, on a claim that tracks its pod and records
-// none, is the positive proof that no pod used the claim.
+// A binding that never recorded its pod lists the namespace's pods once
+// the orphan grace period is over, and looks for one that mounts the
+// claim, whatever its labels: a pod found there lost its opt-in or binding
+// label before the operator saw it, and is taken as the binding's pod;
+// none found, on a claim that tracks its pod and records none, is the
+// positive proof that no pod used the claim. Labels can be edited on a
+// running pod; its volumes cannot.
 func (r *BindingReconciler) observeUncachedPod(ctx context.Context, o *observed) error {
 	b := o.binding
 	id := b.Spec.Pod
@@ -284,11 +286,11 @@ func (r *BindingReconciler) observeUncachedPod(ctx context.Context, o *observed)
 		return nil
 	}
 	var live corev1.PodList
-	if err := r.apiReader.List(ctx, &live, client.InNamespace(b.Namespace), client.MatchingLabels{v1alpha1.BindingNameLabelKey: b.Name}); err != nil {
-		return fmt.Errorf("listing the pods of claim %s: %w", b.Spec.PVC.Name, err)
+	if err := r.apiReader.List(ctx, &live, client.InNamespace(b.Namespace)); err != nil {
+		return fmt.Errorf("listing the pods of namespace %s for claim %s: %w", b.Namespace, b.Spec.PVC.Name, err)
 	}
 	for i := range live.Items {
-		if !isDrainPod(&live.Items[i]) {
+		if claimantPod(&live.Items[i], b.Spec.PVC.Name) {
 			o.pod, o.podUncached = &live.Items[i], true
 			return nil
 		}
@@ -298,10 +300,17 @@ func (r *BindingReconciler) observeUncachedPod(ctx context.Context, o *observed)
 	return nil
 }
 
-// isDrainPod is true for a pod of a finalizer Job. It carries the binding
-// label and mounts the claim, but it is not the pod the claim was made for.
-func isDrainPod(p *corev1.Pod) bool {
-	return p.Labels[v1alpha1.ComponentLabelKey] == v1alpha1.ComponentDrain
+// claimantPod is true when pod p may be the one claim was made for: it
+// mounts the claim and is not a finalizer Job's pod, which carries the
+// binding label and mounts the claim too. A pod carrying the binding label
+// of a claim it does not mount (the label was edited) is not the claim's.
+func claimantPod(p *corev1.Pod, claim string) bool {
+	if p.Labels[v1alpha1.ComponentLabelKey] == v1alpha1.ComponentDrain {
+		return false
+	}
+	return slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool {
+		return v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim
+	})
 }
 
 // releaseLabelledPods removes the pod-protection finalizer from every pod

@@ -200,7 +200,7 @@ func TestReconcileUnlabelledBeforeRecorded(t *testing.T) {
 	claim.UID = "pvc-uid"
 	b := objects.Binding(claim, fpvc.UID)
 	b.Status.Phase = v1alpha1.BindingPhasePending
-	pod := fixtures.MakePod("app", "ns").Label(v1alpha1.BindingNameLabelKey, b.Name).Obj()
+	pod := fixtures.MakePod("app", "ns").Label(v1alpha1.BindingNameLabelKey, b.Name).Claim(claim.Name).Obj()
 	pod.UID, pod.Finalizers, pod.Status.Phase = "pod-uid", []string{v1alpha1.PodProtectionFinalizer}, corev1.PodRunning
 
 	live := fakeAPI(t, interceptor.Funcs{}, fpvc, claim, b, pod)
@@ -286,7 +286,7 @@ func TestReconcileAbandonUnlabelledPod(t *testing.T) {
 	fpvc := fixtures.MakeFluentPVC("f").Obj()
 	claim := objects.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
 	claim.UID = "pvc-uid"
-	pod := fixtures.MakePod("app", "ns").Label(v1alpha1.BindingNameLabelKey, claim.Name).Obj()
+	pod := fixtures.MakePod("app", "ns").Label(v1alpha1.BindingNameLabelKey, claim.Name).Claim(claim.Name).Obj()
 	pod.UID, pod.Finalizers, pod.Status.Phase = "pod-uid", []string{v1alpha1.PodProtectionFinalizer}, corev1.PodRunning
 
 	live := fakeAPI(t, interceptor.Funcs{
@@ -459,5 +459,62 @@ func TestReconcileDrainPodIsNotTheClaimsPod(t *testing.T) {
 	}
 	if len(jobs.Items) != 1 {
 		t.Errorf("%d Jobs, want the one drain Job", len(jobs.Items))
+	}
+}
+
+// TestReconcileClaimsPodByVolume reconciles a binding that has not recorded
+// its pod yet, past the orphan grace period, while the pod that mounts the
+// claim no longer carries its labels (edited on the running pod), and
+// another pod carries the binding label of a claim it does not mount.
+// The pod is found by its volume: it is recorded, the claim stays in use,
+// and the other pod is not taken for the claim's. Before, the claim was
+// proven "unused" by a list of the binding label and reclaimed while its
+// pod wrote to it.
+func TestReconcileClaimsPodByVolume(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	fpvc := fixtures.MakeFluentPVC("f").Obj()
+	claim := objects.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
+	claim.UID = "pvc-uid"
+	b := objects.Binding(claim, fpvc.UID)
+	b.Status.Phase = v1alpha1.BindingPhasePending
+	unlabelled := fixtures.MakePod("app", "ns").Claim(claim.Name).Obj()
+	unlabelled.UID, unlabelled.Finalizers, unlabelled.Status.Phase = "pod-uid", []string{v1alpha1.PodProtectionFinalizer}, corev1.PodRunning
+	relabelled := fixtures.MakePod("other", "ns").FluentPVC(fpvc.Name).Label(v1alpha1.BindingNameLabelKey, claim.Name).Claim("f-xyz").Obj()
+	relabelled.UID, relabelled.Status.Phase = "other-uid", corev1.PodRunning
+
+	live := fakeAPI(t, interceptor.Funcs{}, fpvc, claim, b, unlabelled, relabelled)
+	// The cache holds the pod with the opt-in label, not the other.
+	cached := interceptor.NewClient(live, interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if err := c.List(ctx, list, opts...); err != nil {
+				return err
+			}
+			if l, ok := list.(*corev1.PodList); ok {
+				l.Items = slices.DeleteFunc(l.Items, func(p corev1.Pod) bool { return p.Labels[v1alpha1.FluentPVCNameLabelKey] == "" })
+			}
+			return nil
+		},
+	})
+	r := testBindingReconciler(cached, live, now)
+	ctx := context.Background()
+	for range 2 {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)}); err != nil {
+			t.Fatalf("Reconcile: %v", err)
+		}
+	}
+
+	gotB := &v1alpha1.FluentPVCBinding{}
+	if err := live.Get(ctx, client.ObjectKeyFromObject(b), gotB); err != nil {
+		t.Fatalf("binding: %v", err)
+	}
+	if gotB.Spec.Pod.UID != unlabelled.UID || gotB.Status.Phase != v1alpha1.BindingPhaseInUse {
+		t.Errorf("binding records pod %q in phase %s, want %q in %s", gotB.Spec.Pod.UID, gotB.Status.Phase, unlabelled.UID, v1alpha1.BindingPhaseInUse)
+	}
+	gotC := &corev1.PersistentVolumeClaim{}
+	if err := live.Get(ctx, client.ObjectKeyFromObject(claim), gotC); err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	if gotC.Labels[v1alpha1.ClaimRoleLabelKey] == v1alpha1.ClaimRoleWarm || !gotC.DeletionTimestamp.IsZero() {
+		t.Errorf("claim %s went back to the pool or is deleted while its pod runs", claim.Name)
 	}
 }

@@ -21,7 +21,8 @@ type observed struct {
 	binding *v1alpha1.FluentPVCBinding
 	// fluentPVC is nil when the FluentPVC is gone.
 	fluentPVC *v1alpha1.FluentPVC
-	// pod is the pod carrying the binding label, nil when there is none.
+	// pod is the pod that carries the binding label and mounts the claim,
+	// nil when there is none.
 	pod *corev1.Pod
 	// pvc is the claim, nil when it is gone.
 	pvc *corev1.PersistentVolumeClaim
@@ -34,7 +35,7 @@ type observed struct {
 	poolAccepts bool
 	// claimUnused is true on positive proof that no pod ever used the
 	// claim: it tracks its pod (see objects.ClaimPod), records none, and a
-	// live list finds no pod carrying it. Read only once the orphan grace
+	// live list finds no pod that mounts it. Read only once the orphan grace
 	// period is over; false means keep and drain.
 	claimUnused bool
 	// checkoutOver is true when the claim the binding records went back to
