@@ -111,8 +111,9 @@ func NewPodMutator(cache, apiReader client.Reader, w client.Writer, d admission.
 type PodMutator struct {
 	// Reader reads FluentPVCs, from the manager's cache.
 	Reader client.Reader
-	// APIReader reads nodes, for pods that name one, and what an already
-	// injected pod's claim is; it bypasses the cache.
+	// APIReader reads nodes, for pods that name one, what an already
+	// injected pod's claim is, and the FluentPVC once the claim is
+	// written; it bypasses the cache.
 	APIReader client.Reader
 	// Writer creates and checks out claims.
 	Writer  client.Writer
@@ -215,6 +216,19 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 		if claimName, err = m.provision(ctx, fpvc, pod); err != nil {
 			return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
 		}
+		// This replica's cache may not have seen the FluentPVC's deletion
+		// yet. The operator lets a deleting FluentPVC go once live reads
+		// find none of its claims; a live read made after the claim was
+		// written closes the gap: either that list sees the claim, or this
+		// read sees the deletion. A pod admitted after the FluentPVC is gone
+		// could never be drained. The claim written is reclaimed as an
+		// orphan once no pod appears.
+		switch deleting, err := m.deletingLive(ctx, name); {
+		case err != nil:
+			return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
+		case deleting:
+			return admission.Denied(fmt.Sprintf("FluentPVC %q is being deleted and admits no new pods: point the pod's label %s at another FluentPVC", name, v1alpha1.FluentPVCNameLabelKey)), resultDenied, reasonFluentPVCDeleting
+		}
 	}
 
 	mutated := pod.DeepCopy()
@@ -224,6 +238,19 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 		return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
 	}
 	return admission.PatchResponseFromRaw(req.Object.Raw, raw), resultMutated, reasonNone
+}
+
+// deletingLive is true when a live read finds FluentPVC name being
+// deleted, or gone.
+func (m *PodMutator) deletingLive(ctx context.Context, name string) (bool, error) {
+	f := &v1alpha1.FluentPVC{}
+	switch err := m.APIReader.Get(ctx, client.ObjectKey{Name: name}, f); {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("reading FluentPVC %q: %w", name, err)
+	}
+	return !f.DeletionTimestamp.IsZero(), nil
 }
 
 // claimTaken says why the claim of pod, which already carries one, is not

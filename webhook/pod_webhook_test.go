@@ -227,6 +227,32 @@ var _ = Describe("Pod admission", func() {
 		Expect(bindings()).To(BeEmpty())
 	})
 
+	It("denies a pod whose FluentPVC began deleting before its claim was written, though this replica's cache shows it alive", func() {
+		deleting := createFluentPVC(fixtures.MakeFluentPVC("racing-" + ns).Obj())
+		controllerutil.AddFinalizer(deleting, "test.example.com/hold")
+		Expect(k8sClient.Update(ctx, deleting)).To(Succeed())
+		Expect(k8sClient.Delete(ctx, deleting)).To(Succeed())
+		DeferCleanup(func() {
+			Eventually(func() error {
+				f := &v1alpha1.FluentPVC{}
+				if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(deleting), f); err != nil {
+					return client.IgnoreNotFound(err)
+				}
+				controllerutil.RemoveFinalizer(f, "test.example.com/hold")
+				return k8sClient.Update(context.Background(), f)
+			}).Should(Succeed())
+		})
+
+		// The cache of a replica that has not seen the deletion yet.
+		m := webhook.NewPodMutator(staleCache{mgrClient}, k8sClient, k8sClient, admission.NewDecoder(scheme), clock.RealClock{})
+		resp := m.Handle(ctx, createRequest(fixtures.MakePod("late", ns).FluentPVC(deleting.Name).Obj(), false))
+		Expect(resp.Allowed).To(BeFalse(), "%v", resp.Result)
+		Expect(resp.Result.Message).To(ContainSubstring(`FluentPVC "` + deleting.Name + `" is being deleted and admits no new pods`))
+		// The claim was written before the live read; it holds no data and
+		// carries the orphan record the operator reclaims it by.
+		Expect(claims()).To(ConsistOf(HaveField("ObjectMeta.Annotations", HaveKey(v1alpha1.AdmittedAtAnnotationKey))))
+	})
+
 	It("mutates a server-side dry run the same way and creates nothing", func() {
 		pod := fixtures.MakePod("dry", ns).FluentPVC(fpvc.Name).Obj()
 		Expect(k8sClient.Create(ctx, pod, client.DryRunAll)).To(Succeed())
@@ -387,6 +413,17 @@ func (c unsyncedCache) Get(ctx context.Context, key client.ObjectKey, obj client
 		return apierrors.NewNotFound(v1alpha1.GroupVersion.WithResource("fluentpvcs").GroupResource(), key.Name)
 	}
 	return c.Reader.Get(ctx, key, obj, opts...)
+}
+
+// staleCache is a cache that has not seen any FluentPVC's deletion yet.
+type staleCache struct{ client.Reader }
+
+func (c staleCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	err := c.Reader.Get(ctx, key, obj, opts...)
+	if f, ok := obj.(*v1alpha1.FluentPVC); ok && err == nil {
+		f.DeletionTimestamp = nil
+	}
+	return err
 }
 
 // applyPatch is pod as the webhook's response patches it.
