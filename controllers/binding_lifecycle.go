@@ -166,7 +166,18 @@ func decide(o observed, now time.Time, opts Options) plan {
 			p.requeueAfter = graceLeft
 			return p
 		}
-		if !isFinal(p.status.Phase) {
+		switch j := succeededJob(o.jobs); {
+		case isFinal(p.status.Phase):
+		case j != nil:
+			// The claim was deleted after its drain succeeded, by a
+			// reconcile whose status write then lost to a newer binding:
+			// what it did not record is told now, not taken for a loss.
+			p.drained = true
+			p.status.Phase, p.status.DrainJobName = v1alpha1.BindingPhaseDrained, j.Name
+			setDrained(metav1.ConditionTrue, v1alpha1.DrainedReasonSucceeded, fmt.Sprintf("finalizer Job %s succeeded", j.Name))
+			p.events = append(p.events, note{reason: v1alpha1.EventReasonDrained,
+				message: fmt.Sprintf("finalizer Job %s succeeded: claim %s was deleted", j.Name, b.Spec.PVC.Name)})
+		default:
 			p.events = append(p.events, note{warning: true, reason: v1alpha1.EventReasonClaimLost,
 				message: fmt.Sprintf("claim %s disappeared before it was drained", b.Spec.PVC.Name)})
 		}
@@ -391,6 +402,16 @@ func isFinal(phase v1alpha1.FluentPVCBindingPhase) bool {
 
 func podFinished(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+// succeededJob is a Job of jobs that succeeded, nil when none did.
+func succeededJob(jobs []batchv1.Job) *batchv1.Job {
+	for i := range jobs {
+		if jobSucceeded(&jobs[i]) {
+			return &jobs[i]
+		}
+	}
+	return nil
 }
 
 func jobSucceeded(j *batchv1.Job) bool {

@@ -255,6 +255,22 @@ func TestDecide(t *testing.T) {
 			now:  admitted.Add(2 * time.Hour),
 			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1, events: []string{v1alpha1.EventReasonDrainStarted}},
 		},
+		"claim gone after its drain succeeded, the Drained status lost to a conflict: finish as drained, no warning": {
+			obs: observed{binding: mkBinding(func(b *v1alpha1.FluentPVCBinding) {
+				recorded(b)
+				b.Status.Phase, b.Status.DrainAttempts = v1alpha1.BindingPhaseDraining, 1
+			}), fluentPVC: fpvc, jobs: []batchv1.Job{job(1, batchv1.JobComplete, failedAt)}},
+			now:  failedAt.Add(time.Second),
+			want: want{phase: v1alpha1.BindingPhaseDrained, drainedReas: v1alpha1.DrainedReasonSucceeded, finish: true, attempts: 1, events: []string{v1alpha1.EventReasonDrained}},
+		},
+		"claim gone while its drain Job failed: finish with a warning": {
+			obs: observed{binding: mkBinding(func(b *v1alpha1.FluentPVCBinding) {
+				recorded(b)
+				b.Status.Phase, b.Status.DrainAttempts = v1alpha1.BindingPhaseDraining, 1
+			}), fluentPVC: fpvc, jobs: []batchv1.Job{job(1, batchv1.JobFailed, failedAt)}},
+			now:  failedAt.Add(time.Second),
+			want: want{phase: v1alpha1.BindingPhaseDraining, finish: true, attempts: 1, events: []string{v1alpha1.EventReasonClaimLost}},
+		},
 		"claim lost while in use: finish with a warning": {
 			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pod: pod(corev1.PodRunning, false)},
 			now:  admitted.Add(time.Hour),
