@@ -195,9 +195,7 @@ func byBindingLabel(obj client.Object) []string {
 // deleted, stayed Terminating forever.
 func TestReconcileUnlabelledBeforeRecorded(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
-	fpvc := fixtures.MakeFluentPVC("f").Obj()
-	claim := objects.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
-	claim.UID = "pvc-uid"
+	fpvc, claim := claimFixture()
 	b := objects.Binding(claim, fpvc.UID)
 	b.Status.Phase = v1alpha1.BindingPhasePending
 	pod := fixtures.MakePod("app", "ns").Label(v1alpha1.BindingNameLabelKey, b.Name).Claim(claim.Name).Obj()
@@ -243,9 +241,7 @@ func TestReconcileUnlabelledBeforeRecorded(t *testing.T) {
 // retried the Job forever and the namespace never went away.
 func TestReconcileNamespaceTerminatingBeforeBinding(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
-	fpvc := fixtures.MakeFluentPVC("f").Obj()
-	claim := objects.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
-	claim.UID = "pvc-uid"
+	fpvc, claim := claimFixture()
 	claim.Annotations[v1alpha1.UsedByPodAnnotationKey] = "gone/pod-uid"
 	b := objects.Binding(claim, fpvc.UID)
 	b.Spec.Pod = v1alpha1.ObjectIdentity{Name: "gone", UID: "pod-uid"}
@@ -283,9 +279,7 @@ func TestReconcileNamespaceTerminatingBeforeBinding(t *testing.T) {
 // Terminating forever, and with it the namespace.
 func TestReconcileAbandonUnlabelledPod(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
-	fpvc := fixtures.MakeFluentPVC("f").Obj()
-	claim := objects.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
-	claim.UID = "pvc-uid"
+	fpvc, claim := claimFixture()
 	pod := fixtures.MakePod("app", "ns").Label(v1alpha1.BindingNameLabelKey, claim.Name).Claim(claim.Name).Obj()
 	pod.UID, pod.Finalizers, pod.Status.Phase = "pod-uid", []string{v1alpha1.PodProtectionFinalizer}, corev1.PodRunning
 
@@ -318,9 +312,7 @@ func TestReconcileAbandonUnlabelledPod(t *testing.T) {
 // followed a successful drain).
 func TestReconcileDrainedClaimOnStaleBinding(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
-	fpvc := fixtures.MakeFluentPVC("f").Obj()
-	claim := objects.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
-	claim.UID = "pvc-uid"
+	fpvc, claim := claimFixture()
 	drainedBinding := objects.Binding(claim, fpvc.UID)
 	drainedBinding.UID = "binding-uid"
 	drainedBinding.Spec.Pod = v1alpha1.ObjectIdentity{Name: "app", UID: "pod-uid"}
@@ -415,9 +407,7 @@ func TestReconcileStatusFromStaleBinding(t *testing.T) {
 // the binding's pod, and the started drain goes on.
 func TestReconcileDrainPodIsNotTheClaimsPod(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
-	fpvc := fixtures.MakeFluentPVC("f").Obj()
-	claim := objects.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
-	claim.UID = "pvc-uid"
+	fpvc, claim := claimFixture()
 	b := objects.Binding(claim, fpvc.UID)
 	b.UID = "binding-uid"
 	b.Status.Phase = v1alpha1.BindingPhasePending
@@ -428,33 +418,16 @@ func TestReconcileDrainPodIsNotTheClaimsPod(t *testing.T) {
 
 	live := fakeAPI(t, interceptor.Funcs{}, fpvc, claim, b, job, drainPod)
 	cached := withoutPods(live)
-	r := testBindingReconciler(cached, live, now)
-	ctx := context.Background()
-	for range 2 {
-		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)}); err != nil {
-			t.Fatalf("Reconcile: %v", err)
-		}
-	}
-
-	gotB := &v1alpha1.FluentPVCBinding{}
-	if err := live.Get(ctx, client.ObjectKeyFromObject(b), gotB); err != nil {
-		t.Fatal(err)
-	}
+	gotB := reconcileTwice(t, testBindingReconciler(cached, live, now), live, b)
 	if gotB.Spec.Pod.UID != "" {
 		t.Errorf("binding records pod %s/%s, want none: it is the drain Job's", gotB.Spec.Pod.Name, gotB.Spec.Pod.UID)
 	}
 	if gotB.Status.Phase != v1alpha1.BindingPhaseDraining {
 		t.Errorf("binding phase = %s, want %s", gotB.Status.Phase, v1alpha1.BindingPhaseDraining)
 	}
-	gotC := &corev1.PersistentVolumeClaim{}
-	if err := live.Get(ctx, client.ObjectKeyFromObject(claim), gotC); err != nil {
-		t.Fatalf("claim: %v", err)
-	}
-	if gotC.Labels[v1alpha1.ClaimRoleLabelKey] == v1alpha1.ClaimRoleWarm || !gotC.DeletionTimestamp.IsZero() {
-		t.Errorf("claim %s went back to the pool or is deleted while its drain runs", claim.Name)
-	}
+	claimKept(t, live, claim, "drain runs")
 	var jobs batchv1.JobList
-	if err := live.List(ctx, &jobs); err != nil {
+	if err := live.List(context.Background(), &jobs); err != nil {
 		t.Fatal(err)
 	}
 	if len(jobs.Items) != 1 {
@@ -472,9 +445,7 @@ func TestReconcileDrainPodIsNotTheClaimsPod(t *testing.T) {
 // pod wrote to it.
 func TestReconcileClaimsPodByVolume(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
-	fpvc := fixtures.MakeFluentPVC("f").Obj()
-	claim := objects.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
-	claim.UID = "pvc-uid"
+	fpvc, claim := claimFixture()
 	b := objects.Binding(claim, fpvc.UID)
 	b.Status.Phase = v1alpha1.BindingPhasePending
 	unlabelled := fixtures.MakePod("app", "ns").Claim(claim.Name).Obj()
@@ -495,26 +466,48 @@ func TestReconcileClaimsPodByVolume(t *testing.T) {
 			return nil
 		},
 	})
-	r := testBindingReconciler(cached, live, now)
+	gotB := reconcileTwice(t, testBindingReconciler(cached, live, now), live, b)
+	if gotB.Spec.Pod.UID != unlabelled.UID || gotB.Status.Phase != v1alpha1.BindingPhaseInUse {
+		t.Errorf("binding records pod %q in phase %s, want %q in %s", gotB.Spec.Pod.UID, gotB.Status.Phase, unlabelled.UID, v1alpha1.BindingPhaseInUse)
+	}
+	claimKept(t, live, claim, "pod runs")
+}
+
+// reconcileTwice reconciles b twice with r and returns it as live holds it
+// then.
+func reconcileTwice(t *testing.T, r *BindingReconciler, live client.Client, b *v1alpha1.FluentPVCBinding) *v1alpha1.FluentPVCBinding {
+	t.Helper()
 	ctx := context.Background()
 	for range 2 {
 		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)}); err != nil {
 			t.Fatalf("Reconcile: %v", err)
 		}
 	}
-
-	gotB := &v1alpha1.FluentPVCBinding{}
-	if err := live.Get(ctx, client.ObjectKeyFromObject(b), gotB); err != nil {
+	got := &v1alpha1.FluentPVCBinding{}
+	if err := live.Get(ctx, client.ObjectKeyFromObject(b), got); err != nil {
 		t.Fatalf("binding: %v", err)
 	}
-	if gotB.Spec.Pod.UID != unlabelled.UID || gotB.Status.Phase != v1alpha1.BindingPhaseInUse {
-		t.Errorf("binding records pod %q in phase %s, want %q in %s", gotB.Spec.Pod.UID, gotB.Status.Phase, unlabelled.UID, v1alpha1.BindingPhaseInUse)
-	}
-	gotC := &corev1.PersistentVolumeClaim{}
-	if err := live.Get(ctx, client.ObjectKeyFromObject(claim), gotC); err != nil {
+	return got
+}
+
+// claimKept fails t unless claim still exists in live, claimed and not
+// deleting, as it must while its pod runs or its drain does.
+func claimKept(t *testing.T, live client.Client, claim *corev1.PersistentVolumeClaim, while string) {
+	t.Helper()
+	got := &corev1.PersistentVolumeClaim{}
+	if err := live.Get(context.Background(), client.ObjectKeyFromObject(claim), got); err != nil {
 		t.Fatalf("claim: %v", err)
 	}
-	if gotC.Labels[v1alpha1.ClaimRoleLabelKey] == v1alpha1.ClaimRoleWarm || !gotC.DeletionTimestamp.IsZero() {
-		t.Errorf("claim %s went back to the pool or is deleted while its pod runs", claim.Name)
+	if got.Labels[v1alpha1.ClaimRoleLabelKey] == v1alpha1.ClaimRoleWarm || !got.DeletionTimestamp.IsZero() {
+		t.Errorf("claim %s went back to the pool or is deleted while its %s", claim.Name, while)
 	}
+}
+
+// claimFixture is FluentPVC f and its claim f-abc (UID pvc-uid) in
+// namespace ns, handed out on a miss at fixtures.Epoch.
+func claimFixture() (*v1alpha1.FluentPVC, *corev1.PersistentVolumeClaim) {
+	fpvc := fixtures.MakeFluentPVC("f").Obj()
+	claim := objects.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
+	claim.UID = "pvc-uid"
+	return fpvc, claim
 }

@@ -47,6 +47,25 @@ var _ = Describe("Pod admission", func() {
 		}).Should(Succeed())
 		return f
 	}
+	// deleteHeld deletes f, held by a finalizer of the test's until the
+	// spec ends, so that it stays being deleted.
+	deleteHeld := func(f *v1alpha1.FluentPVC) *v1alpha1.FluentPVC {
+		const hold = "test.example.com/hold"
+		controllerutil.AddFinalizer(f, hold)
+		Expect(k8sClient.Update(ctx, f)).To(Succeed())
+		Expect(k8sClient.Delete(ctx, f)).To(Succeed())
+		DeferCleanup(func() {
+			Eventually(func() error {
+				got := &v1alpha1.FluentPVC{}
+				if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(f), got); err != nil {
+					return client.IgnoreNotFound(err)
+				}
+				controllerutil.RemoveFinalizer(got, hold)
+				return k8sClient.Update(context.Background(), got)
+			}).Should(Succeed())
+		})
+		return f
+	}
 	claims := func() []corev1.PersistentVolumeClaim {
 		var l corev1.PersistentVolumeClaimList
 		Expect(k8sClient.List(ctx, &l, client.InNamespace(ns))).To(Succeed())
@@ -201,20 +220,7 @@ var _ = Describe("Pod admission", func() {
 	)
 
 	It("denies pods of a FluentPVC that is being deleted", func() {
-		deleting := createFluentPVC(fixtures.MakeFluentPVC("deleting-" + ns).Obj())
-		controllerutil.AddFinalizer(deleting, "test.example.com/hold")
-		Expect(k8sClient.Update(ctx, deleting)).To(Succeed())
-		Expect(k8sClient.Delete(ctx, deleting)).To(Succeed())
-		DeferCleanup(func() {
-			Eventually(func() error {
-				f := &v1alpha1.FluentPVC{}
-				if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(deleting), f); err != nil {
-					return client.IgnoreNotFound(err)
-				}
-				controllerutil.RemoveFinalizer(f, "test.example.com/hold")
-				return k8sClient.Update(context.Background(), f)
-			}).Should(Succeed())
-		})
+		deleting := deleteHeld(createFluentPVC(fixtures.MakeFluentPVC("deleting-" + ns).Obj()))
 		Eventually(func(g Gomega) {
 			f := &v1alpha1.FluentPVC{}
 			g.Expect(mgrClient.Get(ctx, client.ObjectKeyFromObject(deleting), f)).To(Succeed())
@@ -228,20 +234,7 @@ var _ = Describe("Pod admission", func() {
 	})
 
 	It("denies a pod whose FluentPVC began deleting before its claim was written, though this replica's cache shows it alive", func() {
-		deleting := createFluentPVC(fixtures.MakeFluentPVC("racing-" + ns).Obj())
-		controllerutil.AddFinalizer(deleting, "test.example.com/hold")
-		Expect(k8sClient.Update(ctx, deleting)).To(Succeed())
-		Expect(k8sClient.Delete(ctx, deleting)).To(Succeed())
-		DeferCleanup(func() {
-			Eventually(func() error {
-				f := &v1alpha1.FluentPVC{}
-				if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(deleting), f); err != nil {
-					return client.IgnoreNotFound(err)
-				}
-				controllerutil.RemoveFinalizer(f, "test.example.com/hold")
-				return k8sClient.Update(context.Background(), f)
-			}).Should(Succeed())
-		})
+		deleting := deleteHeld(createFluentPVC(fixtures.MakeFluentPVC("racing-" + ns).Obj()))
 
 		// The cache of a replica that has not seen the deletion yet.
 		m := webhook.NewPodMutator(staleCache{mgrClient}, k8sClient, k8sClient, admission.NewDecoder(scheme), clock.RealClock{})
