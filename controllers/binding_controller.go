@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -69,17 +70,20 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 		return ctrl.Result{}, err
 	}
-	o, err := r.observe(ctx, b)
+	// One time for what is observed and what is decided from it: a grace
+	// period must not end between the two.
+	now := r.clock.Now()
+	o, err := r.observe(ctx, b, now)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	res, err := r.apply(ctx, o, decide(o, r.clock.Now(), r.opts))
+	res, err := r.apply(ctx, o, decide(o, now, r.opts))
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) && !o.namespaceTerminating {
 		// The namespace began terminating before the binding was marked
 		// for deletion (observe reads the namespace only then): no Job can
 		// run there any more, so let go as for a terminating namespace.
 		o.namespaceTerminating = true
-		return r.apply(ctx, o, decide(o, r.clock.Now(), r.opts))
+		return r.apply(ctx, o, decide(o, now, r.opts))
 	}
 	return res, err
 }
@@ -149,7 +153,7 @@ func (r *BindingReconciler) abandonUnrecorded(ctx context.Context, pvc *corev1.P
 
 // observe reads the binding's pod, claim, Jobs and FluentPVC, mostly from
 // the cache, once.
-func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBinding) (observed, error) {
+func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBinding, now time.Time) (observed, error) {
 	o := observed{binding: b}
 
 	fpvc := &v1alpha1.FluentPVC{}
@@ -218,7 +222,7 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 		// The cache holds only pods with the opt-in label: a pod whose label
 		// was removed drops out of it while it still runs and writes. Only
 		// live reads prove that the claim's pod is gone, or never was.
-		if err := r.observeUncachedPod(ctx, &o); err != nil {
+		if err := r.observeUncachedPod(ctx, &o, now); err != nil {
 			return o, err
 		}
 	}
@@ -266,7 +270,7 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 // none found, on a claim that tracks its pod and records none, is the
 // positive proof that no pod used the claim. Labels can be edited on a
 // running pod; its volumes cannot.
-func (r *BindingReconciler) observeUncachedPod(ctx context.Context, o *observed) error {
+func (r *BindingReconciler) observeUncachedPod(ctx context.Context, o *observed, now time.Time) error {
 	b := o.binding
 	id := b.Spec.Pod
 	if id.UID == "" && o.pvc != nil {
@@ -282,7 +286,7 @@ func (r *BindingReconciler) observeUncachedPod(ctx context.Context, o *observed)
 		}
 		return nil
 	}
-	if o.pvc == nil || admissionTime(b).Add(r.opts.OrphanGracePeriod).After(r.clock.Now()) {
+	if o.pvc == nil || admissionTime(b).Add(r.opts.OrphanGracePeriod).After(now) {
 		return nil
 	}
 	var live corev1.PodList

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -510,4 +511,49 @@ func claimFixture() (*v1alpha1.FluentPVC, *corev1.PersistentVolumeClaim) {
 	claim := objects.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
 	claim.UID = "pvc-uid"
 	return fpvc, claim
+}
+
+// steppingClock reads start, then start+step, start+2*step, ...
+type steppingClock struct {
+	clock.PassiveClock
+	next, step time.Duration
+	start      time.Time
+}
+
+func (c *steppingClock) Now() time.Time {
+	t := c.start.Add(c.next)
+	c.next += c.step
+	return t
+}
+
+func (c *steppingClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
+// TestReconcileGraceEndsMidReconcile reconciles an unused claim's binding
+// while the orphan grace period ends between the reconcile's reads of the
+// clock. Before, what was observed (within the grace period: no proof
+// looked for) and what was decided (past it: no proof, so drain) read the
+// clock apart, and a drain Job started for a claim no pod used.
+func TestReconcileGraceEndsMidReconcile(t *testing.T) {
+	fpvc, claim := claimFixture()
+	b := objects.Binding(claim, fpvc.UID)
+	b.Status.Phase = v1alpha1.BindingPhasePending
+	live := fakeAPI(t, interceptor.Funcs{}, fpvc, claim, b)
+	clk := &steppingClock{start: fixtures.Epoch.Add(2*time.Minute - 500*time.Millisecond), step: time.Second}
+	r := NewBindingReconciler(withoutPods(live), live, events.NewFakeRecorder(10), clk,
+		Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute})
+
+	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)})
+	if err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	var jobs batchv1.JobList
+	if err := live.List(context.Background(), &jobs); err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs.Items) != 0 {
+		t.Errorf("a drain Job started for a claim within its grace period: %s", jobs.Items[0].Name)
+	}
+	if res.RequeueAfter != 500*time.Millisecond {
+		t.Errorf("requeue after %s, want the 500ms left of the grace period", res.RequeueAfter)
+	}
 }
