@@ -166,20 +166,17 @@ func decide(o observed, now time.Time, opts Options) plan {
 			p.requeueAfter = graceLeft
 			return p
 		}
-		switch j := succeededJob(o.jobs); {
-		case isFinal(p.status.Phase):
-		case j != nil:
-			// The claim was deleted after its drain succeeded, by a
-			// reconcile whose status write then lost to a newer binding:
-			// what it did not record is told now, not taken for a loss.
-			p.drained = true
-			p.status.Phase, p.status.DrainJobName = v1alpha1.BindingPhaseDrained, j.Name
-			setDrained(metav1.ConditionTrue, v1alpha1.DrainedReasonSucceeded, fmt.Sprintf("finalizer Job %s succeeded", j.Name))
-			p.events = append(p.events, note{reason: v1alpha1.EventReasonDrained,
-				message: fmt.Sprintf("finalizer Job %s succeeded: claim %s was deleted", j.Name, b.Spec.PVC.Name)})
-		default:
-			p.events = append(p.events, note{warning: true, reason: v1alpha1.EventReasonClaimLost,
-				message: fmt.Sprintf("claim %s disappeared before it was drained", b.Spec.PVC.Name)})
+		if !isFinal(p.status.Phase) {
+			if j := succeededJob(o.jobs); j != nil {
+				// The claim was deleted after its drain succeeded, by a
+				// reconcile whose status write then lost to a newer
+				// binding: what it did not record is told now, not taken
+				// for a loss.
+				markDrained(b, j, now, &p, fmt.Sprintf("finalizer Job %s succeeded: claim %s was deleted", j.Name, b.Spec.PVC.Name))
+			} else {
+				p.events = append(p.events, note{warning: true, reason: v1alpha1.EventReasonClaimLost,
+					message: fmt.Sprintf("claim %s disappeared before it was drained", b.Spec.PVC.Name)})
+			}
 		}
 		p.finish = true
 		return p
@@ -264,25 +261,16 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 		setCondition(&p.status, v1alpha1.BindingConditionDrained, status, reason, msg, gen, now)
 	}
 
+	if j := succeededJob(o.jobs); j != nil {
+		markDrained(b, j, now, p, fmt.Sprintf("finalizer Job %s succeeded: deleting claim %s", j.Name, b.Spec.PVC.Name))
+		p.releaseClaim, p.deleteClaim = true, true
+		return
+	}
 	var current *batchv1.Job
 	attempts := p.status.DrainAttempts
 	for i := range o.jobs {
-		j := &o.jobs[i]
-		if jobSucceeded(j) {
-			meta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.BindingConditionDrainJobRejected)
-			if p.status.Phase != v1alpha1.BindingPhaseDrained {
-				p.drained = true
-				p.events = append(p.events, note{reason: v1alpha1.EventReasonDrained,
-					message: fmt.Sprintf("finalizer Job %s succeeded: deleting claim %s", j.Name, b.Spec.PVC.Name)})
-			}
-			p.status.Phase = v1alpha1.BindingPhaseDrained
-			p.status.DrainJobName = j.Name
-			setDrained(metav1.ConditionTrue, v1alpha1.DrainedReasonSucceeded, fmt.Sprintf("finalizer Job %s succeeded", j.Name))
-			p.releaseClaim, p.deleteClaim = true, true
-			return
-		}
-		if n := jobAttempt(j); n >= attempts {
-			attempts, current = n, j
+		if n := jobAttempt(&o.jobs[i]); n >= attempts {
+			attempts, current = n, &o.jobs[i]
 		}
 	}
 	p.status.Phase = v1alpha1.BindingPhaseDraining
@@ -337,6 +325,19 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 	setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonRunning, fmt.Sprintf("finalizer Job %s (attempt %d) runs", p.status.DrainJobName, p.createJob))
 	p.events = append(p.events, note{reason: v1alpha1.EventReasonDrainStarted,
 		message: fmt.Sprintf("started finalizer Job %s (attempt %d) for claim %s", p.status.DrainJobName, p.createJob, b.Spec.PVC.Name)})
+}
+
+// markDrained records in p that finalizer Job j drained b's claim, with
+// event told the first time.
+func markDrained(b *v1alpha1.FluentPVCBinding, j *batchv1.Job, now time.Time, p *plan, event string) {
+	meta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.BindingConditionDrainJobRejected)
+	if p.status.Phase != v1alpha1.BindingPhaseDrained {
+		p.drained = true
+		p.events = append(p.events, note{reason: v1alpha1.EventReasonDrained, message: event})
+	}
+	p.status.Phase, p.status.DrainJobName = v1alpha1.BindingPhaseDrained, j.Name
+	setCondition(&p.status, v1alpha1.BindingConditionDrained, metav1.ConditionTrue, v1alpha1.DrainedReasonSucceeded,
+		fmt.Sprintf("finalizer Job %s succeeded", j.Name), b.Generation, now)
 }
 
 // decideFluentPVCMissing is a drain that needs a Job whose template went

@@ -172,7 +172,7 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading FluentPVC %q: %w", name, err)), resultError, reasonNone
 	}
 	if !fpvc.DeletionTimestamp.IsZero() {
-		return admission.Denied(fmt.Sprintf("FluentPVC %q is being deleted and admits no new pods: point the pod's label %s at another FluentPVC", name, v1alpha1.FluentPVCNameLabelKey)), resultDenied, reasonFluentPVCDeleting
+		return deletingDenial(name), resultDenied, reasonFluentPVCDeleting
 	}
 	if objects.PodInjected(pod, &fpvc.Spec) {
 		// A reinvocation on this webhook's own output, or a pod created from
@@ -227,7 +227,7 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 		case err != nil:
 			return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
 		case deleting:
-			return admission.Denied(fmt.Sprintf("FluentPVC %q is being deleted and admits no new pods: point the pod's label %s at another FluentPVC", name, v1alpha1.FluentPVCNameLabelKey)), resultDenied, reasonFluentPVCDeleting
+			return deletingDenial(name), resultDenied, reasonFluentPVCDeleting
 		}
 	}
 
@@ -238,6 +238,11 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 		return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
 	}
 	return admission.PatchResponseFromRaw(req.Object.Raw, raw), resultMutated, reasonNone
+}
+
+// deletingDenial denies a pod of FluentPVC name, which is being deleted.
+func deletingDenial(name string) admission.Response {
+	return admission.Denied(fmt.Sprintf("FluentPVC %q is being deleted and admits no new pods: point the pod's label %s at another FluentPVC", name, v1alpha1.FluentPVCNameLabelKey))
 }
 
 // deletingLive is true when a live read finds FluentPVC name being
