@@ -27,6 +27,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
@@ -77,13 +78,13 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	res, err := r.apply(ctx, o, decide(o, now, r.opts))
+	res, err := r.apply(ctx, o, decide(o, now, r.opts), now)
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) && !o.namespaceTerminating {
 		// The namespace began terminating before the binding was marked
 		// for deletion (observe reads the namespace only then): no Job can
 		// run there any more, so let go as for a terminating namespace.
 		o.namespaceTerminating = true
-		return r.apply(ctx, o, decide(o, now, r.opts))
+		return r.apply(ctx, o, decide(o, now, r.opts), now)
 	}
 	return res, err
 }
@@ -94,25 +95,25 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 // claim is ever left without the record that drains it.
 func (r *BindingReconciler) createBinding(ctx context.Context, key client.ObjectKey) error {
 	pvc := &corev1.PersistentVolumeClaim{}
-	if err := r.Get(ctx, key, pvc); err != nil || !objects.Claimed(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != key.Name {
+	if err := r.Get(ctx, key, pvc); err != nil || !claim.Held(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != key.Name {
 		return client.IgnoreNotFound(err)
 	}
 	// The cache may lag behind the end of a claim's life (drained, deleted,
 	// then the binding removed): only a live read may bring a binding back.
-	if err := r.apiReader.Get(ctx, key, pvc); err != nil || !objects.Claimed(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != key.Name {
+	if err := r.apiReader.Get(ctx, key, pvc); err != nil || !claim.Held(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != key.Name {
 		return client.IgnoreNotFound(err)
 	}
 	fpvc := &v1alpha1.FluentPVC{}
 	if err := r.Get(ctx, client.ObjectKey{Name: pvc.Labels[v1alpha1.FluentPVCNameLabelKey]}, fpvc); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("reading FluentPVC %s: %w", pvc.Labels[v1alpha1.FluentPVCNameLabelKey], err)
 	}
-	b := objects.Binding(pvc, fpvc.UID)
+	b := claim.Binding(pvc, fpvc.UID)
 	// A pod already in the cache is recorded at once, saving an update.
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.InNamespace(pvc.Namespace), client.MatchingFields{podBindingIndex: b.Name}); err != nil {
 		return fmt.Errorf("listing pods: %w", err)
 	}
-	switch used, _ := objects.ClaimPod(pvc); {
+	switch used, _ := claim.PodOf(pvc); {
 	case used.UID != "":
 		// Made again after it was lost: the claim remembers its pod.
 		b.Spec.Pod = used
@@ -138,8 +139,8 @@ func (r *BindingReconciler) abandonUnrecorded(ctx context.Context, pvc *corev1.P
 	if err := r.releaseLabelledPods(ctx, pvc.Namespace, name); err != nil {
 		return err
 	}
-	if err := removeFinalizer(ctx, r.Client, pvc, v1alpha1.PVCProtectionFinalizer); err != nil {
-		return fmt.Errorf("releasing PVC %s: %w", pvc.Name, err)
+	if _, err := r.writeClaim(ctx, pvc, claim.ReleaseUnbound); err != nil {
+		return err
 	}
 	claimsAbandoned.WithLabelValues(pvc.Labels[v1alpha1.FluentPVCNameLabelKey]).Inc()
 	ctrl.LoggerFrom(ctx).Info("namespace is being deleted before the claim's binding was made: claim released undrained",
@@ -178,13 +179,13 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 		err = r.apiReader.Get(ctx, key, pvc)
 	}
 	recorded := func() bool { return b.Spec.PVC.UID == "" || pvc.UID == b.Spec.PVC.UID }
-	if err == nil && recorded() && !objects.SameCheckout(b, pvc) {
+	if err == nil && recorded() && !claim.SameCheckout(b, pvc) {
 		// The cache may lag behind a binding made from a live read of its
 		// claim: only a live read may say the checkout is over.
 		err = r.apiReader.Get(ctx, key, pvc)
 	}
 	switch {
-	case err == nil && objects.SameCheckout(b, pvc):
+	case err == nil && claim.SameCheckout(b, pvc):
 		o.pvc = pvc
 	case err == nil:
 		// The claim b recorded, back in the pool or checked out again; or
@@ -274,7 +275,7 @@ func (r *BindingReconciler) observeUncachedPod(ctx context.Context, o *observed,
 	b := o.binding
 	id := b.Spec.Pod
 	if id.UID == "" && o.pvc != nil {
-		id, _ = objects.ClaimPod(o.pvc)
+		id, _ = claim.PodOf(o.pvc)
 	}
 	if id.UID != "" {
 		live := &corev1.Pod{}
@@ -299,7 +300,7 @@ func (r *BindingReconciler) observeUncachedPod(ctx context.Context, o *observed,
 			return nil
 		}
 	}
-	_, tracked := objects.ClaimPod(o.pvc)
+	_, tracked := claim.PodOf(o.pvc)
 	o.claimUnused = tracked
 	return nil
 }
@@ -333,12 +334,10 @@ func (r *BindingReconciler) releaseLabelledPods(ctx context.Context, namespace, 
 	return nil
 }
 
-// apply carries out a plan: spec records first, then the children, then one
-// status write, then events.
-func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl.Result, error) {
+// apply carries out plan p, decided from o at now: spec records first,
+// then the children, then one status write, then the outcomes.
+func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan, now time.Time) (ctrl.Result, error) {
 	b := o.binding
-	fpvcName := b.Spec.FluentPVC.Name
-
 	if p.recordPod != nil || p.recordPVCUID != "" {
 		if p.recordPod != nil {
 			b.Spec.Pod = *p.recordPod
@@ -353,44 +352,23 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl
 	if p.recordOnClaim != nil && o.pvc != nil {
 		// Before the pod is let go: this record is what proves, should
 		// the binding be lost, that the claim holds a pod's data.
-		patch := client.MergeFromWithOptions(o.pvc.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		if o.pvc.Annotations == nil {
-			o.pvc.Annotations = map[string]string{}
+		pvc, err := r.writeClaim(ctx, o.pvc, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
+			return claim.RecordPod(c, *p.recordOnClaim)
+		})
+		if err != nil {
+			return ctrl.Result{}, err
 		}
-		o.pvc.Annotations[v1alpha1.UsedByPodAnnotationKey] = objects.UsedByPod(*p.recordOnClaim)
-		if err := r.Patch(ctx, o.pvc, patch); err != nil {
-			return ctrl.Result{}, fmt.Errorf("recording pod %s on claim %s: %w", p.recordOnClaim.Name, o.pvc.Name, err)
-		}
+		o.pvc = pvc
 	}
 	if p.releasePod {
 		if err := removeFinalizer(ctx, r.Client, o.pod, v1alpha1.PodProtectionFinalizer); err != nil {
 			return ctrl.Result{}, fmt.Errorf("releasing pod %s: %w", o.pod.Name, err)
 		}
 	}
-	// rejected is the API server's refusal of the finalizer Job: recorded
-	// in the status and told in Events before the retry, not lost in a
-	// returned error.
-	var rejected error
-	var rejectedJob string
 	if p.createJob > 0 {
 		job := objects.DrainJob(o.fluentPVC, b, p.createJob)
-		switch err := r.Create(ctx, job); {
-		case err == nil:
-			drainsStarted.WithLabelValues(fpvcName).Inc()
-			meta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.BindingConditionDrainJobRejected)
-		case apierrors.IsAlreadyExists(err):
-		case drainJobRejected(err):
-			// No attempt was made: the status keeps the last one, says why,
-			// and nothing else planned with the Job happens.
-			rejected = err
-			now := r.clock.Now()
-			p.status.DrainAttempts, p.status.DrainJobName = p.createJob-1, b.Status.DrainJobName
-			setCondition(&p.status, v1alpha1.BindingConditionDrained, metav1.ConditionFalse, v1alpha1.DrainedReasonJobRejected,
-				fmt.Sprintf("the API server refused finalizer Job %s: %v", job.Name, err), b.Generation, now)
-			setCondition(&p.status, v1alpha1.BindingConditionDrainJobRejected, metav1.ConditionTrue, string(apierrors.ReasonForError(err)), err.Error(), b.Generation, now)
-			p.createJob, p.deleteJobs, p.events = 0, nil, nil
-			rejectedJob = job.Name
-		default:
+		err := r.Create(ctx, job)
+		if p = settleJob(o, p, job.Name, err, now); err != nil && !apierrors.IsAlreadyExists(err) && p.retry == nil {
 			return ctrl.Result{}, fmt.Errorf("creating finalizer Job %s: %w", job.Name, err)
 		}
 	}
@@ -401,20 +379,23 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl
 			return ctrl.Result{}, fmt.Errorf("deleting failed Job %s: %w", name, err)
 		}
 	}
-	if p.releaseClaim && o.pvc != nil {
-		if err := r.letGo(ctx, b, o.pvc, releaseClaim); err != nil {
-			return ctrl.Result{}, err
-		}
+	// Every write that lets go of the claim is conditioned on it being the
+	// checkout b records and on the version read (package claim), so that
+	// a stale binding or a stale read fails instead of taking a claim that
+	// another pod holds now.
+	var letGo []func(*corev1.PersistentVolumeClaim) (claim.Write, error)
+	if p.releaseClaim {
+		letGo = append(letGo, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Release(b, c) })
 	}
-	if p.returnClaim && o.pvc != nil {
-		if err := r.letGo(ctx, b, o.pvc, returnClaim); err != nil {
-			return ctrl.Result{}, err
-		}
-		o.pvc = nil // no longer this binding's claim
-		p.finish = true
+	if p.returnClaim {
+		letGo = append(letGo, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Return(b, c) })
 	}
-	if p.deleteClaim && o.pvc != nil && o.pvc.DeletionTimestamp.IsZero() {
-		if err := r.letGo(ctx, b, o.pvc, deleteClaim); err != nil {
+	if p.deleteClaim {
+		letGo = append(letGo, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Delete(b, c) })
+	}
+	for pvc, i := o.pvc, 0; pvc != nil && i < len(letGo); i++ {
+		var err error
+		if pvc, err = r.writeClaim(ctx, pvc, letGo[i]); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -422,8 +403,8 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl
 	if !equality.Semantic.DeepEqual(b.Status, p.status) && !p.finish {
 		// Conditioned on the version read: a status computed from a stale
 		// copy (the cache behind our own last write) must not overwrite a
-		// newer one, nor count its metrics and Events twice. The newer
-		// copy's event reconciles the binding again.
+		// newer one, nor count its outcomes twice. The newer copy's event
+		// reconciles the binding again.
 		patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		b.Status = p.status
 		if err := r.Status().Patch(ctx, b, patch); err != nil {
@@ -434,148 +415,77 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan) (ctrl
 			return ctrl.Result{}, fmt.Errorf("writing the binding's status: %w", err)
 		}
 	}
-	logDecisions(ctx, b, p)
-	if p.newFailure {
-		drainsFailed.WithLabelValues(fpvcName).Inc()
+	r.report(ctx, o, p)
+	if p.retry != nil {
+		return ctrl.Result{}, p.retry
 	}
-	if p.drained {
-		drainsSucceeded.WithLabelValues(fpvcName).Inc()
-		if s := p.status.DrainStartTime; s != nil {
-			drainDuration.WithLabelValues(fpvcName).Observe(r.clock.Since(s.Time).Seconds())
+	if !p.finish {
+		return ctrl.Result{RequeueAfter: p.requeueAfter}, nil
+	}
+	if p.releaseLabelledPods {
+		if err := r.releaseLabelledPods(ctx, b.Namespace, b.Name); err != nil {
+			return ctrl.Result{}, err
 		}
 	}
-	if p.orphaned {
-		orphansReclaimed.WithLabelValues(fpvcName).Inc()
+	if err := removeFinalizer(ctx, r.Client, b, v1alpha1.BindingProtectionFinalizer); client.IgnoreNotFound(err) != nil {
+		return ctrl.Result{}, fmt.Errorf("releasing the binding: %w", err)
 	}
-	if p.abandoned || p.releasedUndrained {
-		claimsAbandoned.WithLabelValues(fpvcName).Inc()
+	if b.DeletionTimestamp.IsZero() {
+		// Its successor of the same name, made for the claim's next
+		// checkout, is not this binding.
+		if err := r.Delete(ctx, b, client.Preconditions{UID: &b.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+			return ctrl.Result{}, fmt.Errorf("deleting the binding: %w", err)
+		}
 	}
-	if p.releasedUndrained && o.pvc != nil {
-		// The binding goes away; the claim it let go of stays, for the user.
-		r.recorder.Eventf(o.pvc, b, corev1.EventTypeWarning, v1alpha1.EventReasonReleasedUndrained, v1alpha1.EventReasonReleasedUndrained,
-			"FluentPVC %s stayed gone for %s: fluent-pvc-operator let go of this claim without draining it; drain and delete it by hand", b.Spec.FluentPVC.Name, r.opts.FluentPVCMissingTimeout)
-	}
+	return ctrl.Result{}, nil
+}
 
-	for _, e := range p.events {
+// writeClaim executes the write that transition makes of pvc, and
+// returns the claim as written, nil once it is gone.
+func (r *BindingReconciler) writeClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim, transition func(*corev1.PersistentVolumeClaim) (claim.Write, error)) (*corev1.PersistentVolumeClaim, error) {
+	w, err := transition(pvc)
+	if err != nil {
+		return nil, err
+	}
+	switch err := claim.Execute(ctx, r.Client, w); {
+	case apierrors.IsNotFound(err) || (err == nil && w.Op == claim.OpDelete):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return w.Object, nil
+}
+
+// report counts, logs and tells as Events the outcomes of plan p, each
+// as its kind's outcomeReport says. A steady state reports nothing.
+func (r *BindingReconciler) report(ctx context.Context, o observed, p plan) {
+	b := o.binding
+	fpvc := b.Spec.FluentPVC.Name
+	log := ctrl.LoggerFrom(ctx).WithValues("binding", klog.KObj(b), "claim", b.Spec.PVC.Name)
+	for _, out := range p.outcomes {
+		rep := outcomeReports[out.kind]
+		log.V(rep.logLevel).Info(rep.log, "detail", out.message)
+		if rep.counter != nil {
+			rep.counter.WithLabelValues(fpvc).Inc()
+		}
+		if out.kind == outcomeDrained && out.drainSeconds > 0 {
+			drainDuration.WithLabelValues(fpvc).Observe(out.drainSeconds)
+		}
+		if rep.reason == "" || out.silent {
+			continue
+		}
 		typ := corev1.EventTypeNormal
-		if e.warning {
+		if rep.warning {
 			typ = corev1.EventTypeWarning
 		}
-		r.recorder.Eventf(b, nil, typ, e.reason, e.reason, "%s", e.message)
-		// A terminating namespace takes no new events: tell the FluentPVC.
-		if p.abandoned && o.fluentPVC != nil {
-			r.recorder.Eventf(o.fluentPVC, b, typ, e.reason, e.reason, "%s/%s: %s", b.Namespace, b.Name, e.message)
+		r.recorder.Eventf(b, nil, typ, rep.reason, rep.reason, "%s", out.message)
+		if rep.toFluentPVC && o.fluentPVC != nil {
+			r.recorder.Eventf(o.fluentPVC, b, typ, rep.reason, rep.reason, "%s/%s: %s", b.Namespace, b.Name, out.message)
+		}
+		if out.claimMessage != "" && o.pvc != nil {
+			r.recorder.Eventf(o.pvc, b, typ, rep.reason, rep.reason, "%s", out.claimMessage)
 		}
 	}
-	if rejected != nil {
-		drainJobsRejected.WithLabelValues(fpvcName).Inc()
-		msg := fmt.Sprintf("the API server refused finalizer Job %s made from FluentPVC %s; the claim is kept and the Job is tried again when the FluentPVC changes: %v",
-			rejectedJob, fpvcName, rejected)
-		r.recorder.Eventf(b, nil, corev1.EventTypeWarning, v1alpha1.EventReasonDrainJobRejected, v1alpha1.EventReasonDrainJobRejected, "%s", msg)
-		if o.fluentPVC != nil {
-			r.recorder.Eventf(o.fluentPVC, b, corev1.EventTypeWarning, v1alpha1.EventReasonDrainJobRejected, v1alpha1.EventReasonDrainJobRejected, "%s/%s: %s", b.Namespace, b.Name, msg)
-		}
-		// Retried with the rate limiter's backoff; a change of the
-		// FluentPVC brings the binding back at once (SetupWithManager).
-		return ctrl.Result{}, fmt.Errorf("creating finalizer Job %s: %w", rejectedJob, rejected)
-	}
-
-	if p.finish {
-		if !p.checkoutOver && !o.claimUnused && (o.namespaceTerminating || b.Spec.Pod.UID == "") {
-			// A pod this binding never recorded, or one a terminating
-			// namespace must be rid of, may be out of the cache (its opt-in
-			// label removed) and still hold the pod-protection finalizer,
-			// which nothing would remove once the binding is gone. (An
-			// unused claim was just proven to have no pod by a live list.)
-			if err := r.releaseLabelledPods(ctx, b.Namespace, b.Name); err != nil {
-				return ctrl.Result{}, err
-			}
-		}
-		if err := removeFinalizer(ctx, r.Client, b, v1alpha1.BindingProtectionFinalizer); client.IgnoreNotFound(err) != nil {
-			return ctrl.Result{}, fmt.Errorf("releasing the binding: %w", err)
-		}
-		if b.DeletionTimestamp.IsZero() {
-			// Its successor of the same name, made for the claim's next
-			// checkout, is not this binding.
-			if err := r.Delete(ctx, b, client.Preconditions{UID: &b.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
-				return ctrl.Result{}, fmt.Errorf("deleting the binding: %w", err)
-			}
-		}
-		return ctrl.Result{}, nil
-	}
-	return ctrl.Result{RequeueAfter: p.requeueAfter}, nil
-}
-
-// logDecisions logs what p decided about b's claim once it is carried out:
-// at the default level what a user must act on or know was lost, at V(1)
-// the normal course of a claim's life. A steady state logs nothing.
-func logDecisions(ctx context.Context, b *v1alpha1.FluentPVCBinding, p plan) {
-	log := ctrl.LoggerFrom(ctx).WithValues("binding", klog.KObj(b), "claim", b.Spec.PVC.Name)
-	switch {
-	case p.createJob > 0 && len(p.deleteJobs) > 0:
-		log.V(1).Info("drain retried", "attempt", p.createJob, "job", p.status.DrainJobName, "replaces", p.deleteJobs)
-	case p.createJob > 0:
-		log.V(1).Info("drain started", "attempt", p.createJob, "job", p.status.DrainJobName)
-	}
-	if p.newFailure {
-		log.Info("drain failed; the claim is kept and the drain retried", "attempt", p.status.DrainAttempts, "job", p.status.DrainJobName, "after", p.requeueAfter)
-	}
-	if p.drained {
-		log.V(1).Info("claim drained; deleting it", "job", p.status.DrainJobName)
-	}
-	if p.checkoutOver {
-		log.V(1).Info("the claim went back to the pool and was handed out again: this binding's record is done")
-	}
-	if p.orphaned {
-		log.V(1).Info("no pod appeared within the grace period: claim reclaimed undrained", "returnedToPool", p.returnClaim)
-	}
-	if p.abandoned {
-		log.Info("namespace is being deleted: claim released undrained", "namespace", b.Namespace)
-	}
-	if p.releasedUndrained {
-		log.Info("FluentPVC stayed gone: claim let go of undrained and kept", "fluentPVC", b.Spec.FluentPVC.Name)
-	}
-	for _, e := range p.events {
-		if e.reason == v1alpha1.EventReasonClaimLost || e.reason == v1alpha1.EventReasonFluentPVCMissing {
-			log.Info("claim waits for the user", "reason", e.reason, "detail", e.message)
-		}
-	}
-}
-
-// claimWrite is one of the three writes that let go of a claim.
-type claimWrite string
-
-const (
-	// releaseClaim removes the claim's finalizer, so that it may be deleted.
-	releaseClaim claimWrite = "release"
-	// returnClaim gives the claim back to the warm pool.
-	returnClaim claimWrite = "return to the pool"
-	// deleteClaim deletes the (released) claim.
-	deleteClaim claimWrite = "delete"
-)
-
-// letGo is the one place where a binding lets go of its claim. Every such
-// write is conditioned on the claim being the checkout b records (its UID
-// and checkout token, see objects.SameCheckout) and on the resourceVersion
-// pvc was read at, so that a stale binding or a stale read fails instead of
-// taking a claim that another pod holds now.
-func (r *BindingReconciler) letGo(ctx context.Context, b *v1alpha1.FluentPVCBinding, pvc *corev1.PersistentVolumeClaim, w claimWrite) error {
-	if !objects.SameCheckout(b, pvc) {
-		return fmt.Errorf("refusing to %s claim %s: it is no longer the checkout binding %s records", w, pvc.Name, b.Name)
-	}
-	var err error
-	switch w {
-	case releaseClaim:
-		err = removeFinalizer(ctx, r.Client, pvc, v1alpha1.PVCProtectionFinalizer)
-	case returnClaim:
-		err = r.Update(ctx, pool.Returned(pvc))
-	case deleteClaim:
-		err = client.IgnoreNotFound(r.Delete(ctx, pvc, client.Preconditions{UID: &pvc.UID, ResourceVersion: &pvc.ResourceVersion}))
-	}
-	if err != nil {
-		return fmt.Errorf("%s claim %s: %w", w, pvc.Name, err)
-	}
-	return nil
 }
 
 // removeFinalizer removes finalizer from obj with an optimistic-lock patch.
@@ -620,13 +530,6 @@ func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A changed FluentPVC may fix the finalizer Jobs it made refused.
 		Watches(&v1alpha1.FluentPVC{}, handler.EnqueueRequestsFromMapFunc(r.rejectedBindingsOf), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
-}
-
-// drainJobRejected is true for an error that says the finalizer Job itself
-// is refused, so that only a change of its template (or of a policy or
-// quota) can help: invalid, malformed, or forbidden.
-func drainJobRejected(err error) bool {
-	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err)
 }
 
 // rejectedBindingsOf are the bindings of a FluentPVC whose finalizer Job

@@ -2,11 +2,15 @@ package controllers
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -14,6 +18,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 )
 
 // observed is everything a binding's reconcile looks at, read once.
@@ -34,7 +39,7 @@ type observed struct {
 	// pool: the pool is on and the claim was made from the current template.
 	poolAccepts bool
 	// claimUnused is true on positive proof that no pod ever used the
-	// claim: it tracks its pod (see objects.ClaimPod), records none, and a
+	// claim: it tracks its pod (see claim.PodOf), records none, and a
 	// live list finds no pod that mounts it. Read only once the orphan grace
 	// period is over; false means keep and drain.
 	claimUnused bool
@@ -74,28 +79,102 @@ type plan struct {
 	returnClaim bool
 	// finish removes the binding's finalizer and deletes it.
 	finish bool
-	// checkoutOver: the binding finishes because its checkout ended.
-	checkoutOver bool
+	// releaseLabelledPods, with finish, removes the pod-protection
+	// finalizer from every pod that carries the binding's label, read live.
+	releaseLabelledPods bool
 	// requeueAfter is set for timers: a grace period or a backoff.
 	requeueAfter time.Duration
+	// retry is returned once the plan is carried out, so that the binding
+	// is tried again with the rate limiter's backoff.
+	retry error
 
-	// events to send once the status is written.
-	events []note
-	// observe metrics: a new Job failure, a finished drain, a reclaimed
-	// orphan, a claim let go of undrained for its namespace or its FluentPVC.
-	newFailure, drained, orphaned, abandoned, releasedUndrained bool
+	// outcomes are counted, logged and told once the status is written.
+	outcomes []outcome
 }
 
-type note struct {
-	warning bool
-	reason  string
+// outcomeKind is one thing a reconcile did to a binding's claim that
+// someone may want to know about.
+type outcomeKind string
+
+const (
+	outcomeDrainStarted      outcomeKind = "drain started"
+	outcomeDrainFailed       outcomeKind = "drain failed"
+	outcomeDrained           outcomeKind = "drained"
+	outcomeOrphanReclaimed   outcomeKind = "orphan reclaimed"
+	outcomeAbandoned         outcomeKind = "abandoned"
+	outcomeReleasedUndrained outcomeKind = "released undrained"
+	outcomeClaimLost         outcomeKind = "claim lost"
+	outcomeFluentPVCMissing  outcomeKind = "FluentPVC missing"
+	outcomeDrainJobRejected  outcomeKind = "drain Job rejected"
+	outcomeCheckoutOver      outcomeKind = "checkout over"
+)
+
+// outcome is one outcome of a reconcile, as report tells it.
+type outcome struct {
+	kind outcomeKind
+	// message says what happened, in the Event and the log.
 	message string
+	// silent sends no Event: the log and the metric only.
+	silent bool
+	// claimMessage, when set, is also told on the claim.
+	claimMessage string
+	// drainSeconds is how long a finished drain took, from its first Job.
+	drainSeconds float64
+}
+
+// outcomeReport is how each kind of outcome is told: its Event, whether
+// the FluentPVC hears of it too, the log level (0 for what a person must
+// act on or know was lost, 1 for a claim's normal course), and the counter.
+type outcomeReport struct {
+	reason      string
+	warning     bool
+	toFluentPVC bool
+	logLevel    int
+	log         string
+	counter     *prometheus.CounterVec
+}
+
+var outcomeReports = map[outcomeKind]outcomeReport{
+	outcomeDrainStarted:    {reason: v1alpha1.EventReasonDrainStarted, logLevel: 1, log: "drain started", counter: drainsStarted},
+	outcomeDrainFailed:     {reason: v1alpha1.EventReasonDrainFailed, warning: true, log: "drain failed; the claim is kept and the drain retried", counter: drainsFailed},
+	outcomeDrained:         {reason: v1alpha1.EventReasonDrained, logLevel: 1, log: "claim drained; deleting it", counter: drainsSucceeded},
+	outcomeOrphanReclaimed: {reason: v1alpha1.EventReasonOrphanReclaimed, logLevel: 1, log: "no pod appeared within the grace period: claim reclaimed undrained", counter: orphansReclaimed},
+	// A terminating namespace takes no new Events: the FluentPVC hears of it.
+	outcomeAbandoned:         {reason: v1alpha1.EventReasonAbandoned, warning: true, toFluentPVC: true, log: "namespace is being deleted: claim released undrained", counter: claimsAbandoned},
+	outcomeReleasedUndrained: {reason: v1alpha1.EventReasonReleasedUndrained, warning: true, log: "FluentPVC stayed gone: claim let go of undrained and kept", counter: claimsAbandoned},
+	outcomeClaimLost:         {reason: v1alpha1.EventReasonClaimLost, warning: true, log: "claim disappeared before it was drained"},
+	outcomeFluentPVCMissing:  {reason: v1alpha1.EventReasonFluentPVCMissing, warning: true, log: "FluentPVC is gone: the drain waits for it"},
+	// The FluentPVC's template is what was refused.
+	outcomeDrainJobRejected: {reason: v1alpha1.EventReasonDrainJobRejected, warning: true, toFluentPVC: true, log: "the API server refused the finalizer Job; the claim is kept", counter: drainJobsRejected},
+	outcomeCheckoutOver:     {logLevel: 1, log: "the claim went back to the pool and was handed out again: this binding's record is done"},
+}
+
+func (p *plan) tell(kind outcomeKind, message string) {
+	p.outcomes = append(p.outcomes, outcome{kind: kind, message: message})
+}
+
+// has is true when p has an outcome of kind.
+func (p plan) has(kind outcomeKind) bool {
+	return slices.ContainsFunc(p.outcomes, func(o outcome) bool { return o.kind == kind })
 }
 
 // decide is the binding's state machine: a pure function of what was
 // observed, the time and the options. No state is terminal while the claim
 // exists: each one either waits on a watched object or on a timer.
 func decide(o observed, now time.Time, opts Options) plan {
+	p := decideClaim(o, now, opts)
+	// A pod this binding never recorded, or one a terminating namespace
+	// must be rid of, may be out of the cache (its opt-in label removed)
+	// and still hold the pod-protection finalizer, which nothing would
+	// remove once the binding is gone. (An unused claim was just proven to
+	// have no pod by a live list; a checkout that is over is another
+	// binding's.)
+	p.releaseLabelledPods = p.finish && !o.checkoutOver && !o.claimUnused &&
+		(o.namespaceTerminating || o.binding.Spec.Pod.UID == "")
+	return p
+}
+
+func decideClaim(o observed, now time.Time, opts Options) plan {
 	b := o.binding
 	p := plan{status: *b.Status.DeepCopy()}
 	p.status.ObservedGeneration = b.Generation
@@ -105,7 +184,8 @@ func decide(o observed, now time.Time, opts Options) plan {
 	// it and any pod carrying it now belong to another checkout, with its
 	// own binding. Record nothing and release nothing.
 	if o.checkoutOver {
-		p.checkoutOver, p.finish = true, true
+		p.finish = true
+		p.tell(outcomeCheckoutOver, fmt.Sprintf("claim %s went back to the pool and was handed out again", b.Spec.PVC.Name))
 		return p
 	}
 
@@ -125,7 +205,7 @@ func decide(o observed, now time.Time, opts Options) plan {
 	if o.pvc != nil && b.Spec.Pod.UID == "" && p.recordPod == nil {
 		// A binding made again after it was lost learns its pod from the
 		// claim, even when the pod is gone.
-		if used, _ := objects.ClaimPod(o.pvc); used.UID != "" {
+		if used, _ := claim.PodOf(o.pvc); used.UID != "" {
 			p.recordPod = &used
 		}
 	}
@@ -145,9 +225,7 @@ func decide(o observed, now time.Time, opts Options) plan {
 	// drain the claim: let go instead of blocking the namespace forever.
 	if o.namespaceTerminating {
 		if p.status.Phase != v1alpha1.BindingPhaseAbandoned && p.status.Phase != v1alpha1.BindingPhaseDrained && p.status.Phase != v1alpha1.BindingPhaseOrphaned {
-			p.abandoned = true
-			p.events = append(p.events, note{warning: true, reason: v1alpha1.EventReasonAbandoned,
-				message: fmt.Sprintf("namespace %s is being deleted: claim %s was released without draining its data", b.Namespace, b.Spec.PVC.Name)})
+			p.tell(outcomeAbandoned, fmt.Sprintf("namespace %s is being deleted: claim %s was released without draining its data", b.Namespace, b.Spec.PVC.Name))
 			p.status.Phase = v1alpha1.BindingPhaseAbandoned
 			setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonNamespaceDeleted, "the namespace is being deleted; the data was not drained")
 		}
@@ -174,8 +252,7 @@ func decide(o observed, now time.Time, opts Options) plan {
 				// for a loss.
 				markDrained(b, j, now, &p, fmt.Sprintf("finalizer Job %s succeeded: claim %s was deleted", j.Name, b.Spec.PVC.Name))
 			} else {
-				p.events = append(p.events, note{warning: true, reason: v1alpha1.EventReasonClaimLost,
-					message: fmt.Sprintf("claim %s disappeared before it was drained", b.Spec.PVC.Name)})
+				p.tell(outcomeClaimLost, fmt.Sprintf("claim %s disappeared before it was drained", b.Spec.PVC.Name))
 			}
 		}
 		p.finish = true
@@ -187,7 +264,7 @@ func decide(o observed, now time.Time, opts Options) plan {
 		if p.recordPod != nil {
 			seen = *p.recordPod
 		}
-		if o.pvc.Annotations[v1alpha1.UsedByPodAnnotationKey] != objects.UsedByPod(seen) && !isFinal(p.status.Phase) {
+		if !claim.Records(o.pvc, seen) && !isFinal(p.status.Phase) {
 			p.recordOnClaim = &seen
 		}
 	}
@@ -229,15 +306,14 @@ func decide(o observed, now time.Time, opts Options) plan {
 			fate = "returned to the warm pool"
 		}
 		if p.status.Phase != v1alpha1.BindingPhaseOrphaned {
-			p.orphaned = true
-			p.events = append(p.events, note{reason: v1alpha1.EventReasonOrphanReclaimed,
-				message: fmt.Sprintf("no pod appeared within %s of admission: claim %s is %s without draining", opts.OrphanGracePeriod, b.Spec.PVC.Name, fate)})
+			p.tell(outcomeOrphanReclaimed, fmt.Sprintf("no pod appeared within %s of admission: claim %s is %s without draining", opts.OrphanGracePeriod, b.Spec.PVC.Name, fate))
 		}
 		p.status.Phase = v1alpha1.BindingPhaseOrphaned
 		setPod(metav1.ConditionFalse, v1alpha1.PodReadyReasonNeverAppeared, fmt.Sprintf("no pod appeared within %s", opts.OrphanGracePeriod))
 		setDrained(metav1.ConditionTrue, v1alpha1.DrainedReasonNotNeeded, "no pod ever used the claim")
 		if o.poolAccepts {
-			p.returnClaim = true
+			// Back in the pool, the claim is no longer this binding's.
+			p.returnClaim, p.finish = true, true
 		} else {
 			p.releaseClaim, p.deleteClaim = true, true
 		}
@@ -296,16 +372,16 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 		return
 	default:
 		failedAt := jobFailureTime(current)
-		if p.status.LastDrainFailureTime == nil || p.status.LastDrainFailureTime.Before(&metav1.Time{Time: failedAt}) {
-			p.newFailure = true
-			p.status.LastDrainFailureTime = &metav1.Time{Time: failedAt}
-		}
 		wait := backoff(attempts, opts)
-		if left := failedAt.Add(wait).Sub(now); left > 0 {
-			if p.newFailure {
-				p.events = append(p.events, note{warning: true, reason: v1alpha1.EventReasonDrainFailed,
-					message: fmt.Sprintf("finalizer Job %s (attempt %d) failed; the claim is kept and the drain retried in %s", current.Name, attempts, wait.Round(time.Second))})
-			}
+		left := failedAt.Add(wait).Sub(now)
+		if p.status.LastDrainFailureTime == nil || p.status.LastDrainFailureTime.Before(&metav1.Time{Time: failedAt}) {
+			p.status.LastDrainFailureTime = &metav1.Time{Time: failedAt}
+			p.outcomes = append(p.outcomes, outcome{kind: outcomeDrainFailed,
+				message: fmt.Sprintf("finalizer Job %s (attempt %d) failed; the claim is kept and the drain retried in %s", current.Name, attempts, wait.Round(time.Second)),
+				// Retried at once: the Event of the next attempt says so.
+				silent: left <= 0})
+		}
+		if left > 0 {
 			p.status.DrainJobName = current.Name
 			setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonBackoff, fmt.Sprintf("finalizer Job %s (attempt %d) failed; retrying in %s", current.Name, attempts, left.Round(time.Second)))
 			p.requeueAfter = left
@@ -323,8 +399,7 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 	p.status.DrainAttempts = p.createJob
 	p.status.DrainJobName = objects.DrainJobName(b.Name, p.createJob)
 	setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonRunning, fmt.Sprintf("finalizer Job %s (attempt %d) runs", p.status.DrainJobName, p.createJob))
-	p.events = append(p.events, note{reason: v1alpha1.EventReasonDrainStarted,
-		message: fmt.Sprintf("started finalizer Job %s (attempt %d) for claim %s", p.status.DrainJobName, p.createJob, b.Spec.PVC.Name)})
+	p.tell(outcomeDrainStarted, fmt.Sprintf("started finalizer Job %s (attempt %d) for claim %s", p.status.DrainJobName, p.createJob, b.Spec.PVC.Name))
 }
 
 // markDrained records in p that finalizer Job j drained b's claim, with
@@ -332,8 +407,11 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 func markDrained(b *v1alpha1.FluentPVCBinding, j *batchv1.Job, now time.Time, p *plan, event string) {
 	meta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.BindingConditionDrainJobRejected)
 	if p.status.Phase != v1alpha1.BindingPhaseDrained {
-		p.drained = true
-		p.events = append(p.events, note{reason: v1alpha1.EventReasonDrained, message: event})
+		done := outcome{kind: outcomeDrained, message: event}
+		if start := p.status.DrainStartTime; start != nil {
+			done.drainSeconds = now.Sub(start.Time).Seconds()
+		}
+		p.outcomes = append(p.outcomes, done)
 	}
 	p.status.Phase, p.status.DrainJobName = v1alpha1.BindingPhaseDrained, j.Name
 	setCondition(&p.status, v1alpha1.BindingConditionDrained, metav1.ConditionTrue, v1alpha1.DrainedReasonSucceeded,
@@ -358,9 +436,10 @@ func decideFluentPVCMissing(o observed, now time.Time, opts Options, p *plan) {
 		p.status.Phase = v1alpha1.BindingPhaseAbandoned
 		setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonReleasedUndrained,
 			fmt.Sprintf("FluentPVC %s stayed gone for %s: the claim was let go of undrained and kept", b.Spec.FluentPVC.Name, opts.FluentPVCMissingTimeout))
-		p.releasedUndrained = true
-		p.events = append(p.events, note{warning: true, reason: v1alpha1.EventReasonReleasedUndrained,
-			message: fmt.Sprintf("FluentPVC %s stayed gone for %s, so no finalizer Job could drain claim %s: the operator let go of it undrained; the PVC and its data are kept for you to drain and delete", b.Spec.FluentPVC.Name, opts.FluentPVCMissingTimeout, b.Spec.PVC.Name)})
+		p.outcomes = append(p.outcomes, outcome{kind: outcomeReleasedUndrained,
+			message: fmt.Sprintf("FluentPVC %s stayed gone for %s, so no finalizer Job could drain claim %s: the operator let go of it undrained; the PVC and its data are kept for you to drain and delete", b.Spec.FluentPVC.Name, opts.FluentPVCMissingTimeout, b.Spec.PVC.Name),
+			// The binding goes away; the claim it let go of stays, for the user.
+			claimMessage: fmt.Sprintf("FluentPVC %s stayed gone for %s: fluent-pvc-operator let go of this claim without draining it; drain and delete it by hand", b.Spec.FluentPVC.Name, opts.FluentPVCMissingTimeout)})
 		p.releaseClaim, p.finish = true, true
 		return
 	}
@@ -368,10 +447,46 @@ func decideFluentPVCMissing(o observed, now time.Time, opts Options, p *plan) {
 		fmt.Sprintf("FluentPVC %s is gone, so no finalizer Job can be built; recreate it before %s to drain the claim",
 			b.Spec.FluentPVC.Name, p.status.FluentPVCMissingSince.Add(opts.FluentPVCMissingTimeout).UTC().Format(time.RFC3339)))
 	if !conditionHasReason(b.Status.Conditions, v1alpha1.BindingConditionDrained, v1alpha1.DrainedReasonFluentPVCMissing) {
-		p.events = append(p.events, note{warning: true, reason: v1alpha1.EventReasonFluentPVCMissing,
-			message: fmt.Sprintf("FluentPVC %s is gone: recreate it within %s so that claim %s can be drained; after that the claim is let go of undrained", b.Spec.FluentPVC.Name, opts.FluentPVCMissingTimeout, b.Spec.PVC.Name)})
+		p.tell(outcomeFluentPVCMissing, fmt.Sprintf("FluentPVC %s is gone: recreate it within %s so that claim %s can be drained; after that the claim is let go of undrained", b.Spec.FluentPVC.Name, opts.FluentPVCMissingTimeout, b.Spec.PVC.Name))
 	}
 	p.requeueAfter = left
+}
+
+// settleJob is p once the API server answered the creation of its
+// finalizer Job with err. A Job that exists already was made by an
+// earlier reconcile, which told of it. A Job the API server refuses
+// (drainJobRejected) is no attempt: the status keeps the last one and
+// says why, nothing else planned with the Job happens, and the binding is
+// tried again with backoff, or at once when its FluentPVC changes. Any
+// other error is the caller's to return.
+func settleJob(o observed, p plan, jobName string, err error, now time.Time) plan {
+	b := o.binding
+	drop := func(kind outcomeKind) {
+		p.outcomes = slices.DeleteFunc(p.outcomes, func(o outcome) bool { return o.kind == kind })
+	}
+	switch {
+	case err == nil:
+		meta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.BindingConditionDrainJobRejected)
+	case apierrors.IsAlreadyExists(err):
+		drop(outcomeDrainStarted)
+	case drainJobRejected(err):
+		p.status.DrainAttempts, p.status.DrainJobName = p.createJob-1, b.Status.DrainJobName
+		setCondition(&p.status, v1alpha1.BindingConditionDrained, metav1.ConditionFalse, v1alpha1.DrainedReasonJobRejected,
+			fmt.Sprintf("the API server refused finalizer Job %s: %v", jobName, err), b.Generation, now)
+		setCondition(&p.status, v1alpha1.BindingConditionDrainJobRejected, metav1.ConditionTrue, string(apierrors.ReasonForError(err)), err.Error(), b.Generation, now)
+		p.createJob, p.deleteJobs, p.outcomes = 0, nil, nil
+		p.tell(outcomeDrainJobRejected, fmt.Sprintf("the API server refused finalizer Job %s made from FluentPVC %s; the claim is kept and the Job is tried again when the FluentPVC changes: %v",
+			jobName, b.Spec.FluentPVC.Name, err))
+		p.retry = fmt.Errorf("creating finalizer Job %s: %w", jobName, err)
+	}
+	return p
+}
+
+// drainJobRejected is true for an error that says the finalizer Job itself
+// is refused, so that only a change of its template (or of a policy or
+// quota) can help: invalid, malformed, or forbidden.
+func drainJobRejected(err error) bool {
+	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err)
 }
 
 // backoff is how long to wait after the attempt-th failed Job: the base,
@@ -448,7 +563,7 @@ func jobAttempt(j *batchv1.Job) int32 {
 }
 
 func admissionTime(b *v1alpha1.FluentPVCBinding) time.Time {
-	if t, err := time.Parse(time.RFC3339, b.Annotations[v1alpha1.AdmittedAtAnnotationKey]); err == nil {
+	if t, ok := claim.AdmittedAt(b.Annotations); ok {
 		return t
 	}
 	return b.CreationTimestamp.Time

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -27,8 +26,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
@@ -46,19 +45,18 @@ type FluentPVCReconciler struct {
 	apiReader client.Reader
 	recorder  events.EventRecorder
 	clock     clock.PassiveClock
-	opts      Options
+	// pool keeps the warm pool; this reconciler writes what it reports.
+	pool *PoolReconciler
 
 	// lastStatusWrite is when each FluentPVC's status was last written.
 	lastStatusWrite sync.Map
-	// expect are the warm PVCs created and not yet seen in the cache.
-	expect *pool.Expectations
 }
 
 // NewFluentPVCReconciler returns a FluentPVCReconciler that reads through c
 // (cached) and apiReader (live), sends events through recorder, and takes
 // the binder image, the pool bind mode and the idle namespace TTL from opts.
 func NewFluentPVCReconciler(c client.Client, apiReader client.Reader, recorder events.EventRecorder, clk clock.PassiveClock, opts Options) *FluentPVCReconciler {
-	return &FluentPVCReconciler{Client: c, apiReader: apiReader, recorder: recorder, clock: clk, opts: opts, expect: pool.NewExpectations()}
+	return &FluentPVCReconciler{Client: c, apiReader: apiReader, recorder: recorder, clock: clk, pool: NewPoolReconciler(c, apiReader, clk, opts)}
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -66,7 +64,7 @@ func (r *FluentPVCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	f := &v1alpha1.FluentPVC{}
 	if err := r.Get(ctx, req.NamespacedName, f); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.expect.Forget(req.Name)
+			r.pool.Forget(req.Name)
 			r.lastStatusWrite.Delete(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -89,19 +87,9 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 	if err := r.List(ctx, &bindings, client.MatchingFields{bindingFluentPVCIndex: f.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing bindings: %w", err)
 	}
-	po, err := r.observePool(ctx, f, bindings.Items)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	pr, poolErr := r.reconcilePool(ctx, f, po)
-	binderWarnings, binderRecheck, err := r.unschedulableBinders(ctx, f, po)
-	if err != nil {
-		// Best effort: why binders wait is worth telling, not worth the
-		// status write; the recheck comes with the next event or requeue.
-		ctrl.LoggerFrom(ctx).Error(err, "reading binder pods", "fluentPVC", klog.KObj(f))
-	}
-	if binderRecheck > 0 && (pr.requeueAfter == 0 || binderRecheck < pr.requeueAfter) {
-		pr.requeueAfter = binderRecheck
+	pr, poolErr := r.pool.Reconcile(ctx, f, bindings.Items)
+	if !pr.observed {
+		return ctrl.Result{}, poolErr
 	}
 
 	now := r.clock.Now()
@@ -124,22 +112,19 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 			r.lastStatusWrite.Store(f.Name, now)
 		}
 	}
-	if po.noNodeToSelect != "" {
-		r.recorder.Eventf(f, nil, corev1.EventTypeWarning, v1alpha1.EventReasonNoNodeToSelect, v1alpha1.EventReasonNoNodeToSelect, "%s", po.noNodeToSelect)
-	}
-	for _, w := range binderWarnings {
-		r.recorder.Eventf(f, nil, corev1.EventTypeWarning, v1alpha1.EventReasonBinderUnschedulable, v1alpha1.EventReasonBinderUnschedulable, "%s", w)
+	for _, w := range pr.warnings {
+		r.recorder.Eventf(f, nil, corev1.EventTypeWarning, w.reason, w.reason, "%s", w.message)
 	}
 	if poolErr != nil {
 		return ctrl.Result{}, poolErr
 	}
-	if !f.DeletionTimestamp.IsZero() && len(bindings.Items) == 0 && po.emptied() {
+	if !f.DeletionTimestamp.IsZero() && len(bindings.Items) == 0 && pr.emptied {
 		// A claim whose binding is not made yet still has to be drained.
 		var claimed corev1.PersistentVolumeClaimList
 		if err := r.List(ctx, &claimed, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name, v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed}, client.UnsafeDisableDeepCopy); err != nil {
 			return ctrl.Result{}, fmt.Errorf("listing claims: %w", err)
 		}
-		if slices.ContainsFunc(claimed.Items, func(c corev1.PersistentVolumeClaim) bool { return objects.Claimed(&c) }) {
+		if slices.ContainsFunc(claimed.Items, func(c corev1.PersistentVolumeClaim) bool { return claim.Held(&c) }) {
 			return result, nil
 		}
 		// Another webhook replica, whose cache has not yet seen the deletion,
@@ -171,7 +156,7 @@ func (r *FluentPVCReconciler) claimsWaitLive(ctx context.Context, f *v1alpha1.Fl
 	if err := r.apiReader.List(ctx, &claimed, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name, v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed}); err != nil {
 		return false, fmt.Errorf("listing claims: %w", err)
 	}
-	return slices.ContainsFunc(claimed.Items, func(c corev1.PersistentVolumeClaim) bool { return objects.Claimed(&c) }), nil
+	return slices.ContainsFunc(claimed.Items, func(c corev1.PersistentVolumeClaim) bool { return claim.Held(&c) }), nil
 }
 
 // statusCountsInterval is the shortest time between two status writes of a

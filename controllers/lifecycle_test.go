@@ -17,6 +17,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
@@ -238,8 +239,8 @@ var _ = Describe("Claim lifecycle", func() {
 	It("drains a claim whose history is unknown: no pod recorded on it and none left", func() {
 		// A claim left by an earlier version, without the record of its
 		// pod, and whose binding is lost: no proof that no pod used it.
-		name := objects.ClaimName(fpvc.Name)
-		c := objects.Claim(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutMiss, time.Now().Add(-time.Hour))
+		name := claim.Name(fpvc.Name)
+		c := claim.NewClaimed(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutMiss, claim.NewCheckoutID(), time.Now().Add(-time.Hour)).Object
 		delete(c.Annotations, v1alpha1.UsedByPodAnnotationKey)
 		Expect(k8sClient.Create(ctx, c)).To(Succeed())
 
@@ -369,9 +370,9 @@ var _ = Describe("Claim lifecycle", func() {
 	It("reclaims an orphan claim without a Job once its grace period has passed", func() {
 		// What the webhook leaves when a later admission step rejects the
 		// pod: a claim, whose binding the operator makes.
-		name := objects.ClaimName(fpvc.Name)
+		name := claim.Name(fpvc.Name)
 		b := &v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-		Expect(k8sClient.Create(ctx, objects.Claim(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutMiss, time.Now()))).To(Succeed())
+		Expect(k8sClient.Create(ctx, claim.NewClaimed(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutMiss, claim.NewCheckoutID(), time.Now()).Object)).To(Succeed())
 
 		Eventually(phaseOf(name)).Should(Equal(v1alpha1.BindingPhasePending))
 		claimHeld(name)
@@ -459,8 +460,8 @@ var _ = Describe("Claim lifecycle", func() {
 		// The webhook admitted a pod and the namespace was deleted before the
 		// operator (stopped here) made the binding: it can no longer be made.
 		stop()
-		name := objects.ClaimName(fpvc.Name)
-		Expect(k8sClient.Create(ctx, objects.Claim(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutHit, time.Now()))).To(Succeed())
+		name := claim.Name(fpvc.Name)
+		Expect(k8sClient.Create(ctx, claim.NewClaimed(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutHit, claim.NewCheckoutID(), time.Now()).Object)).To(Succeed())
 		Expect(k8sClient.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
 		// envtest has no namespace controller: delete the claim as it would.
 		Expect(k8sClient.Delete(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})).To(Succeed())

@@ -25,7 +25,7 @@ func TestBinderJobSpread(t *testing.T) {
 			WhenUnsatisfiable: corev1.ScheduleAnyway,
 			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
 				v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder,
-				binderPoolLabelKey:         fpvc,
+				v1alpha1.BinderOfLabelKey:  fpvc,
 			}},
 		}}
 	}

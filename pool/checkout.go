@@ -12,11 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 )
 
 // DefaultMaxTries bounds the warm PVCs a checkout tries on each list (the
@@ -44,38 +43,6 @@ func Candidates(warm []corev1.PersistentVolumeClaim, hash string, usable func(af
 		out = append(out, c)
 	}
 	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
-	return out
-}
-
-// CheckedOut is warm PVC c turned into a pod's claim: the claim role and
-// binding label, the orphan record, and the finalizer that keeps it until
-// it is drained.
-func CheckedOut(c *corev1.PersistentVolumeClaim, admittedAt time.Time) *corev1.PersistentVolumeClaim {
-	out := c.DeepCopy()
-	out.Labels[v1alpha1.ClaimRoleLabelKey] = v1alpha1.ClaimRoleClaimed
-	out.Labels[v1alpha1.BindingNameLabelKey] = c.Name
-	if out.Annotations == nil {
-		out.Annotations = map[string]string{}
-	}
-	out.Annotations[v1alpha1.AdmittedAtAnnotationKey] = admittedAt.UTC().Format(time.RFC3339Nano)
-	out.Annotations[v1alpha1.CheckoutAnnotationKey] = v1alpha1.CheckoutHit
-	out.Annotations[v1alpha1.UsedByPodAnnotationKey] = ""
-	out.Annotations[v1alpha1.CheckoutIDAnnotationKey] = objects.NewCheckoutID()
-	controllerutil.AddFinalizer(out, v1alpha1.PVCProtectionFinalizer)
-	return out
-}
-
-// Returned is checked-out claim c given back to the pool, for a claim no pod
-// ever used.
-func Returned(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
-	out := c.DeepCopy()
-	out.Labels[v1alpha1.ClaimRoleLabelKey] = v1alpha1.ClaimRoleWarm
-	delete(out.Labels, v1alpha1.BindingNameLabelKey)
-	delete(out.Annotations, v1alpha1.AdmittedAtAnnotationKey)
-	delete(out.Annotations, v1alpha1.CheckoutAnnotationKey)
-	delete(out.Annotations, v1alpha1.UsedByPodAnnotationKey)
-	delete(out.Annotations, v1alpha1.CheckoutIDAnnotationKey)
-	controllerutil.RemoveFinalizer(out, v1alpha1.PVCProtectionFinalizer)
 	return out
 }
 
@@ -145,7 +112,7 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 			v1alpha1.ClaimRoleLabelKey:     v1alpha1.ClaimRoleWarm,
 		}}
 		if !live {
-			// Candidates only reads, and CheckedOut copies the one taken, so
+			// Candidates only reads, and claim.Checkout copies the one taken, so
 			// the cache's objects are listed as they are, through the index.
 			opts = []client.ListOption{client.InNamespace(namespace), client.MatchingFields{WarmIndex: fpvc.Name}, client.UnsafeDisableDeepCopy}
 		}
@@ -168,11 +135,14 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 				continue
 			}
 			tries++
-			claim := CheckedOut(cand, admittedAt)
-			err := c.Writer.Update(ctx, claim)
+			w, err := claim.Checkout(cand, admittedAt, claim.NewCheckoutID())
+			if err != nil {
+				return nil, err // Candidates are warm and not being deleted
+			}
+			err = claim.Execute(ctx, c.Writer, w)
 			c.markTaken(cand.UID, admittedAt)
 			if err == nil {
-				return claim, nil
+				return w.Object, nil
 			}
 			if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
 				return nil, fmt.Errorf("checking out warm PVC %s/%s: %w", namespace, cand.Name, err)

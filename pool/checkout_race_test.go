@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
@@ -64,7 +65,7 @@ var _ = Describe("Checkout", func() {
 			// Fill the pool with Bound, warm PVCs and let both caches see them.
 			var names []string
 			for range warmPerRound {
-				c := pool.WarmClaim(fpvc, ns, hash)
+				c := claim.NewWarm(fpvc, ns, hash, "").Object
 				// As the pool records it once Bound: a volume usable anywhere.
 				c.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
 				Expect(k8sClient.Create(ctx, c)).To(Succeed())

@@ -9,13 +9,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 )
 
-// SelectedNodeAnnotationKey is the hand-off of a WaitForFirstConsumer claim
-// to its provisioner: the node whose topology the volume must fit. The
-// scheduler sets it when it places a claim's first pod; the pool sets it on
-// a warm PVC at creation, so that the volume is provisioned at once with no
-// pod at all. A provisioner that cannot use the node removes it again.
-const SelectedNodeAnnotationKey = "volume.kubernetes.io/selected-node"
-
 // Node is a node a warm PVC may be provisioned for.
 type Node struct {
 	Name string

@@ -14,24 +14,6 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
 
-// WarmClaim is a new warm PVC of fpvc in namespace, made from its template
-// and labelled with the template's hash. It has no finalizer: it holds no
-// data until it is checked out.
-func WarmClaim(fpvc *v1alpha1.FluentPVC, namespace, hash string) *corev1.PersistentVolumeClaim {
-	return &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      objects.ClaimName(fpvc.Name),
-			Namespace: namespace,
-			Labels: map[string]string{
-				v1alpha1.FluentPVCNameLabelKey: fpvc.Name,
-				v1alpha1.ClaimRoleLabelKey:     v1alpha1.ClaimRoleWarm,
-				v1alpha1.TemplateHashLabelKey:  hash,
-			},
-		},
-		Spec: *fpvc.Spec.PVCSpecTemplate.DeepCopy(),
-	}
-}
-
 // BinderJobName is the name of the binder Job of warm PVC claimName.
 func BinderJobName(claimName string) string {
 	return claimName + "-bind"
@@ -47,7 +29,7 @@ func BinderJob(fpvc *v1alpha1.FluentPVC, claim *corev1.PersistentVolumeClaim, im
 	podLabels := map[string]string{
 		v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder,
 		v1alpha1.WarmClaimLabelKey: claim.Name,
-		binderPoolLabelKey:         fpvc.Name,
+		v1alpha1.BinderOfLabelKey:  fpvc.Name,
 	}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
@@ -96,7 +78,7 @@ func BinderJob(fpvc *v1alpha1.FluentPVC, claim *corev1.PersistentVolumeClaim, im
 						WhenUnsatisfiable: corev1.ScheduleAnyway,
 						LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
 							v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder,
-							binderPoolLabelKey:         fpvc.Name,
+							v1alpha1.BinderOfLabelKey:  fpvc.Name,
 						}},
 					}},
 				},
@@ -105,12 +87,9 @@ func BinderJob(fpvc *v1alpha1.FluentPVC, claim *corev1.PersistentVolumeClaim, im
 	}
 }
 
-// binderPoolLabelKey groups the binder pods of one FluentPVC for spreading.
-const binderPoolLabelKey = "fluent-pvc-operator.tech.zozo.com/binder-of"
-
 // BinderPodLabels select the binder pods of FluentPVC fpvc.
 func BinderPodLabels(fpvc string) map[string]string {
-	return map[string]string{v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder, binderPoolLabelKey: fpvc}
+	return map[string]string{v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder, v1alpha1.BinderOfLabelKey: fpvc}
 }
 
 // BinderUnschedulable is, for each binder pod that the scheduler could not

@@ -21,7 +21,7 @@ type Claim struct {
 	// one waits (FollowDemand).
 	Replace bool
 	// NodeSelected is true once the claim names the node to provision for
-	// (SelectedNodeAnnotationKey).
+	// (v1alpha1.SelectedNodeAnnotationKey).
 	NodeSelected bool
 	// Zone is where the claim's volume is or will be: its recorded zones, or
 	// its selected node's zone; "" when not known yet.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
@@ -134,13 +135,13 @@ func representatives(f *v1alpha1.FluentPVC, namespace string) []representative {
 	job := objects.DrainJob(f, b, 1)
 	job.Name, job.GenerateName, job.OwnerReferences = "", validationName+"-", nil
 
-	claim := objects.Claim(f, namespace, "", pool.TemplateHash(&spec.PVCSpecTemplate), v1alpha1.CheckoutMiss, time.Now())
-	claim.GenerateName, claim.Finalizers = validationName+"-", nil
+	pvc := claim.NewClaimed(f, namespace, "", pool.TemplateHash(&spec.PVCSpecTemplate), v1alpha1.CheckoutMiss, "", time.Now()).Object
+	pvc.GenerateName, pvc.Finalizers = validationName+"-", nil
 
 	return []representative{
 		{what: "pod", obj: pod, mapCause: func(c metav1.StatusCause) *field.Error { return mapPodCause(c, spec, pod) }},
 		{what: "finalizer Job", obj: job, mapCause: func(c metav1.StatusCause) *field.Error { return mapJobCause(c, spec, job) }},
-		{what: "claim", obj: claim, mapCause: func(c metav1.StatusCause) *field.Error {
+		{what: "claim", obj: pvc, mapCause: func(c metav1.StatusCause) *field.Error {
 			return causeAt(c, "spec.pvcSpecTemplate", strings.TrimPrefix(c.Field, "spec"), strings.HasPrefix(c.Field, "spec."))
 		}},
 	}

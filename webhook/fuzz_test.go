@@ -31,6 +31,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 	"github.com/st-tech/fluent-pvc-operator/webhook"
@@ -156,19 +157,23 @@ func (e *fuzzEnv) cluster(t *testing.T, warmPool bool) *fuzzCluster {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{pool.ZoneLabelKey: fuzzZone}}}
 
 	hash := pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate)
-	used := objects.Claim(fpvc, fuzzNS, fuzzUsed, hash, v1alpha1.CheckoutMiss, fixtures.Epoch)
+	used := claim.NewClaimed(fpvc, fuzzNS, fuzzUsed, hash, v1alpha1.CheckoutMiss, claim.NewCheckoutID(), fixtures.Epoch).Object
 	used.UID = "used-uid"
 	usedBy := fixtures.MakePod("running", fuzzNS).FluentPVC(fuzzFPVC).Label(v1alpha1.BindingNameLabelKey, fuzzUsed).Obj()
 	usedBy.UID = "running-uid"
 	objects.InjectPod(usedBy, &fpvc.Spec, fuzzUsed)
-	used.Annotations[v1alpha1.UsedByPodAnnotationKey] = objects.UsedByPod(v1alpha1.ObjectIdentity{Name: usedBy.Name, UID: usedBy.UID})
-	binding := objects.Binding(used, fpvc.UID)
+	recorded, err := claim.RecordPod(used, v1alpha1.ObjectIdentity{Name: usedBy.Name, UID: usedBy.UID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	used = recorded.Object
+	binding := claim.Binding(used, fpvc.UID)
 	binding.Spec.Pod = v1alpha1.ObjectIdentity{Name: usedBy.Name, UID: usedBy.UID}
 
 	objs := []client.Object{deleting, node, used, usedBy, binding}
 	if warmPool {
 		fpvc.Spec.Pool.Size = 2
-		warm := pool.WarmClaim(fpvc, fuzzNS, hash)
+		warm := claim.NewWarm(fpvc, fuzzNS, hash, "").Object
 		warm.Name, warm.UID = fuzzWarm, "warm-uid"
 		warm.Annotations = map[string]string{v1alpha1.ZonesAnnotationKey: fuzzZone}
 		warm.Status.Phase = corev1.ClaimBound
@@ -237,8 +242,8 @@ func (e *fuzzEnv) check(t *testing.T, raw []byte, dryRun, warmPool bool) {
 	if err := json.Unmarshal(patched, pod); err != nil {
 		t.Fatalf("the patched pod is not a pod: %v\npatched: %s", err, patched)
 	}
-	claim := pod.Labels[v1alpha1.BindingNameLabelKey]
-	if claim == "" {
+	claimName := pod.Labels[v1alpha1.BindingNameLabelKey]
+	if claimName == "" {
 		t.Fatalf("the patched pod has no label %s\npatched: %s", v1alpha1.BindingNameLabelKey, patched)
 	}
 	if !dryRun {
@@ -246,16 +251,16 @@ func (e *fuzzEnv) check(t *testing.T, raw []byte, dryRun, warmPool bool) {
 		if ns == "" {
 			ns = fuzzNS
 		}
-		if want := []string{ns + "/" + claim}; fmt.Sprint(written) != fmt.Sprint(want) {
+		if want := []string{ns + "/" + claimName}; fmt.Sprint(written) != fmt.Sprint(want) {
 			t.Fatalf("admitting the pod wrote claims %v, want exactly %v, the claim the patched pod names", written, want)
 		}
 		got := &corev1.PersistentVolumeClaim{}
-		if err := c.live.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, got); err != nil {
-			t.Fatalf("reading the pod's claim %s/%s: %v", ns, claim, err)
+		if err := c.live.Get(ctx, client.ObjectKey{Namespace: ns, Name: claimName}, got); err != nil {
+			t.Fatalf("reading the pod's claim %s/%s: %v", ns, claimName, err)
 		}
-		if !objects.Claimed(got) || got.Labels[v1alpha1.FluentPVCNameLabelKey] != fuzzFPVC {
+		if !claim.Held(got) || got.Labels[v1alpha1.FluentPVCNameLabelKey] != fuzzFPVC {
 			t.Fatalf("the pod's claim %s/%s is not a claim of FluentPVC %q handed out for a new pod: labels %v, finalizers %v",
-				ns, claim, fuzzFPVC, got.Labels, got.Finalizers)
+				ns, claimName, fuzzFPVC, got.Labels, got.Finalizers)
 		}
 	}
 

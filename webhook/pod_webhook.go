@@ -23,6 +23,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
@@ -210,7 +211,7 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	if err := json.Unmarshal(req.Object.Raw, &doc); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the pod is not a JSON object: %w", err)), resultDenied, reasonUndecodable
 	}
-	claimName := objects.ClaimName(fpvc.Name)
+	claimName := claim.Name(fpvc.Name)
 	if !ptr.Deref(req.DryRun, false) {
 		var err error
 		if claimName, err = m.provision(ctx, fpvc, pod); err != nil {
@@ -284,16 +285,16 @@ func (m *PodMutator) claimTaken(ctx context.Context, pod *corev1.Pod, dryRun boo
 	if dryRun {
 		return "", nil
 	}
-	claim := &corev1.PersistentVolumeClaim{}
-	switch err := m.APIReader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: name}, claim); {
+	pvc := &corev1.PersistentVolumeClaim{}
+	switch err := m.APIReader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: name}, pvc); {
 	case apierrors.IsNotFound(err):
 		return "does not exist in this namespace", nil
 	case err != nil:
 		return "", fmt.Errorf("reading claim %s: %w", name, err)
-	case !objects.Claimed(claim) || claim.Labels[v1alpha1.BindingNameLabelKey] != name || !claim.DeletionTimestamp.IsZero():
+	case !claim.Held(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != name || !pvc.DeletionTimestamp.IsZero():
 		return "is not a claim handed out for a new pod", nil
 	}
-	if used, _ := objects.ClaimPod(claim); used.UID != "" {
+	if used, _ := claim.PodOf(pvc); used.UID != "" {
 		return fmt.Sprintf("was used by pod %s", used.Name), nil
 	}
 	return "", nil
@@ -326,24 +327,24 @@ func (m *PodMutator) provision(ctx context.Context, fpvc *v1alpha1.FluentPVC, po
 // checkout takes a warm PVC whose volume can be used where the pod can run.
 // It returns "" on a miss.
 func (m *PodMutator) checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod, now time.Time) (string, error) {
-	claim, err := m.Pool.Checkout(ctx, fpvc, pod, now)
-	if err != nil || claim == nil {
+	pvc, err := m.Pool.Checkout(ctx, fpvc, pod, now)
+	if err != nil || pvc == nil {
 		return "", err
 	}
-	return claim.Name, nil
+	return pvc.Name, nil
 }
 
 // create creates the claim under a fresh name and returns that name.
 func (m *PodMutator) create(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod, now time.Time) (string, error) {
 	hash := pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate)
 	for try := 1; ; try++ {
-		name := objects.ClaimName(fpvc.Name)
-		err := m.Writer.Create(ctx, objects.Claim(fpvc, pod.Namespace, name, hash, v1alpha1.CheckoutMiss, now))
+		name := claim.Name(fpvc.Name)
+		err := claim.Execute(ctx, m.Writer, claim.NewClaimed(fpvc, pod.Namespace, name, hash, v1alpha1.CheckoutMiss, claim.NewCheckoutID(), now))
 		if apierrors.IsAlreadyExists(err) && try < maxNameTries {
 			continue
 		}
 		if err != nil {
-			return "", fmt.Errorf("creating PersistentVolumeClaim %s/%s: %w", pod.Namespace, name, err)
+			return "", err
 		}
 		return name, nil
 	}

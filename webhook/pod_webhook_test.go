@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 	"github.com/st-tech/fluent-pvc-operator/webhook"
 )
@@ -280,12 +280,12 @@ var _ = Describe("Pod admission", func() {
 		// volume, so it looked already admitted.
 		pod := fixtures.MakePod("original", ns).FluentPVC(fpvc.Name).Obj()
 		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
-		claim := pod.Labels[v1alpha1.BindingNameLabelKey]
+		claimName := pod.Labels[v1alpha1.BindingNameLabelKey]
 		// The binding as the operator (not running in this suite) makes it
 		// once it sees the pod.
 		pvc := &corev1.PersistentVolumeClaim{}
-		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, pvc)).To(Succeed())
-		b := objects.Binding(pvc, fpvc.UID)
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claimName}, pvc)).To(Succeed())
+		b := claim.Binding(pvc, fpvc.UID)
 		b.Spec.Pod = v1alpha1.ObjectIdentity{Name: pod.Name, UID: pod.UID}
 		Expect(k8sClient.Create(ctx, b)).To(Succeed())
 
@@ -310,7 +310,7 @@ var _ = Describe("Pod admission", func() {
 			}
 			err := k8sClient.Create(ctx, copied)
 			Expect(err).To(MatchError(ContainSubstring("copy of another pod")), "%v", err)
-			Expect(err).To(MatchError(ContainSubstring(claim)))
+			Expect(err).To(MatchError(ContainSubstring(claimName)))
 		}
 		Expect(claims()).To(HaveLen(1))
 	})

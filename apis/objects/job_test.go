@@ -9,12 +9,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
 func TestDrainJob(t *testing.T) {
 	fpvc := fixtures.MakeFluentPVC("f").Obj()
-	b := Binding(Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch), fpvc.UID)
+	b := claim.Binding(claim.NewClaimed(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, "token", fixtures.Epoch).Object, fpvc.UID)
 	cases := map[string]struct {
 		restartPolicy corev1.RestartPolicy
 		ttl           *int32

@@ -1,3 +1,7 @@
+// Package objects builds the Kubernetes objects that a FluentPVC makes
+// besides its claims, which package claim owns: the pod mutation and the
+// finalizer (drain) Job. It is a leaf: it imports only the API types and
+// Kubernetes libraries, and nothing here talks to the API server.
 package objects
 
 import (
@@ -167,4 +171,14 @@ func deepCopyVolumes(vs []corev1.Volume) []corev1.Volume {
 		out = append(out, *v.DeepCopy())
 	}
 	return out
+}
+
+// ClaimVolume is the pod volume named name that mounts claim claimName.
+func ClaimVolume(name, claimName string) corev1.Volume {
+	return corev1.Volume{
+		Name: name,
+		VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName},
+		},
+	}
 }

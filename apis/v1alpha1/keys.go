@@ -33,6 +33,11 @@ const (
 	// WaitForFirstConsumer StorageClass.
 	ComponentBinder = "binder"
 
+	// BinderOfLabelKey names, on a binder Job's pod, the FluentPVC whose
+	// pool it binds, so that the pods of one pool spread over zones
+	// together.
+	BinderOfLabelKey = keyPrefix + "binder-of"
+
 	// WarmClaimLabelKey names, on a binder Job and its pod, the warm PVC it binds.
 	WarmClaimLabelKey = keyPrefix + "warm-claim"
 
@@ -117,6 +122,14 @@ const (
 	// from it has finished draining.
 	FluentPVCProtectionFinalizer = keyPrefix + "fluentpvc-protection"
 )
+
+// SelectedNodeAnnotationKey is Kubernetes' hand-off of a
+// WaitForFirstConsumer claim to its provisioner: the node whose topology
+// the volume must fit. The scheduler sets it when it places a claim's
+// first pod; the pool sets it on a warm PVC at creation, so that the volume
+// is provisioned at once with no pod at all. A provisioner that cannot use
+// the node removes it again.
+const SelectedNodeAnnotationKey = "volume.kubernetes.io/selected-node"
 
 // BindingProtectionFinalizer keeps a FluentPVCBinding until its claim is gone,
 // so that deleting a binding by hand can never orphan a claim.

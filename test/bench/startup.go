@@ -17,7 +17,6 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
-	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/images"
 )
 
@@ -136,7 +135,7 @@ func (e *env) prepareOwnClaims(ctx context.Context, ns string, n int) error {
 		pvc := &corev1.PersistentVolumeClaim{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: fmt.Sprintf("%s-%d", modeOwnClaim, i), Namespace: ns,
-				Annotations: map[string]string{pool.SelectedNodeAnnotationKey: names[i%len(names)]},
+				Annotations: map[string]string{v1alpha1.SelectedNodeAnnotationKey: names[i%len(names)]},
 			},
 			Spec: *tmpl.DeepCopy(),
 		}

@@ -71,7 +71,7 @@ var _ = Describe("Warm pool on a simulated cluster", func() {
 		cs := full(6)
 		Expect(binders(Default)).To(BeEmpty(), "no binder Job or pod")
 		for _, c := range cs {
-			Expect(c.Annotations).To(HaveKeyWithValue(pool.SelectedNodeAnnotationKey, HavePrefix("kwok-")))
+			Expect(c.Annotations).To(HaveKeyWithValue(v1alpha1.SelectedNodeAnnotationKey, HavePrefix("kwok-")))
 		}
 		perZone := map[string]int{}
 		for _, c := range cs {

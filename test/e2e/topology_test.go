@@ -155,7 +155,7 @@ var _ = Describe("Checkout by the pod's scheduling constraints and the volume's 
 		Eventually(func(g Gomega) {
 			on := sets.New[string]()
 			for _, c := range warm(g) {
-				on.Insert(c.Annotations[pool.SelectedNodeAnnotationKey])
+				on.Insert(c.Annotations[v1alpha1.SelectedNodeAnnotationKey])
 			}
 			g.Expect(sets.List(on)).To(Equal(sets.List(nodes)))
 		}).WithTimeout(longTimeout).Should(Succeed())

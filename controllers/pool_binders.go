@@ -26,7 +26,7 @@ const binderPatience = 10 * time.Second
 // pods are not in the cache (they carry no FluentPVC label, so that the pod
 // webhook leaves them alone), so they are read live, only then, in the
 // namespaces of those binders.
-func (r *FluentPVCReconciler) unschedulableBinders(ctx context.Context, f *v1alpha1.FluentPVC, o poolObserved) ([]string, time.Duration, error) {
+func (r *PoolReconciler) unschedulableBinders(ctx context.Context, f *v1alpha1.FluentPVC, o poolObserved) ([]string, time.Duration, error) {
 	bound := sets.New[string]()
 	for _, c := range o.warm {
 		if c.Status.Phase == corev1.ClaimBound {

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
@@ -164,8 +165,9 @@ var _ = Describe("Warm pool", func() {
 		// A pod rejected after the webhook: its claim was checked out (the
 		// operator makes its binding), then no pod appeared.
 		c := warmClaims(Default)[0]
-		checkedOut := pool.CheckedOut(&c, metav1.Now().Time)
-		Expect(k8sClient.Update(ctx, checkedOut)).To(Succeed())
+		checkout, err := claim.Checkout(&c, metav1.Now().Time, claim.NewCheckoutID())
+		Expect(err).NotTo(HaveOccurred())
+		Expect(claim.Execute(ctx, k8sClient, checkout)).To(Succeed())
 		b := &v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: c.Name}}
 		Eventually(func() error { return k8sClient.Get(ctx, client.ObjectKeyFromObject(b), b) }).Should(Succeed())
 
@@ -265,7 +267,7 @@ var _ = Describe("Warm pool", func() {
 			g.Expect(cs).To(HaveLen(6))
 			perZone := map[string]int{}
 			for _, c := range cs {
-				n := c.Annotations[pool.SelectedNodeAnnotationKey]
+				n := c.Annotations[v1alpha1.SelectedNodeAnnotationKey]
 				g.Expect(eligible).To(HaveKey(n), "PVC %s names node %q", c.Name, n)
 				perZone[eligible[n]]++
 			}
@@ -278,12 +280,12 @@ var _ = Describe("Warm pool", func() {
 		// A provisioner that cannot use the node removes it; the pool names
 		// another, and again when the named node is deleted.
 		given := named(Default)[0]
-		delete(given.Annotations, pool.SelectedNodeAnnotationKey)
+		delete(given.Annotations, v1alpha1.SelectedNodeAnnotationKey)
 		Expect(k8sClient.Update(ctx, &given)).To(Succeed())
 		Eventually(func(g Gomega) {
 			c := &corev1.PersistentVolumeClaim{}
 			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(&given), c)).To(Succeed())
-			g.Expect(eligible).To(HaveKey(c.Annotations[pool.SelectedNodeAnnotationKey]))
+			g.Expect(eligible).To(HaveKey(c.Annotations[v1alpha1.SelectedNodeAnnotationKey]))
 		}).Should(Succeed())
 	})
 
@@ -314,7 +316,7 @@ var _ = Describe("Warm pool", func() {
 			named := 0
 			for _, c := range cs {
 				if c.Labels[v1alpha1.TemplateHashLabelKey] == pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate) {
-					g.Expect(c.Annotations).To(HaveKeyWithValue(pool.SelectedNodeAnnotationKey, tainted.Name))
+					g.Expect(c.Annotations).To(HaveKeyWithValue(v1alpha1.SelectedNodeAnnotationKey, tainted.Name))
 					named++
 				}
 			}
@@ -408,7 +410,7 @@ var _ = Describe("Warm pool", func() {
 			current := currentWarm(g)
 			g.Expect(current).To(HaveLen(1))
 			spare = current[0]
-			named := spare.Annotations[pool.SelectedNodeAnnotationKey]
+			named := spare.Annotations[v1alpha1.SelectedNodeAnnotationKey]
 			g.Expect(zoneOf).To(HaveKey(named))
 			bindClaim(ctx, g, &spare, zoneOf[named])
 		}).Should(Succeed())
@@ -418,7 +420,7 @@ var _ = Describe("Warm pool", func() {
 			g.Expect(c.Annotations).To(HaveKey(v1alpha1.NodeAffinityAnnotationKey))
 		}).Should(Succeed())
 		other := ns + "-x"
-		if spare.Annotations[pool.SelectedNodeAnnotationKey] == other {
+		if spare.Annotations[v1alpha1.SelectedNodeAnnotationKey] == other {
 			other = ns + "-y"
 		}
 
@@ -432,7 +434,7 @@ var _ = Describe("Warm pool", func() {
 		// operator may be writing too: it records the pod there).
 		Eventually(func(g Gomega) {
 			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(claim), claim)).To(Succeed())
-			claim.Annotations[pool.SelectedNodeAnnotationKey] = other
+			claim.Annotations[v1alpha1.SelectedNodeAnnotationKey] = other
 			g.Expect(k8sClient.Update(ctx, claim)).To(Succeed())
 		}).Should(Succeed())
 
@@ -442,7 +444,7 @@ var _ = Describe("Warm pool", func() {
 			current := currentWarm(g)
 			g.Expect(current).To(HaveLen(1))
 			g.Expect(current[0].UID).NotTo(Equal(spare.UID))
-			g.Expect(current[0].Annotations).To(HaveKeyWithValue(pool.SelectedNodeAnnotationKey, other))
+			g.Expect(current[0].Annotations).To(HaveKeyWithValue(v1alpha1.SelectedNodeAnnotationKey, other))
 		}).WithTimeout(pool.SpareSettle + fixtures.LongTimeout).Should(Succeed())
 	})
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -16,11 +15,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
@@ -33,6 +34,63 @@ import (
 
 // poolParallelism bounds the concurrent API calls of one pool reconcile.
 const poolParallelism = 16
+
+// PoolReconciler keeps a FluentPVC's warm pool: it observes the pool's
+// PVCs, binders and nodes once, plans each namespace with package pool,
+// and executes the plan. FluentPVCReconciler runs it in each of its
+// reconciles and writes what it reports into the FluentPVC's status, so
+// that the status has one writer and is written once per reconcile.
+type PoolReconciler struct {
+	client.Client
+	// apiReader reads PVs and binder pods, which are not cached.
+	apiReader client.Reader
+	clock     clock.PassiveClock
+	opts      Options
+	// expect are the warm PVCs created and not yet seen in the cache.
+	expect *pool.Expectations
+}
+
+// NewPoolReconciler returns a PoolReconciler that reads through c (cached)
+// and apiReader (live), and takes the binder image, the pool bind mode and
+// the idle namespace TTL from opts.
+func NewPoolReconciler(c client.Client, apiReader client.Reader, clk clock.PassiveClock, opts Options) *PoolReconciler {
+	return &PoolReconciler{Client: c, apiReader: apiReader, clock: clk, opts: opts, expect: pool.NewExpectations()}
+}
+
+// Reconcile brings every pool namespace of f to spec.pool.size warm PVCs,
+// empties the namespaces that no longer hold a pool, and reports the pool
+// for f's status. bindings are f's bindings (for the last admission in
+// each namespace). An error from reading the pool comes with observed
+// false; one from executing the plan comes with the rest of the report.
+func (r *PoolReconciler) Reconcile(ctx context.Context, f *v1alpha1.FluentPVC, bindings []v1alpha1.FluentPVCBinding) (poolResult, error) {
+	o, err := r.observePool(ctx, f, bindings)
+	if err != nil {
+		return poolResult{}, err
+	}
+	res, poolErr := r.reconcilePool(ctx, f, o)
+	res.observed, res.emptied = true, o.emptied()
+	if o.noNodeToSelect != "" {
+		res.warnings = append(res.warnings, poolWarning{reason: v1alpha1.EventReasonNoNodeToSelect, message: o.noNodeToSelect})
+	}
+	binderWarnings, binderRecheck, err := r.unschedulableBinders(ctx, f, o)
+	if err != nil {
+		// Best effort: why binders wait is worth telling, not worth the
+		// status write; the recheck comes with the next event or requeue.
+		ctrl.LoggerFrom(ctx).Error(err, "reading binder pods", "fluentPVC", klog.KObj(f))
+	}
+	for _, w := range binderWarnings {
+		res.warnings = append(res.warnings, poolWarning{reason: v1alpha1.EventReasonBinderUnschedulable, message: w})
+	}
+	if binderRecheck > 0 && (res.requeueAfter == 0 || binderRecheck < res.requeueAfter) {
+		res.requeueAfter = binderRecheck
+	}
+	return res, poolErr
+}
+
+// Forget drops what r remembers of FluentPVC name, once it is gone.
+func (r *PoolReconciler) Forget(name string) {
+	r.expect.Forget(name)
+}
 
 // poolObserved is a FluentPVC's pool as read from the cache. Its objects are
 // the cache's own (listed without copies): never modify them, copy first.
@@ -92,9 +150,19 @@ type poolResult struct {
 	// volume, moved those replaced to follow demand ("namespace/name"), for
 	// the log.
 	unreachable, moved []string
+	// observed is true once the pool was read; emptied is true when every
+	// warm PVC and binder is gone or being deleted.
+	observed, emptied bool
+	// warnings are told on the FluentPVC once its status is written.
+	warnings []poolWarning
 }
 
-func (r *FluentPVCReconciler) observePool(ctx context.Context, f *v1alpha1.FluentPVC, bindings []v1alpha1.FluentPVCBinding) (poolObserved, error) {
+// poolWarning is a Warning Event for the FluentPVC.
+type poolWarning struct {
+	reason, message string
+}
+
+func (r *PoolReconciler) observePool(ctx context.Context, f *v1alpha1.FluentPVC, bindings []v1alpha1.FluentPVCBinding) (poolObserved, error) {
 	o := poolObserved{lastAdmission: map[string]time.Time{}, unseen: map[string][]pool.Expected{}}
 	// Read before the list, so that a PVC reaching the cache in between is
 	// in both (and counted once) rather than in neither (and created twice).
@@ -168,7 +236,7 @@ func (r *FluentPVCReconciler) observePool(ctx context.Context, f *v1alpha1.Fluen
 
 // storageClass is class name, or the default class when name is nil; nil
 // when there is none (or name is "", static binding).
-func (r *FluentPVCReconciler) storageClass(ctx context.Context, name *string) (*storagev1.StorageClass, error) {
+func (r *PoolReconciler) storageClass(ctx context.Context, name *string) (*storagev1.StorageClass, error) {
 	if name != nil {
 		if *name == "" {
 			return nil, nil
@@ -194,7 +262,7 @@ func (r *FluentPVCReconciler) storageClass(ctx context.Context, name *string) (*
 
 // reconcilePool brings every pool namespace of f to spec.pool.size warm
 // PVCs, all at once, and empties the namespaces that no longer hold a pool.
-func (r *FluentPVCReconciler) reconcilePool(ctx context.Context, f *v1alpha1.FluentPVC, o poolObserved) (poolResult, error) {
+func (r *PoolReconciler) reconcilePool(ctx context.Context, f *v1alpha1.FluentPVC, o poolObserved) (poolResult, error) {
 	now := r.clock.Now()
 	hash := pool.TemplateHash(&f.Spec.PVCSpecTemplate)
 	size := f.Spec.Pool.Size
@@ -226,9 +294,7 @@ func (r *FluentPVCReconciler) reconcilePool(ctx context.Context, f *v1alpha1.Flu
 	for _, c := range o.claimed {
 		claimedByNS[c.Namespace] = append(claimedByNS[c.Namespace], c)
 	}
-	// Whether any node can use a volume: judged only when the cache knows
-	// some node, since a pool is never emptied on an empty node list.
-	anyNode := pool.NewPlacement(nil, func() ([]*corev1.Node, error) { return slices.Collect(maps.Values(o.nodes)), nil })
+	nodes := pool.Nodes{SelectNodes: o.selectNodes, Zones: o.nodeZones, ByName: o.nodes}
 
 	var ops []func() error
 	// replaced says why a warm PVC is replaced, by name, for the metric.
@@ -256,49 +322,21 @@ func (r *FluentPVCReconciler) reconcilePool(ctx context.Context, f *v1alpha1.Flu
 			in.Size = size
 		}
 		claims := map[string]*corev1.PersistentVolumeClaim{}
-		var places []pool.WarmPlace
 		for i := range byNS[ns] {
-			c := &byNS[ns][i]
-			claims[c.Name] = c
-			zones := c.Annotations[v1alpha1.ZonesAnnotationKey]
-			_, recorded := c.Annotations[v1alpha1.NodeAffinityAnnotationKey]
-			node := c.Annotations[pool.SelectedNodeAnnotationKey]
-			if _, ok := c.Annotations[v1alpha1.ZonesAnnotationKey]; !ok {
-				zones = o.nodeZones[node]
-			}
-			if _, exists := o.nodeZones[node]; o.selectNodes && node != "" && !exists && c.Status.Phase != corev1.ClaimBound {
-				node = "" // named for a node that is gone: name another
-			}
-			claim := pool.Claim{
-				Name: c.Name, Bound: c.Status.Phase == corev1.ClaimBound, Deleting: !c.DeletionTimestamp.IsZero(),
-				Hash: c.Labels[v1alpha1.TemplateHashLabelKey], Recorded: recorded, NodeSelected: node != "",
-				Zone: zones, Created: c.CreationTimestamp.Time,
-			}
-			affinity, known := pool.WarmAffinity(c)
-			if claim.Bound && known && len(o.nodes) > 0 && !anyNode.Usable(affinity) {
-				claim.Replace = true
-				res.unreachable = append(res.unreachable, ns+"/"+c.Name)
-				replaced[ns+"/"+c.Name] = pool.ReplacedUnreachable
-			}
-			if !claim.Deleting && !claim.Replace && claim.Hash == hash {
-				places = append(places, warmPlace(claim, node, affinity, known, o.nodes))
-			}
-			in.Claims = append(in.Claims, claim)
+			claims[byNS[ns][i].Name] = &byNS[ns][i]
 		}
-		for _, x := range o.unseen[ns] {
-			if claims[x.Key.Name] != nil {
-				continue // reached the cache since
-			}
-			claim := pool.Claim{Name: x.Key.Name, Hash: hash, NodeSelected: true, Zone: x.Zone, Created: x.At}
-			in.Claims = append(in.Claims, claim)
-			places = append(places, warmPlace(claim, x.Node, "", false, o.nodes))
+		adapted := pool.Adapt(byNS[ns], o.unseen[ns], hash, nodes)
+		in.Claims = adapted.Claims
+		for _, name := range adapted.Unreachable {
+			res.unreachable = append(res.unreachable, ns+"/"+name)
+			replaced[ns+"/"+name] = pool.ReplacedUnreachable
 		}
 		var preferred []string
 		if o.selectNodes && kept {
 			eligible := func(node string) bool { return eligibleNames[node] }
 			var replace []string
 			var wait time.Duration
-			preferred, replace, wait = pool.FollowDemand(demandNodes(claimedByNS[ns]), places, eligible, now)
+			preferred, replace, wait = pool.FollowDemand(pool.Demand(claimedByNS[ns]), adapted.Places, eligible, now)
 			for i := range in.Claims {
 				if slices.Contains(replace, in.Claims[i].Name) {
 					in.Claims[i].Replace = true
@@ -337,48 +375,9 @@ func (r *FluentPVCReconciler) reconcilePool(ctx context.Context, f *v1alpha1.Flu
 	return res, runParallel(ops, poolParallelism)
 }
 
-// warmPlace is warm PVC claim as FollowDemand sees it: once Bound with its
-// volume's affinity recorded, it reaches the nodes that affinity accepts;
-// before, only the node named for it (if any).
-func warmPlace(claim pool.Claim, node, affinity string, recorded bool, nodes map[string]*corev1.Node) pool.WarmPlace {
-	w := pool.WarmPlace{Name: claim.Name, Bound: claim.Bound, Created: claim.Created}
-	m, err := pool.ParseVolumeAffinity(affinity)
-	switch {
-	case claim.Bound && recorded && err == nil:
-		w.Reaches = func(n string) bool { return nodes[n] != nil && m.Match(nodes[n]) }
-	default:
-		w.Reaches = func(n string) bool { return node != "" && n == node }
-	}
-	return w
-}
-
-// demandNodes are the nodes named on a namespace's claims, with how many
-// claims and misses each holds.
-func demandNodes(claimed []corev1.PersistentVolumeClaim) []pool.DemandNode {
-	idx := map[string]int{}
-	var out []pool.DemandNode
-	for _, c := range claimed {
-		node := c.Annotations[pool.SelectedNodeAnnotationKey]
-		if node == "" {
-			continue
-		}
-		i, ok := idx[node]
-		if !ok {
-			i = len(out)
-			idx[node] = i
-			out = append(out, pool.DemandNode{Name: node})
-		}
-		out[i].Claims++
-		if c.Annotations[v1alpha1.CheckoutAnnotationKey] == v1alpha1.CheckoutMiss {
-			out[i].Misses++
-		}
-	}
-	return out
-}
-
 // learning is what limits the namespaces f's pool learns: its
 // namespaceSelector, on the namespaces' cached labels, and its cap.
-func (r *FluentPVCReconciler) learning(ctx context.Context, f *v1alpha1.FluentPVC) pool.Learning {
+func (r *PoolReconciler) learning(ctx context.Context, f *v1alpha1.FluentPVC) pool.Learning {
 	l := pool.Learning{Max: int(f.Spec.Pool.MaxNamespaces)}
 	if sel := f.Spec.NamespaceSelector; sel != nil && len(sel.MatchLabels)+len(sel.MatchExpressions) > 0 {
 		l.Selected = func(ns string) bool {
@@ -394,7 +393,7 @@ func (r *FluentPVCReconciler) learning(ctx context.Context, f *v1alpha1.FluentPV
 }
 
 // namespaceExists reads, from the cache, whether namespace ns exists.
-func (r *FluentPVCReconciler) namespaceExists(ctx context.Context, ns string) (bool, error) {
+func (r *PoolReconciler) namespaceExists(ctx context.Context, ns string) (bool, error) {
 	switch err := r.Get(ctx, client.ObjectKey{Name: ns}, namespaceMeta()); {
 	case apierrors.IsNotFound(err):
 		return false, nil
@@ -405,7 +404,7 @@ func (r *FluentPVCReconciler) namespaceExists(ctx context.Context, ns string) (b
 }
 
 // poolOps turns one namespace's plan into API calls that can run in parallel.
-func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, ns, hash string, p pool.Plan, claims map[string]*corev1.PersistentVolumeClaim, preferred []string, replaced map[string]string, o poolObserved) []func() error {
+func (r *PoolReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, ns, hash string, p pool.Plan, claims map[string]*corev1.PersistentVolumeClaim, preferred []string, replaced map[string]string, o poolObserved) []func() error {
 	var ops []func() error
 	var nodes []string
 	if o.selectNodes {
@@ -413,14 +412,13 @@ func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC
 	}
 	for i := range p.Create {
 		ops = append(ops, func() error {
-			c := pool.WarmClaim(f, ns, hash)
 			zone, node := "", ""
 			if i < len(nodes) {
 				node = nodes[i]
-				c.Annotations = map[string]string{pool.SelectedNodeAnnotationKey: node}
 				zone = o.nodeZones[node]
 			}
-			err := r.Create(ctx, c)
+			w := claim.NewWarm(f, ns, hash, node)
+			err := claim.Execute(ctx, r.Client, w)
 			if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 				// The namespace is going away: its pool goes with it.
 				return nil
@@ -428,7 +426,7 @@ func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC
 			if err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("creating warm PVC in %s: %w", ns, err)
 			}
-			r.expect.Created(f.Name, client.ObjectKeyFromObject(c), pool.Expected{Zone: zone, Node: node}, r.clock.Now())
+			r.expect.Created(f.Name, client.ObjectKeyFromObject(w.Object), pool.Expected{Zone: zone, Node: node}, r.clock.Now())
 			return nil
 		})
 	}
@@ -439,15 +437,11 @@ func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC
 		}
 		node := nodes[p.Create+i]
 		ops = append(ops, func() error {
-			// Conditioned on what was read, so that a node the scheduler
-			// (for a binder) or the provisioner wrote meanwhile wins.
-			patch := client.MergeFromWithOptions(c.DeepCopy(), client.MergeFromWithOptimisticLock{})
-			c := c.DeepCopy()
-			if c.Annotations == nil {
-				c.Annotations = map[string]string{}
+			w, err := claim.SelectNode(c, node)
+			if err == nil {
+				err = claim.Execute(ctx, r.Client, w)
 			}
-			c.Annotations[pool.SelectedNodeAnnotationKey] = node
-			if err := r.Patch(ctx, c, patch); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+			if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 				return fmt.Errorf("naming node %s on warm PVC %s/%s: %w", node, ns, name, err)
 			}
 			return nil
@@ -459,9 +453,10 @@ func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC
 			continue // created but not in the cache yet: deleted once it is
 		}
 		ops = append(ops, func() error {
-			// Conditioned on what was read: a PVC the webhook has just
-			// checked out has moved on and is not deleted.
-			err := r.Delete(ctx, c.DeepCopy(), client.Preconditions{UID: &c.UID, ResourceVersion: &c.ResourceVersion})
+			w, err := claim.DeleteWarm(c)
+			if err == nil {
+				err = claim.Execute(ctx, r.Client, w)
+			}
 			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				return fmt.Errorf("deleting warm PVC %s/%s: %w", ns, name, err)
 			}
@@ -506,19 +501,16 @@ func (r *FluentPVCReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC
 // affinity (and, for webhooks of older versions, its zones), so that the
 // webhook can match pods to it without reading PVs; this is also when the
 // PVC becomes warm.
-func (r *FluentPVCReconciler) recordAffinity(ctx context.Context, f *v1alpha1.FluentPVC, c *corev1.PersistentVolumeClaim) error {
+func (r *PoolReconciler) recordAffinity(ctx context.Context, f *v1alpha1.FluentPVC, c *corev1.PersistentVolumeClaim) error {
 	pv := &corev1.PersistentVolume{}
 	if err := r.apiReader.Get(ctx, client.ObjectKey{Name: c.Spec.VolumeName}, pv); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	patch := client.MergeFrom(c.DeepCopy())
-	c = c.DeepCopy()
-	if c.Annotations == nil {
-		c.Annotations = map[string]string{}
+	w, err := claim.RecordAffinity(c, pool.FormatZones(pool.PVZones(pv)), pool.VolumeAffinity(pv))
+	if err == nil {
+		err = claim.Execute(ctx, r.Client, w)
 	}
-	c.Annotations[v1alpha1.ZonesAnnotationKey] = pool.FormatZones(pool.PVZones(pv))
-	c.Annotations[v1alpha1.NodeAffinityAnnotationKey] = pool.VolumeAffinity(pv)
-	if err := r.Patch(ctx, c, patch); err != nil {
+	if err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	pool.TimeToWarm.WithLabelValues(f.Name).Observe(r.clock.Since(c.CreationTimestamp.Time).Seconds())

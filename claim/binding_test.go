@@ -1,23 +1,21 @@
-package objects
+package claim_test
 
 import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
-func TestBindingFor(t *testing.T) {
+func TestBinding(t *testing.T) {
 	fpvc := fixtures.MakeFluentPVC("f").Obj()
-	fpvc.UID = "fpvc-uid"
-	claim := Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutHit, fixtures.Epoch)
-	claim.UID = "claim-uid"
-	claim.Annotations[v1alpha1.CheckoutIDAnnotationKey] = "token"
+	pvc := claim.NewClaimed(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutHit, "token", fixtures.Epoch).Object
+	pvc.UID = "claim-uid"
 	want := &v1alpha1.FluentPVCBinding{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "f-abc", Namespace: "ns",
@@ -34,7 +32,7 @@ func TestBindingFor(t *testing.T) {
 			PVC:       v1alpha1.ObjectIdentity{Name: "f-abc", UID: "claim-uid"},
 		},
 	}
-	if diff := cmp.Diff(want, Binding(claim, fpvc.UID)); diff != "" {
+	if diff := cmp.Diff(want, claim.Binding(pvc, "fpvc-uid")); diff != "" {
 		t.Errorf("Binding (-want +got):\n%s", diff)
 	}
 }

@@ -1,0 +1,172 @@
+// Package claim is a claim's whole life: the states a PVC of the operator
+// goes through, read from its labels, annotations and finalizer, and every
+// transition between them as a pure function that returns the write to make
+// and the precondition it carries. The webhook, the pool and the binding
+// controller only execute these writes (Execute); no other package sets the
+// keys that encode a claim's state.
+//
+// A claim's life:
+//
+//	(none) --NewWarm--> Warm --Checkout--> Claimed --RecordPod--> Used
+//	(none) --NewClaimed-----------------> Claimed
+//	Claimed --Return--> Warm               (proof that no pod used it)
+//	Claimed, Used --Release--> Released     (deleting) or Kept (not deleting)
+//	Released --Delete--> (gone)            Warm --DeleteWarm--> (gone)
+//
+// A claim drains while its binding is Draining: the claim is then Used (or
+// Claimed with a history that does not prove it unused), and its finalizer
+// keeps it until the drain succeeded. A returned claim is Warm again.
+package claim
+
+import (
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+)
+
+// State is where a PVC is in a claim's life.
+type State string
+
+const (
+	// None is a PVC that is not one of the operator's warm PVCs or claims.
+	None State = ""
+	// Warm is a pool PVC waiting for a pod. It holds no data and has no
+	// finalizer.
+	Warm State = "Warm"
+	// Claimed is a claim handed to a pod, whose pod is not recorded on it
+	// yet. Its finalizer keeps it until it is drained or proven unused.
+	Claimed State = "Claimed"
+	// Used is a claim that records the pod that used it (or, made by an
+	// earlier version, does not track its pod at all, so that a pod may
+	// have used it). It is let go of only after a drain.
+	Used State = "Used"
+	// Released is a claim let go of and being deleted: drained, reclaimed
+	// or abandoned with its namespace.
+	Released State = "Released"
+	// Kept is a claim let go of and not deleted: the operator let go of it
+	// undrained and keeps it, with its data, for the user.
+	Kept State = "Kept"
+)
+
+// StateOf reads the state of pvc from its claim-role label, its
+// used-by-pod annotation and its finalizer.
+func StateOf(pvc *corev1.PersistentVolumeClaim) State {
+	switch pvc.Labels[v1alpha1.ClaimRoleLabelKey] {
+	case v1alpha1.ClaimRoleWarm:
+		return Warm
+	case v1alpha1.ClaimRoleClaimed:
+	default:
+		return None
+	}
+	if !controllerutil.ContainsFinalizer(pvc, v1alpha1.PVCProtectionFinalizer) {
+		if pvc.DeletionTimestamp.IsZero() {
+			return Kept
+		}
+		return Released
+	}
+	if pod, tracked := PodOf(pvc); tracked && pod.UID == "" {
+		return Claimed
+	}
+	return Used
+}
+
+// Held is true when pvc is a pod's claim that needs a binding: claimed by
+// the webhook, named in its binding label, and still held by the
+// operator's finalizer. A claim let go of (drained, reclaimed or abandoned)
+// has lost the finalizer and is done with; one being deleted that still has
+// it was never let go of, and needs its binding to be drained or released.
+func Held(pvc *corev1.PersistentVolumeClaim) bool {
+	s := StateOf(pvc)
+	return (s == Claimed || s == Used) &&
+		pvc.Labels[v1alpha1.BindingNameLabelKey] != "" && pvc.Labels[v1alpha1.FluentPVCNameLabelKey] != ""
+}
+
+// SameCheckout is true when pvc is still the checkout that binding b
+// records: the claim b recorded (its UID, once known), not back in the
+// pool, not labelled for another binding, and carrying b's checkout token.
+// A binding without a token (made by an earlier version) is matched
+// without it. A false result means that b's checkout is over: the claim
+// went back to the pool, the only writer that removes the token, and may
+// have been handed to another pod since, so b must neither release,
+// return nor delete it. A claim whose binding label was removed by hand
+// still matches: no other checkout can hold it, and it keeps its drain.
+func SameCheckout(b *v1alpha1.FluentPVCBinding, pvc *corev1.PersistentVolumeClaim) bool {
+	if b.Spec.PVC.UID != "" && pvc.UID != b.Spec.PVC.UID {
+		return false
+	}
+	if pvc.Labels[v1alpha1.ClaimRoleLabelKey] == v1alpha1.ClaimRoleWarm {
+		return false
+	}
+	if l := pvc.Labels[v1alpha1.BindingNameLabelKey]; l != "" && l != b.Name {
+		return false
+	}
+	id, ok := b.Annotations[v1alpha1.CheckoutIDAnnotationKey]
+	return !ok || id == pvc.Annotations[v1alpha1.CheckoutIDAnnotationKey]
+}
+
+// PodOf is the pod recorded on pvc as having used it, and whether the
+// claim's history is tracked at all: false for a claim without the
+// used-by-pod annotation (made by an earlier version). A tracked claim
+// with an empty identity was used by no pod the operator has seen.
+func PodOf(pvc *corev1.PersistentVolumeClaim) (v1alpha1.ObjectIdentity, bool) {
+	v, tracked := pvc.Annotations[v1alpha1.UsedByPodAnnotationKey]
+	name, uid, _ := strings.Cut(v, "/")
+	return v1alpha1.ObjectIdentity{Name: name, UID: types.UID(uid)}, tracked
+}
+
+// Records is true when pvc records pod as the pod that used it.
+func Records(pvc *corev1.PersistentVolumeClaim, pod v1alpha1.ObjectIdentity) bool {
+	return pvc.Annotations[v1alpha1.UsedByPodAnnotationKey] == usedBy(pod)
+}
+
+// usedBy is the used-by-pod annotation's value for pod.
+func usedBy(pod v1alpha1.ObjectIdentity) string {
+	return pod.Name + "/" + string(pod.UID)
+}
+
+// AdmittedAt is when the webhook handed pvc (or the claim of binding
+// annotations) to a pod, from the admitted-at annotation of annotations;
+// false when it is missing or malformed. Times in whole seconds, written
+// by earlier versions, parse too.
+func AdmittedAt(annotations map[string]string) (time.Time, bool) {
+	t, err := time.Parse(time.RFC3339, annotations[v1alpha1.AdmittedAtAnnotationKey])
+	return t, err == nil
+}
+
+const (
+	// maxPrefixLen keeps claim names short enough that a drain Job name
+	// "<claim>-drain-<n>" stays within the 63 characters of a label value.
+	maxPrefixLen = 40
+	suffixLen    = 10
+	// checkoutIDLen is the length of a checkout token: 16 characters from
+	// utilrand's 27-letter alphabet, about 76 bits.
+	checkoutIDLen = 16
+)
+
+// Name returns a fresh name for a claim and its binding made from the
+// FluentPVC fluentPVCName: a readable prefix from that name and a random
+// suffix. The result is a DNS-1123 label of at most 51 characters whatever
+// the FluentPVC's name length.
+func Name(fluentPVCName string) string {
+	prefix := strings.ReplaceAll(fluentPVCName, ".", "-")
+	if len(prefix) > maxPrefixLen {
+		prefix = prefix[:maxPrefixLen]
+	}
+	prefix = strings.TrimRight(prefix, "-")
+	if prefix == "" {
+		prefix = "fluent-pvc"
+	}
+	return prefix + "-" + utilrand.String(suffixLen)
+}
+
+// NewCheckoutID is a fresh token for one checkout of a claim (see
+// v1alpha1.CheckoutIDAnnotationKey).
+func NewCheckoutID() string {
+	return utilrand.String(checkoutIDLen)
+}

@@ -1,0 +1,210 @@
+package claim_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+// states are a claim in each state its life can reach, as read: each
+// with a UID and a resourceVersion, for the preconditions.
+func states() map[string]*corev1.PersistentVolumeClaim {
+	stamp := func(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+		c.UID, c.ResourceVersion = "uid-1", "7"
+		return c
+	}
+	warm := stamp(claim.NewWarm(fixtures.MakeFluentPVC("f").Obj(), "ns", "h", "").Object)
+	warm.Name = "f-abc"
+	bound := with(warm, func(c *corev1.PersistentVolumeClaim) { c.Status.Phase = corev1.ClaimBound })
+	claimed := stamp(newClaimed("f-abc"))
+	deletedAt := &metav1.Time{Time: fixtures.Epoch}
+	return map[string]*corev1.PersistentVolumeClaim{
+		"warm":            warm,
+		"warm, bound":     bound,
+		"warm, deleting":  with(bound, func(c *corev1.PersistentVolumeClaim) { c.DeletionTimestamp = deletedAt }),
+		"claimed":         claimed,
+		"used":            with(claimed, func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "app/pod-uid" }),
+		"used, untracked": with(claimed, func(c *corev1.PersistentVolumeClaim) { delete(c.Annotations, v1alpha1.UsedByPodAnnotationKey) }),
+		"used, deleting": with(claimed, func(c *corev1.PersistentVolumeClaim) {
+			c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "app/pod-uid"
+			c.DeletionTimestamp = deletedAt
+		}),
+		"released":           with(claimed, func(c *corev1.PersistentVolumeClaim) { c.Finalizers, c.DeletionTimestamp = nil, deletedAt }),
+		"kept":               with(claimed, func(c *corev1.PersistentVolumeClaim) { c.Finalizers = nil }),
+		"another checkout":   with(claimed, func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.CheckoutIDAnnotationKey] = "next" }),
+		"not the operator's": stamp(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "f-abc", Namespace: "ns"}}),
+	}
+}
+
+// outcome is what a transition does to a claim in a state: refused, a
+// write that leaves it in state to, or no write at all (skip).
+type outcome struct {
+	refused bool
+	op      claim.Op
+	to      claim.State
+}
+
+var (
+	refused = outcome{refused: true}
+	skip    = outcome{op: claim.OpSkip}
+)
+
+func writes(op claim.Op, to claim.State) outcome { return outcome{op: op, to: to} }
+
+// TestTransitions runs every transition on a claim in every state: what a
+// transition may not do (return a claim a pod used, delete a claim still
+// held, release another checkout's claim) is refused, with nothing to
+// write.
+func TestTransitions(t *testing.T) {
+	// The binding of the claim's checkout (token "token").
+	b := claim.Binding(newClaimed("f-abc"), "")
+	b.Spec.PVC.UID = "uid-1"
+	pod := v1alpha1.ObjectIdentity{Name: "app", UID: "pod-uid"}
+	other := v1alpha1.ObjectIdentity{Name: "copy", UID: "copy-uid"}
+	transitions := map[string]func(*corev1.PersistentVolumeClaim) (claim.Write, error){
+		"SelectNode":     func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.SelectNode(c, "node-1") },
+		"RecordAffinity": func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.RecordAffinity(c, "z1", "") },
+		"Checkout": func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
+			return claim.Checkout(c, fixtures.Epoch, "new-token")
+		},
+		"RecordPod":        func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.RecordPod(c, pod) },
+		"RecordPod, other": func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.RecordPod(c, other) },
+		"Release":          func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Release(b, c) },
+		"ReleaseUnbound":   claim.ReleaseUnbound,
+		"Return":           func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Return(b, c) },
+		"Delete":           func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Delete(b, c) },
+		"DeleteWarm":       claim.DeleteWarm,
+	}
+	// want[transition][state]
+	want := map[string]map[string]outcome{
+		"SelectNode": {
+			"warm": writes(claim.OpPatch, claim.Warm),
+		},
+		"RecordAffinity": {
+			"warm": writes(claim.OpPatch, claim.Warm), "warm, bound": writes(claim.OpPatch, claim.Warm), "warm, deleting": writes(claim.OpPatch, claim.Warm),
+		},
+		"Checkout": {
+			"warm": writes(claim.OpUpdate, claim.Claimed), "warm, bound": writes(claim.OpUpdate, claim.Claimed),
+		},
+		"RecordPod": {
+			"claimed": writes(claim.OpPatch, claim.Used), "used": skip, "used, untracked": writes(claim.OpPatch, claim.Used),
+			"used, deleting": skip, "another checkout": writes(claim.OpPatch, claim.Used),
+		},
+		"RecordPod, other": {
+			"claimed": writes(claim.OpPatch, claim.Used), "used": writes(claim.OpPatch, claim.Used), "used, untracked": writes(claim.OpPatch, claim.Used),
+			"used, deleting": writes(claim.OpPatch, claim.Used), "another checkout": writes(claim.OpPatch, claim.Used),
+		},
+		"Release": {
+			"claimed": writes(claim.OpPatch, claim.Kept), "used": writes(claim.OpPatch, claim.Kept), "used, untracked": writes(claim.OpPatch, claim.Kept),
+			"used, deleting": writes(claim.OpPatch, claim.Released), "released": skip, "kept": skip,
+		},
+		"ReleaseUnbound": {
+			"claimed": writes(claim.OpPatch, claim.Kept), "used": writes(claim.OpPatch, claim.Kept), "used, untracked": writes(claim.OpPatch, claim.Kept),
+			"used, deleting": writes(claim.OpPatch, claim.Released), "another checkout": writes(claim.OpPatch, claim.Kept),
+		},
+		"Return": {
+			"claimed": writes(claim.OpUpdate, claim.Warm),
+		},
+		"Delete": {
+			"released": skip, "kept": writes(claim.OpDelete, claim.None),
+		},
+		"DeleteWarm": {
+			"warm": writes(claim.OpDelete, claim.None), "warm, bound": writes(claim.OpDelete, claim.None), "warm, deleting": writes(claim.OpDelete, claim.None),
+		},
+	}
+	for tname, transition := range transitions {
+		for sname, pvc := range states() {
+			t.Run(tname+"/"+sname, func(t *testing.T) {
+				wantOut, ok := want[tname][sname]
+				if !ok {
+					wantOut = refused
+				}
+				before := pvc.DeepCopy()
+				w, err := transition(pvc)
+				if diff := cmp.Diff(before, pvc); diff != "" {
+					t.Fatalf("the transition changed the claim it read (-before +after):\n%s", diff)
+				}
+				var r *claim.RefusedError
+				if wantOut.refused {
+					if !errors.As(err, &r) {
+						t.Fatalf("got %v, %v; want refused", w.Op, err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("refused: %v; want %+v", err, wantOut)
+				}
+				if w.Op != wantOut.op {
+					t.Fatalf("op = %q, want %q", w.Op, wantOut.op)
+				}
+				if w.Op == claim.OpSkip {
+					return
+				}
+				if got := w.To(); got != wantOut.to {
+					t.Errorf("leaves the claim %q, want %q", got, wantOut.to)
+				}
+				// Every write to an existing claim is conditioned on the
+				// object read; only the record of a warm PVC's affinity,
+				// written by the pool alone, carries no resourceVersion.
+				if w.Precondition.UID != pvc.UID {
+					t.Errorf("precondition UID = %q, want %q", w.Precondition.UID, pvc.UID)
+				}
+				wantRV := pvc.ResourceVersion
+				if tname == "RecordAffinity" {
+					wantRV = ""
+				}
+				if w.Precondition.ResourceVersion != wantRV {
+					t.Errorf("precondition resourceVersion = %q, want %q", w.Precondition.ResourceVersion, wantRV)
+				}
+				if w.Op == claim.OpUpdate && w.Object.ResourceVersion != pvc.ResourceVersion {
+					t.Errorf("update carries resourceVersion %q, want the one read, %q", w.Object.ResourceVersion, pvc.ResourceVersion)
+				}
+				if w.Op == claim.OpPatch && w.From != pvc {
+					t.Errorf("patch is not based on the object read")
+				}
+			})
+		}
+	}
+}
+
+// TestCheckoutAndReturn follows a warm PVC through a checkout and back:
+// the checkout writes every key a held claim needs, and a return removes
+// them all, so that the returned PVC is a warm PVC like any other.
+func TestCheckoutAndReturn(t *testing.T) {
+	warm := claim.NewWarm(fixtures.MakeFluentPVC("f").Obj(), "ns", "h", "node-1").Object
+	warm.Status.Phase = corev1.ClaimBound
+	out, err := claim.Checkout(warm, fixtures.Epoch, "token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := out.Object
+	if !claim.Held(c) || c.Labels[v1alpha1.BindingNameLabelKey] != c.Name || !controllerutil.ContainsFinalizer(c, v1alpha1.PVCProtectionFinalizer) {
+		t.Errorf("checked out claim is not held under its own name: %+v", c.ObjectMeta)
+	}
+	wantAnnotations := map[string]string{
+		v1alpha1.SelectedNodeAnnotationKey: "node-1",
+		v1alpha1.AdmittedAtAnnotationKey:   "2026-01-01T00:00:00Z",
+		v1alpha1.CheckoutAnnotationKey:     v1alpha1.CheckoutHit,
+		v1alpha1.UsedByPodAnnotationKey:    "",
+		v1alpha1.CheckoutIDAnnotationKey:   "token",
+	}
+	if diff := cmp.Diff(wantAnnotations, c.Annotations); diff != "" {
+		t.Errorf("checked out annotations (-want +got):\n%s", diff)
+	}
+	back, err := claim.Return(claim.Binding(c, ""), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(warm, back.Object, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("returned claim differs from the warm PVC it was (-want +got):\n%s", diff)
+	}
+}
