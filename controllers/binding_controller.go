@@ -529,7 +529,7 @@ func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&v1alpha1.FluentPVC{}, handler.EnqueueRequestsFromMapFunc(r.bindingsOf), builder.WithPredicates(fluentPVCCreated)).
 		// A changed FluentPVC may fix the finalizer Jobs it made refused.
 		Watches(&v1alpha1.FluentPVC{}, handler.EnqueueRequestsFromMapFunc(r.rejectedBindingsOf), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Complete(r)
+		Complete(quietConflicts(r))
 }
 
 // rejectedBindingsOf are the bindings of a FluentPVC whose finalizer Job

@@ -32,8 +32,8 @@ import (
 
 // TestReconcileJobCacheLag reconciles a draining binding whose status names
 // its running attempt-1 Job while the Job cache does not show that Job yet,
-// as happens when the status write's own event arrives first (issue 12,
-// hole 4). Attempt 2 must not start beside attempt 1.
+// as happens when the status write's own event arrives first. Attempt 2
+// must not start beside attempt 1.
 func TestReconcileJobCacheLag(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
 	fpvc := fixtures.MakeFluentPVC("f").Obj()
@@ -88,7 +88,7 @@ func newScheme(t *testing.T) *runtime.Scheme {
 }
 
 // TestReconcileStaleBindingAfterReturn reconciles a binding whose claim went
-// back to the pool (issue 12, hole 2): the binding outlived the return, by
+// back to the pool: the binding outlived the return, by
 // a SIGKILL between the return and its removal or by cache lag. The claim,
 // whatever became of it since, must be left alone, and the binding end.
 func TestReconcileStaleBindingAfterReturn(t *testing.T) {

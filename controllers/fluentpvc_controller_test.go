@@ -21,7 +21,7 @@ import (
 
 // TestReconcileDeletedFluentPVCStaleCache reconciles a FluentPVC being
 // deleted while the cache does not show yet the claim (and its binding)
-// that another webhook replica just admitted (issue 12, hole 7). The
+// that another webhook replica just admitted. The
 // finalizer must stay until that claim is drained, or its binding would
 // wait forever for a FluentPVC that is gone.
 func TestReconcileDeletedFluentPVCStaleCache(t *testing.T) {

@@ -118,5 +118,5 @@ func (r *SidecarReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("sidecar").
 		For(&corev1.Pod{}).
-		Complete(r)
+		Complete(quietConflicts(r))
 }

@@ -102,9 +102,9 @@ func parseVolumeAffinity(affinity string) (*VolumeMatcher, error) {
 
 // parsed remembers parsed affinities across admissions and pool reconciles.
 // Parsing is most of a checkout's placement cost (BenchmarkPlacement), and
-// when the pool parsed every warm PVC's affinity on each reconcile, that was
-// 7.5% of the operator's CPU while admitting pods one at a time. A pool's
-// volumes share a few affinities (one per zone) or one per node. The map is
+// the pool would otherwise parse every warm PVC's affinity on each
+// reconcile. A pool's volumes share a few affinities (one per zone) or one
+// per node. The map is
 // emptied when it outgrows maxParsed, which only costs parsing again.
 var parsed = struct {
 	sync.Mutex

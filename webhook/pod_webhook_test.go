@@ -276,8 +276,8 @@ var _ = Describe("Pod admission", func() {
 	})
 
 	It("denies a pod created from a copy of another pod's manifest, which would share its claim", func() {
-		// Issue 12, hole 6: the copy carries the binding label and the claim
-		// volume, so it looked already admitted.
+		// The copy carries the binding label and the claim volume, so it
+		// looks already admitted.
 		pod := fixtures.MakePod("original", ns).FluentPVC(fpvc.Name).Obj()
 		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
 		claimName := pod.Labels[v1alpha1.BindingNameLabelKey]

@@ -173,8 +173,8 @@ var _ = Describe("Claim lifecycle", func() {
 	})
 
 	It("keeps draining off while a pod whose opt-in label was removed still runs, and drains once it is gone", func() {
-		// Issue 12, hole 3: the cache holds only labelled pods, so removing
-		// the label made a running pod look gone and its drain started.
+		// The cache holds only labelled pods: removing the label must not
+		// make a running pod look gone and start its drain.
 		pod, claim := admit("app")
 		patch := client.MergeFrom(pod.DeepCopy())
 		delete(pod.Labels, v1alpha1.FluentPVCNameLabelKey)
@@ -215,9 +215,9 @@ var _ = Describe("Claim lifecycle", func() {
 	})
 
 	It("drains, never reclaims undrained, a used claim whose binding was lost after its pod was gone", func() {
-		// Issue 12, hole 1: the remade binding recorded no pod, so once the
-		// grace period passed the claim counted as an orphan and was
-		// deleted undrained, with the pod's data on it.
+		// The remade binding records no pod: the claim, which records its
+		// pod, must not count as an orphan once the grace period passed,
+		// nor be deleted undrained with the pod's data on it.
 		pod, claim := admit("app")
 		stop()
 		b := binding(claim)(Default)

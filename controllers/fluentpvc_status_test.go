@@ -1,0 +1,146 @@
+package controllers
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+func TestConstructFluentPVCStatus(t *testing.T) {
+	now := fixtures.Epoch
+	binding := func(phase v1alpha1.FluentPVCBindingPhase) v1alpha1.FluentPVCBinding {
+		return v1alpha1.FluentPVCBinding{Status: v1alpha1.FluentPVCBindingStatus{Phase: phase}}
+	}
+	rows := func(warm ...int32) []v1alpha1.PoolNamespaceStatus {
+		var out []v1alpha1.PoolNamespaceStatus
+		for i, w := range warm {
+			out = append(out, v1alpha1.PoolNamespaceStatus{Namespace: string(rune('a' + i)), Warm: w})
+		}
+		return out
+	}
+	deleting := fixtures.MakeFluentPVC("f").PoolSize(2).Obj()
+	deleting.DeletionTimestamp = &metav1.Time{Time: now}
+	type want struct {
+		warm, active     int32
+		counts           v1alpha1.BindingCounts
+		poolReady        string
+		ready            string
+		namespaceLimit   string // reason; "" for no condition
+		namespaceLimitOn bool
+	}
+	cases := map[string]struct {
+		f        *v1alpha1.FluentPVC
+		bindings []v1alpha1.FluentPVCBinding
+		pr       poolResult
+		want     want
+	}{
+		"no pool": {
+			f:    fixtures.MakeFluentPVC("f").Obj(),
+			want: want{poolReady: v1alpha1.PoolReadyReasonDisabled, ready: v1alpha1.FluentPVCReadyReasonAdmitting},
+		},
+		"a pool with no namespace yet": {
+			f:    fixtures.MakeFluentPVC("f").PoolSize(2).Obj(),
+			want: want{poolReady: v1alpha1.PoolReadyReasonNoNamespaces, ready: v1alpha1.FluentPVCReadyReasonAdmitting},
+		},
+		"filling": {
+			f:    fixtures.MakeFluentPVC("f").PoolSize(2).Obj(),
+			pr:   poolResult{namespaces: rows(2, 1)},
+			want: want{warm: 3, poolReady: v1alpha1.PoolReadyReasonFilling, ready: v1alpha1.FluentPVCReadyReasonAdmitting},
+		},
+		"full": {
+			f:    fixtures.MakeFluentPVC("f").PoolSize(2).Obj(),
+			pr:   poolResult{namespaces: rows(2, 2)},
+			want: want{warm: 4, poolReady: v1alpha1.PoolReadyReasonFull, ready: v1alpha1.FluentPVCReadyReasonAdmitting},
+		},
+		"a listed namespace missing comes first": {
+			f:    fixtures.MakeFluentPVC("f").PoolSize(2).Obj(),
+			pr:   poolResult{namespaces: rows(2), missing: []string{"gone"}},
+			want: want{warm: 2, poolReady: v1alpha1.PoolReadyReasonNamespaceNotFound, ready: v1alpha1.FluentPVCReadyReasonAdmitting},
+		},
+		"bindings counted by phase": {
+			f: fixtures.MakeFluentPVC("f").Obj(),
+			bindings: []v1alpha1.FluentPVCBinding{
+				binding(""), binding(v1alpha1.BindingPhasePending), binding(v1alpha1.BindingPhaseInUse),
+				binding(v1alpha1.BindingPhaseDraining), binding(v1alpha1.BindingPhaseDrained),
+				binding(v1alpha1.BindingPhaseOrphaned), binding(v1alpha1.BindingPhaseAbandoned),
+			},
+			want: want{active: 3, counts: v1alpha1.BindingCounts{Pending: 2, InUse: 1, Draining: 2, Orphaned: 2},
+				poolReady: v1alpha1.PoolReadyReasonDisabled, ready: v1alpha1.FluentPVCReadyReasonAdmitting},
+		},
+		"being deleted": {
+			f:        deleting,
+			bindings: []v1alpha1.FluentPVCBinding{binding(v1alpha1.BindingPhaseDraining)},
+			pr:       poolResult{namespaces: rows(0)},
+			want: want{active: 1, counts: v1alpha1.BindingCounts{Draining: 1},
+				poolReady: v1alpha1.PoolReadyReasonFilling, ready: v1alpha1.FluentPVCReadyReasonDeleting},
+		},
+		"namespace cap not reached": {
+			f:    fixtures.MakeFluentPVC("f").PoolSize(1).Mutate(func(f *v1alpha1.FluentPVC) { f.Spec.Pool.MaxNamespaces = 2 }).Obj(),
+			pr:   poolResult{namespaces: rows(1)},
+			want: want{warm: 1, poolReady: v1alpha1.PoolReadyReasonFull, ready: v1alpha1.FluentPVCReadyReasonAdmitting, namespaceLimit: v1alpha1.NamespaceLimitReasonBelow},
+		},
+		"namespace cap reached": {
+			f:  fixtures.MakeFluentPVC("f").PoolSize(1).Mutate(func(f *v1alpha1.FluentPVC) { f.Spec.Pool.MaxNamespaces = 2 }).Obj(),
+			pr: poolResult{namespaces: rows(1, 1), capped: []string{"c"}},
+			want: want{warm: 2, poolReady: v1alpha1.PoolReadyReasonFull, ready: v1alpha1.FluentPVCReadyReasonAdmitting,
+				namespaceLimit: v1alpha1.NamespaceLimitReasonReached, namespaceLimitOn: true},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := constructFluentPVCStatus(tc.f, tc.bindings, tc.pr, now)
+			got := want{warm: s.Warm, active: s.Active, counts: s.Bindings}
+			if c := meta.FindStatusCondition(s.Conditions, v1alpha1.FluentPVCConditionPoolReady); c != nil {
+				got.poolReady = c.Reason
+			}
+			if c := meta.FindStatusCondition(s.Conditions, v1alpha1.FluentPVCConditionReady); c != nil {
+				got.ready = c.Reason
+			}
+			if c := meta.FindStatusCondition(s.Conditions, v1alpha1.FluentPVCConditionNamespaceLimitReached); c != nil {
+				got.namespaceLimit, got.namespaceLimitOn = c.Reason, c.Status == metav1.ConditionTrue
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.pr.namespaces, s.Pool); diff != "" {
+				t.Errorf("pool rows (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestWithoutCounts: two statuses that differ only in counts (and the
+// messages that carry them) compare equal, so that their write can wait;
+// any other change does not.
+func TestWithoutCounts(t *testing.T) {
+	f := fixtures.MakeFluentPVC("f").PoolSize(2).Obj()
+	base := constructFluentPVCStatus(f, nil, poolResult{namespaces: []v1alpha1.PoolNamespaceStatus{{Namespace: "a", Warm: 1}}}, fixtures.Epoch)
+	cases := map[string]struct {
+		other     v1alpha1.FluentPVCStatus
+		wantEqual bool
+	}{
+		"more warm PVCs": {
+			other:     constructFluentPVCStatus(f, nil, poolResult{namespaces: []v1alpha1.PoolNamespaceStatus{{Namespace: "a", Warm: 2, Provisioning: 1}}}, fixtures.Epoch),
+			wantEqual: false, // the pool became full: PoolReady's reason changed
+		},
+		"one more binding": {
+			other:     constructFluentPVCStatus(f, []v1alpha1.FluentPVCBinding{{}}, poolResult{namespaces: []v1alpha1.PoolNamespaceStatus{{Namespace: "a", Warm: 1, Provisioning: 1}}}, fixtures.Epoch),
+			wantEqual: true,
+		},
+		"another pool namespace": {
+			other: constructFluentPVCStatus(f, nil, poolResult{namespaces: []v1alpha1.PoolNamespaceStatus{{Namespace: "a", Warm: 1}, {Namespace: "b"}}}, fixtures.Epoch),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := cmp.Equal(withoutCounts(base), withoutCounts(tc.other)); got != tc.wantEqual {
+				t.Errorf("equal without counts = %v, want %v:\n%s", got, tc.wantEqual, cmp.Diff(withoutCounts(base), withoutCounts(tc.other)))
+			}
+		})
+	}
+}
