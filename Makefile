@@ -22,7 +22,10 @@ GOLANGCI_LINT := go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v
 # module proxy cannot). Rebuilt only when that module changes.
 KAL := $(BIN)/golangci-lint-kube-api-linter
 # Helm from the Go module proxy (make helm), for the chart's lint, template
-# and install.
+# and install, built with the linker flags of Helm's release build
+# (hack/build-helm.sh): `helm version` reports HELM_VERSION, and `helm
+# template` and `helm lint` assume the Kubernetes version Helm is built
+# against rather than v1.20.
 CHART := charts/fluent-pvc-operator
 HELM_VERSION := v3.22.0
 HELM := $(BIN)/helm
@@ -39,7 +42,7 @@ CRD_TRIM_PATHS := spec.pvcSpecTemplate spec.pvcFinalizerJobSpecTemplate spec.sid
 
 CONTROL_PLANE := etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl
 CONTROL_PLANE_BINS := $(addprefix $(BIN)/,$(CONTROL_PLANE))
-# The real-node tier (issue 13) adds a kubelet beside kwok's fake nodes.
+# The real-node tier adds a kubelet beside kwok's fake nodes.
 REAL_NODE := kubelet
 REAL_NODE_BINS := $(addprefix $(BIN)/,$(REAL_NODE))
 # One real node runs on a machine at a time; its runs take this lock.
@@ -86,8 +89,14 @@ verify: generate manifests $(HELM) ## Regenerate and fail on any diff, untracked
 ##@ Release
 
 
-$(HELM):
-	GOBIN=$(BIN) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+# Checked on every use: the script rebuilds bin/helm only when the binary
+# there does not report HELM_VERSION (e.g. one built without the release's
+# linker flags).
+$(HELM): FORCE
+	@hack/build-helm.sh $(HELM_VERSION)
+
+.PHONY: FORCE
+FORCE:
 
 .PHONY: helm
 helm: $(HELM) ## Build helm (from the Go module proxy) into bin/.

@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Builds one control-plane binary into bin/ unless it is already there.
 # Usage: hack/build-bin.sh NAME
-# The Kubernetes binaries take minutes and ~3 GB of build cache when cold
-# (kube-apiserver alone took 15 min on a 2-core machine), so this script
-# never rebuilds a binary that exists, and says every 20 s that it is still
-# working.
+# The Kubernetes binaries take minutes each and ~3 GB of build cache when
+# cold, so this script never rebuilds a binary that exists, and says every
+# 20 s that it is still working.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin="$root/bin"

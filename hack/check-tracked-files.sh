@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Fails if git tracks a file over 1 MiB or a compiled executable, so that no
-# build output (like the 54 MB bench binary once committed by mistake) lands
-# again. Run by `make verify`.
+# build output is committed. Run by `make verify`.
 #
 # Usage: hack/check-tracked-files.sh [REPO]    check REPO (default: this one)
 #        hack/check-tracked-files.sh --self-test  prove that the check fails

@@ -6,9 +6,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// FluentPVCSpec is the desired state of a FluentPVC. Its field names and types
-// are those of fluent-pvc-operator's v1alpha1, so existing manifests apply
-// unchanged; pool is new.
+// FluentPVCSpec is the desired state of a FluentPVC: the PVC, sidecar and
+// common settings each of its pods gets, the Job that drains each PVC, and
+// the warm pool of PVCs handed out at admission.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.commonVolumes) || !self.commonVolumes.exists(v, v.name == self.pvcVolumeName)",message="a common volume must not be named like pvcVolumeName",fieldPath=".commonVolumes"
 type FluentPVCSpec struct {
@@ -22,14 +22,16 @@ type FluentPVCSpec struct {
 	// pvcFinalizerJobSpecTemplate is the spec of the Job that drains a PVC once
 	// its pod is gone. The Job gets the PVC mounted at pvcVolumeMountPath and the
 	// common volumes, mounts and envs. The PVC is deleted only after the Job
-	// succeeds. An unset restartPolicy becomes Never.
+	// succeeds. Its pod template needs at least one container; restartPolicy
+	// must be Never or OnFailure, and an unset one becomes Never.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="has(self.template.spec) && has(self.template.spec.containers) && size(self.template.spec.containers) > 0",message="the Job's pod template needs at least one container",fieldPath=".template.spec"
 	// +kubebuilder:validation:XValidation:rule="!has(self.template.spec) || !has(self.template.spec.restartPolicy) || self.template.spec.restartPolicy in ['Never', 'OnFailure']",message="a Job's restartPolicy must be Never or OnFailure",fieldPath=".template.spec"
 	PVCFinalizerJobSpecTemplate batchv1.JobSpec `json:"pvcFinalizerJobSpecTemplate"`
 
 	// pvcVolumeName is the name of the pod volume that holds the PVC. It must be
-	// a DNS-1123 label and unique within the pod.
+	// a DNS-1123 label (at most 63 characters), unique within the pod, and
+	// must not be the name of a common volume.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
@@ -37,33 +39,36 @@ type FluentPVCSpec struct {
 	PVCVolumeName string `json:"pvcVolumeName"`
 
 	// pvcVolumeMountPath is where every container, the sidecar and the
-	// finalizer Job mount the PVC. It must be absolute and must not contain ':'.
+	// finalizer Job mount the PVC. It must be absolute, must not contain ':',
+	// and is at most 4096 characters.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=4096
 	// +kubebuilder:validation:Pattern=`^/[^:]*$`
 	PVCVolumeMountPath string `json:"pvcVolumeMountPath"`
 
-	// sidecarContainerTemplate is the container appended to every pod, typically
-	// a log shipper that buffers on the PVC. Its name must be a DNS-1123 label.
+	// sidecarContainerTemplate is the container added to every pod (see
+	// sidecarMode), typically a log shipper that buffers on the PVC. Its name
+	// must be a DNS-1123 label (at most 63 characters).
 	// +required
 	// +kubebuilder:validation:XValidation:rule="size(self.name) <= 63 && self.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="the sidecar's name must be a DNS-1123 label: lower-case letters, digits and '-', at most 63 characters",fieldPath=".name"
 	SidecarContainerTemplate corev1.Container `json:"sidecarContainerTemplate"`
 
-	// sidecarMode is how the sidecar is added to a pod. Native (the default)
-	// adds it to initContainers with restartPolicy Always, a Kubernetes
-	// native sidecar (1.29 and later): it starts before the app containers,
-	// is restarted by the kubelet when it exits, and is stopped after they
-	// exit, so pods of Jobs and CronJobs finish and their claims are
-	// drained. Container appends it to containers, as fluent-pvc-operator
-	// always did: a pod that should run to completion then never finishes
+	// sidecarMode is how the sidecar is added to a pod: Native (the default)
+	// or Container. Native adds it to initContainers with restartPolicy
+	// Always, a Kubernetes native sidecar (Kubernetes 1.29 and later): it
+	// starts before the app containers, is restarted by the kubelet when it
+	// exits, and is stopped after they exit, so pods of Jobs and CronJobs
+	// finish and their claims are drained. Container appends it to
+	// containers: a pod that should run to completion then never finishes
 	// while the sidecar runs.
 	// +optional
 	// +kubebuilder:default=Native
 	SidecarMode SidecarMode `json:"sidecarMode,omitempty"`
 
 	// commonEnvs are set in every container and the sidecar. A common env
-	// replaces a container's env of the same name.
+	// replaces a container's env of the same name. Names are unique; at most
+	// 128 entries.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
@@ -71,7 +76,8 @@ type FluentPVCSpec struct {
 	CommonEnvs []corev1.EnvVar `json:"commonEnvs,omitempty"`
 
 	// commonVolumes are added to every pod and finalizer Job. Names must be
-	// DNS-1123 labels.
+	// unique DNS-1123 labels (at most 63 characters) other than
+	// pvcVolumeName; at most 64 entries.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
@@ -80,8 +86,9 @@ type FluentPVCSpec struct {
 	CommonVolumes []corev1.Volume `json:"commonVolumes,omitempty"`
 
 	// commonVolumeMounts are added to every container, the sidecar and the
-	// finalizer Job. Names must be DNS-1123 labels; mount paths must be absolute
-	// and must not contain ':'.
+	// finalizer Job. Names must be DNS-1123 labels (at most 63 characters);
+	// mount paths must be absolute, must not contain ':', and are at most
+	// 4096 characters. At most 64 entries.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=64
@@ -96,19 +103,19 @@ type FluentPVCSpec struct {
 	DeletePodIfSidecarContainerTerminationDetected *bool `json:"deletePodIfSidecarContainerTerminationDetected,omitempty"`
 
 	// namespaceSelector selects, by their labels, the namespaces whose pods
-	// may use this FluentPVC. Unset or empty selects every namespace, as
-	// fluent-pvc-operator did. A pod in another namespace is refused at
-	// admission with a message naming the FluentPVC and the selector, and
-	// the pool never learns such a namespace.
+	// may use this FluentPVC. Unset or empty (the default) selects every
+	// namespace. A pod in another namespace is refused at admission with a
+	// message naming the FluentPVC and the selector, and the pool never
+	// learns such a namespace.
 	// +optional
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 
 	// usePermission says whether the user who creates a pod must be allowed
 	// the verb "use" on this FluentPVC (resource fluentpvcs of group
-	// fluent-pvc-operator.tech.zozo.com), checked with a SubjectAccessReview,
-	// as pvpool guards its pools: NotRequired (the default) or Required. The
-	// review is made in the pod's namespace, so a RoleBinding there grants
-	// it as well as a ClusterRoleBinding.
+	// fluent-pvc-operator.tech.zozo.com): NotRequired (the default) or
+	// Required. Required checks it at admission with a SubjectAccessReview
+	// in the pod's namespace, so a RoleBinding there grants it as well as a
+	// ClusterRoleBinding.
 	// For pods that a controller creates (Deployments, Jobs, DaemonSets),
 	// that user is the controller's service account, not the person who
 	// applied the workload: grant it there, or use namespaceSelector.
@@ -150,16 +157,18 @@ const (
 
 // PoolSpec configures the warm pool of a FluentPVC.
 type PoolSpec struct {
-	// size is the number of warm, bound PVCs kept ready in each pool namespace.
-	// 0 (the default) means no pool: every PVC is created at admission.
+	// size is the number of warm, bound PVCs kept ready in each pool namespace,
+	// from 0 to 1000. 0 (the default) means no pool: every PVC is created at
+	// admission.
 	// +optional
 	// +kubebuilder:default=0
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000
 	Size int32 `json:"size,omitempty"`
 
-	// namespaces are the namespaces the pool keeps warm PVCs in. When empty, the
-	// pool learns them from the pods it admits.
+	// namespaces are the namespaces the pool keeps warm PVCs in: at most 256
+	// distinct namespace names. When empty (the default), the pool learns them
+	// from the pods it admits.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=256
@@ -171,7 +180,8 @@ type PoolSpec struct {
 	// admissions when none are listed: the most recently active ones keep a
 	// pool, and pods elsewhere get claims made at admission. The
 	// NamespaceLimitReached condition says when the cap is reached and which
-	// namespaces it leaves out. Unset: no cap.
+	// namespaces it leaves out. From 1 to 1000; unset (the default) means no
+	// cap.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000

@@ -503,8 +503,15 @@ func msTriple(s summary) string {
 	return fmt.Sprintf("%s / %s / %s", ms(s.P50), ms(s.P90), ms(s.P99))
 }
 
-// write saves <date>.md, <date>.json and startup-<date>.svg in dir, and
-// copies them to latest.md, latest.json and startup-latest.svg.
+// latestStem names the pointers to the newest run's files: latest.md,
+// latest.json and startup-latest.svg.
+const latestStem = "latest"
+
+// write saves the run as <date>.md, <date>.json and startup-<date>.svg in
+// dir (a second run on the same date replaces them), then points
+// latest.md, latest.json and startup-latest.svg at those files with
+// relative symlinks, so that the newest results have one copy. It returns
+// the paths it wrote, sorted.
 func (r *results) write(dir string, at time.Time) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -514,26 +521,52 @@ func (r *results) write(dir string, at time.Time) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	chart := "startup-" + date + ".svg"
+	files := map[string][]byte{
+		date + ".md":   []byte(r.markdown(chart)),
+		date + ".json": append(raw, '\n'),
+	}
 	var paths []string
-	for _, stem := range []string{date, "latest"} {
-		chart := "startup-" + stem + ".svg"
-		files := map[string][]byte{
-			stem + ".md":   []byte(r.markdown(chart)),
-			stem + ".json": append(raw, '\n'),
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, content, 0o644); err != nil {
+			return nil, err
 		}
-		for name, content := range files {
-			p := filepath.Join(dir, name)
-			if err := os.WriteFile(p, content, 0o644); err != nil {
-				return nil, err
-			}
-			paths = append(paths, p)
-		}
-		p := filepath.Join(dir, chart)
-		if err := r.chart(p); err != nil {
-			return nil, fmt.Errorf("drawing %s: %w", p, err)
+		paths = append(paths, p)
+	}
+	p := filepath.Join(dir, chart)
+	if err := r.chart(p); err != nil {
+		return nil, fmt.Errorf("drawing %s: %w", p, err)
+	}
+	paths = append(paths, p)
+	for _, link := range []struct{ name, target string }{
+		{latestStem + ".md", date + ".md"},
+		{latestStem + ".json", date + ".json"},
+		{"startup-" + latestStem + ".svg", chart},
+	} {
+		p := filepath.Join(dir, link.name)
+		if err := pointAt(p, link.target); err != nil {
+			return nil, err
 		}
 		paths = append(paths, p)
 	}
 	sort.Strings(paths)
 	return paths, nil
+}
+
+// pointAt makes path a symlink to target (relative to path's directory),
+// replacing whatever path was, in one rename.
+func pointAt(path, target string) error {
+	tmp := path + ".tmp"
+	if err := os.Remove(tmp); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	if err := os.Symlink(target, tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return nil
 }
