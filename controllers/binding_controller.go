@@ -228,8 +228,10 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 		}
 	}
 	if o.pvc != nil && o.fluentPVC != nil {
+		// Only a claim that claim.Return takes (one no pod is recorded on).
 		o.poolAccepts = o.fluentPVC.Spec.Pool.Size > 0 && o.fluentPVC.DeletionTimestamp.IsZero() &&
-			o.pvc.Labels[v1alpha1.TemplateHashLabelKey] == pool.TemplateHash(&o.fluentPVC.Spec.PVCSpecTemplate)
+			o.pvc.Labels[v1alpha1.TemplateHashLabelKey] == pool.TemplateHash(&o.fluentPVC.Spec.PVCSpecTemplate) &&
+			claim.StateOf(o.pvc) == claim.Claimed
 	}
 
 	var jobs batchv1.JobList

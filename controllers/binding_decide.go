@@ -221,17 +221,8 @@ func decideClaim(o observed, now time.Time, opts Options) plan {
 		setCondition(&p.status, v1alpha1.BindingConditionDrained, status, reason, msg, gen, now)
 	}
 
-	// The namespace is going away with every object in it, so no Job can
-	// drain the claim: let go instead of blocking the namespace forever.
 	if o.namespaceTerminating {
-		if p.status.Phase != v1alpha1.BindingPhaseAbandoned && p.status.Phase != v1alpha1.BindingPhaseDrained && p.status.Phase != v1alpha1.BindingPhaseOrphaned {
-			p.tell(outcomeAbandoned, fmt.Sprintf("namespace %s is being deleted: claim %s was released without draining its data", b.Namespace, b.Spec.PVC.Name))
-			p.status.Phase = v1alpha1.BindingPhaseAbandoned
-			setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonNamespaceDeleted, "the namespace is being deleted; the data was not drained")
-		}
-		p.releasePod = pod != nil && controllerutil.ContainsFinalizer(pod, v1alpha1.PodProtectionFinalizer)
-		p.releaseClaim = o.pvc != nil && controllerutil.ContainsFinalizer(o.pvc, v1alpha1.PVCProtectionFinalizer)
-		p.finish = true
+		decideNamespaceTerminating(o, pod, now, &p)
 		return p
 	}
 
@@ -244,18 +235,7 @@ func decideClaim(o observed, now time.Time, opts Options) plan {
 			p.requeueAfter = graceLeft
 			return p
 		}
-		if !isFinal(p.status.Phase) {
-			if j := succeededJob(o.jobs); j != nil {
-				// The claim was deleted after its drain succeeded, by a
-				// reconcile whose status write then lost to a newer
-				// binding: what it did not record is told now, not taken
-				// for a loss.
-				markDrained(b, j, now, &p, fmt.Sprintf("finalizer Job %s succeeded: claim %s was deleted", j.Name, b.Spec.PVC.Name))
-			} else {
-				p.tell(outcomeClaimLost, fmt.Sprintf("claim %s disappeared before it was drained", b.Spec.PVC.Name))
-			}
-		}
-		p.finish = true
+		decideClaimGone(o, now, &p)
 		return p
 	}
 
@@ -301,22 +281,7 @@ func decideClaim(o observed, now time.Time, opts Options) plan {
 			decideDrain(o, now, opts, &p)
 			return p
 		}
-		fate := "deleted"
-		if o.poolAccepts {
-			fate = "returned to the warm pool"
-		}
-		if p.status.Phase != v1alpha1.BindingPhaseOrphaned {
-			p.tell(outcomeOrphanReclaimed, fmt.Sprintf("no pod appeared within %s of admission: claim %s is %s without draining", opts.OrphanGracePeriod, b.Spec.PVC.Name, fate))
-		}
-		p.status.Phase = v1alpha1.BindingPhaseOrphaned
-		setPod(metav1.ConditionFalse, v1alpha1.PodReadyReasonNeverAppeared, fmt.Sprintf("no pod appeared within %s", opts.OrphanGracePeriod))
-		setDrained(metav1.ConditionTrue, v1alpha1.DrainedReasonNotNeeded, "no pod ever used the claim")
-		if o.poolAccepts {
-			// Back in the pool, the claim is no longer this binding's.
-			p.returnClaim, p.finish = true, true
-		} else {
-			p.releaseClaim, p.deleteClaim = true, true
-		}
+		decideOrphan(o, now, opts, &p)
 		return p
 	}
 
@@ -328,6 +293,64 @@ func decideClaim(o observed, now time.Time, opts Options) plan {
 	}
 	decideDrain(o, now, opts, &p)
 	return p
+}
+
+// decideNamespaceTerminating lets go of the claim of a binding whose
+// namespace is going away with every object in it: no Job can drain the
+// claim there, and holding it would block the namespace forever.
+func decideNamespaceTerminating(o observed, pod *corev1.Pod, now time.Time, p *plan) {
+	b := o.binding
+	if p.status.Phase != v1alpha1.BindingPhaseAbandoned && p.status.Phase != v1alpha1.BindingPhaseDrained && p.status.Phase != v1alpha1.BindingPhaseOrphaned {
+		p.tell(outcomeAbandoned, fmt.Sprintf("namespace %s is being deleted: claim %s was released without draining its data", b.Namespace, b.Spec.PVC.Name))
+		p.status.Phase = v1alpha1.BindingPhaseAbandoned
+		setCondition(&p.status, v1alpha1.BindingConditionDrained, metav1.ConditionFalse, v1alpha1.DrainedReasonNamespaceDeleted,
+			"the namespace is being deleted; the data was not drained", b.Generation, now)
+	}
+	p.releasePod = pod != nil && controllerutil.ContainsFinalizer(pod, v1alpha1.PodProtectionFinalizer)
+	p.releaseClaim = o.pvc != nil && controllerutil.ContainsFinalizer(o.pvc, v1alpha1.PVCProtectionFinalizer)
+	p.finish = true
+}
+
+// decideClaimGone finishes a binding whose claim is gone, or was let go
+// of. A claim deleted after its drain succeeded, by a reconcile whose
+// status write then lost to a newer binding, is told as drained now, not
+// taken for a loss.
+func decideClaimGone(o observed, now time.Time, p *plan) {
+	b := o.binding
+	if !isFinal(p.status.Phase) {
+		if j := succeededJob(o.jobs); j != nil {
+			markDrained(b, j, now, p, fmt.Sprintf("finalizer Job %s succeeded: claim %s was deleted", j.Name, b.Spec.PVC.Name))
+		} else {
+			p.tell(outcomeClaimLost, fmt.Sprintf("claim %s disappeared before it was drained", b.Spec.PVC.Name))
+		}
+	}
+	p.finish = true
+}
+
+// decideOrphan reclaims, undrained, a claim proven unused: no pod
+// appeared within the grace period and a live list found none that mounts
+// it. It goes back to the warm pool when the pool takes it, and is
+// deleted otherwise.
+func decideOrphan(o observed, now time.Time, opts Options, p *plan) {
+	b := o.binding
+	fate := "deleted"
+	if o.poolAccepts {
+		fate = "returned to the warm pool"
+	}
+	if p.status.Phase != v1alpha1.BindingPhaseOrphaned {
+		p.tell(outcomeOrphanReclaimed, fmt.Sprintf("no pod appeared within %s of admission: claim %s is %s without draining", opts.OrphanGracePeriod, b.Spec.PVC.Name, fate))
+	}
+	p.status.Phase = v1alpha1.BindingPhaseOrphaned
+	setCondition(&p.status, v1alpha1.BindingConditionPodReady, metav1.ConditionFalse, v1alpha1.PodReadyReasonNeverAppeared,
+		fmt.Sprintf("no pod appeared within %s", opts.OrphanGracePeriod), b.Generation, now)
+	setCondition(&p.status, v1alpha1.BindingConditionDrained, metav1.ConditionTrue, v1alpha1.DrainedReasonNotNeeded,
+		"no pod ever used the claim", b.Generation, now)
+	if o.poolAccepts {
+		// Back in the pool, the claim is no longer this binding's.
+		p.returnClaim, p.finish = true, true
+	} else {
+		p.releaseClaim, p.deleteClaim = true, true
+	}
 }
 
 func decideDrain(o observed, now time.Time, opts Options, p *plan) {

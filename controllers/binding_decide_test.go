@@ -66,7 +66,10 @@ func TestDecide(t *testing.T) {
 		deleteJobs    []string
 		releaseClaim  bool
 		deleteClaim   bool
+		returnClaim   bool
 		finish        bool
+		// releasePods: labelled pods are released, read live, on finishing.
+		releasePods bool
 		requeueAfter  time.Duration
 		newFailure    bool
 		attempts      int32
@@ -202,6 +205,12 @@ func TestDecide(t *testing.T) {
 			now:  admitted.Add(2 * time.Minute),
 			want: want{phase: v1alpha1.BindingPhaseOrphaned, drainedReas: v1alpha1.DrainedReasonNotNeeded, releaseClaim: true, deleteClaim: true, events: []string{v1alpha1.EventReasonOrphanReclaimed}},
 		},
+		"no pod within the grace period, the pool takes it: return it and finish": {
+			obs: observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: fresh, claimUnused: true, poolAccepts: true},
+			now: admitted.Add(2 * time.Minute),
+			want: want{phase: v1alpha1.BindingPhaseOrphaned, drainedReas: v1alpha1.DrainedReasonNotNeeded, returnClaim: true, finish: true,
+				events: []string{v1alpha1.EventReasonOrphanReclaimed}},
+		},
 		"proof of no pod found after a drain started (older binding read): keep draining, never reclaim": {
 			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: fresh, claimUnused: true, jobs: []batchv1.Job{job(1, "", time.Time{})}},
 			now:  admitted.Add(time.Hour),
@@ -222,7 +231,7 @@ func TestDecide(t *testing.T) {
 		"namespace deleted: abandon, warn, finish": {
 			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, "", time.Time{})}, namespaceTerminating: true},
 			now:  admitted.Add(time.Hour),
-			want: want{phase: v1alpha1.BindingPhaseAbandoned, drainedReas: v1alpha1.DrainedReasonNamespaceDeleted, releaseClaim: true, finish: true, events: []string{v1alpha1.EventReasonAbandoned}},
+			want: want{phase: v1alpha1.BindingPhaseAbandoned, drainedReas: v1alpha1.DrainedReasonNamespaceDeleted, releaseClaim: true, finish: true, releasePods: true, events: []string{v1alpha1.EventReasonAbandoned}},
 		},
 		"FluentPVC gone while draining: wait for it, with a warning": {
 			obs:  observed{binding: mkBinding(recorded), pvc: pvc},
@@ -318,7 +327,7 @@ func TestDecide(t *testing.T) {
 			}
 			got := want{
 				phase: p.status.Phase, recordPod: p.recordPod != nil, recordOnClaim: p.recordOnClaim != nil, releasePod: p.releasePod,
-				createJob: p.createJob, deleteJobs: p.deleteJobs, releaseClaim: p.releaseClaim, deleteClaim: p.deleteClaim,
+				createJob: p.createJob, deleteJobs: p.deleteJobs, releaseClaim: p.releaseClaim, deleteClaim: p.deleteClaim, returnClaim: p.returnClaim, releasePods: p.releaseLabelledPods,
 				finish: p.finish, requeueAfter: p.requeueAfter, newFailure: p.has(outcomeDrainFailed), attempts: p.status.DrainAttempts, events: events,
 				refused: meta.IsStatusConditionTrue(p.status.Conditions, v1alpha1.BindingConditionDrainJobRejected),
 			}

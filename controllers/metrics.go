@@ -44,7 +44,7 @@ var (
 
 	claimsAbandoned = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fluentpvc_claims_abandoned_total",
-		Help: "Claims released undrained because their namespace was deleted.",
+		Help: "Claims let go of undrained: their namespace was deleted, or their FluentPVC stayed gone past --fluentpvc-missing-timeout.",
 	}, []string{"fluentpvc"})
 )
 
