@@ -69,11 +69,11 @@ func TestDecide(t *testing.T) {
 		returnClaim   bool
 		finish        bool
 		// releasePods: labelled pods are released, read live, on finishing.
-		releasePods bool
-		requeueAfter  time.Duration
-		newFailure    bool
-		attempts      int32
-		events        []string
+		releasePods  bool
+		requeueAfter time.Duration
+		newFailure   bool
+		attempts     int32
+		events       []string
 		// refused is whether the DrainJobRejected condition stays True.
 		refused bool
 	}

@@ -103,4 +103,3 @@ func constructFluentPVCStatus(f *v1alpha1.FluentPVC, bindings []v1alpha1.FluentP
 	meta.SetStatusCondition(&s.Conditions, ready)
 	return s
 }
-

@@ -67,7 +67,9 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, f *v1alpha1.FluentPVC, b
 	if err != nil {
 		return poolResult{}, err
 	}
-	res, poolErr := r.reconcilePool(ctx, f, o)
+	pp := planPool(f, o, r.clock.Now(), r.opts)
+	poolErr := r.applyPool(ctx, f, o, pp)
+	res := pp.result
 	res.observed, res.emptied = true, o.emptied()
 	if o.noNodeToSelect != "" {
 		res.warnings = append(res.warnings, poolWarning{reason: v1alpha1.EventReasonNoNodeToSelect, message: o.noNodeToSelect})
@@ -120,6 +122,9 @@ type poolObserved struct {
 	// noNodeToSelect is the warning to send when the class waits for a
 	// first consumer but no node qualifies to be named; "" otherwise.
 	noNodeToSelect string
+	// namespaces are the labels of every namespace that exists, by name
+	// (the cache's metadata).
+	namespaces map[string]map[string]string
 }
 
 // emptied is true once every warm PVC and binder is gone or being deleted.
@@ -181,6 +186,16 @@ func (r *PoolReconciler) observePool(ctx context.Context, f *v1alpha1.FluentPVC,
 		return o, fmt.Errorf("listing binder Jobs: %w", err)
 	}
 	o.binders = jobs.Items
+
+	var namespaces metav1.PartialObjectMetadataList
+	namespaces.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
+	if err := r.List(ctx, &namespaces, client.UnsafeDisableDeepCopy); err != nil {
+		return o, fmt.Errorf("listing namespaces: %w", err)
+	}
+	o.namespaces = make(map[string]map[string]string, len(namespaces.Items))
+	for _, ns := range namespaces.Items {
+		o.namespaces[ns.Name] = ns.Labels
+	}
 
 	for _, ns := range f.Status.Pool {
 		if ns.LastAdmissionTime != nil {
@@ -260,16 +275,41 @@ func (r *PoolReconciler) storageClass(ctx context.Context, name *string) (*stora
 	return sc, nil
 }
 
-// reconcilePool brings every pool namespace of f to spec.pool.size warm
-// PVCs, all at once, and empties the namespaces that no longer hold a pool.
-func (r *PoolReconciler) reconcilePool(ctx context.Context, f *v1alpha1.FluentPVC, o poolObserved) (poolResult, error) {
-	now := r.clock.Now()
-	hash := pool.TemplateHash(&f.Spec.PVCSpecTemplate)
+// poolPlan is what one pool reconcile does, decided by planPool.
+type poolPlan struct {
+	hash string
+	// namespaces are the plans of the namespaces that hold a pool or
+	// still hold warm PVCs or binders.
+	namespaces []namespacePlan
+	// replaced says why a warm PVC is replaced ("namespace/name"), for the
+	// metric.
+	replaced map[string]string
+	// result is what the plan reports for the status.
+	result poolResult
+}
+
+// namespacePlan is one namespace's part of a poolPlan.
+type namespacePlan struct {
+	namespace string
+	plan      pool.Plan
+	// kept is true for a namespace that holds a pool; false for one whose
+	// warm PVCs and binders are removed.
+	kept bool
+	// preferred are the nodes new warm PVCs are named for first.
+	preferred []string
+}
+
+// planPool decides, from what was observed at now, how to bring every
+// pool namespace of f to spec.pool.size warm PVCs and to empty the
+// namespaces that no longer hold a pool. It reads nothing and writes
+// nothing.
+func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options) poolPlan {
+	pp := poolPlan{hash: pool.TemplateHash(&f.Spec.PVCSpecTemplate), replaced: map[string]string{}}
+	res := &pp.result
 	size := f.Spec.Pool.Size
 	var keep []string
-	var res poolResult
 	if size > 0 && f.DeletionTimestamp.IsZero() {
-		keep, res.requeueAfter, res.capped = pool.Namespaces(f.Spec.Pool.Namespaces, o.lastAdmission, now, r.opts.PoolIdleNamespaceTTL, r.learning(ctx, f))
+		keep, res.requeueAfter, res.capped = pool.Namespaces(f.Spec.Pool.Namespaces, o.lastAdmission, now, opts.PoolIdleNamespaceTTL, learning(f, o.namespaces))
 	}
 
 	byNS := map[string][]corev1.PersistentVolumeClaim{}
@@ -295,23 +335,17 @@ func (r *PoolReconciler) reconcilePool(ctx context.Context, f *v1alpha1.FluentPV
 		claimedByNS[c.Namespace] = append(claimedByNS[c.Namespace], c)
 	}
 	nodes := pool.Nodes{SelectNodes: o.selectNodes, Zones: o.nodeZones, ByName: o.nodes}
-
-	var ops []func() error
-	// replaced says why a warm PVC is replaced, by name, for the metric.
-	replaced := map[string]string{}
 	eligibleNames := make(map[string]bool, len(o.eligible))
 	for _, n := range o.eligible {
 		eligibleNames[n.Name] = true
 	}
+	eligible := func(node string) bool { return eligibleNames[node] }
+
 	for _, ns := range namespaces {
-		in := pool.Input{Hash: hash, WaitForFirstConsumer: o.waitForFirstConsumer, SelectNodes: o.selectNodes, Binders: bindersByNS[ns]}
+		in := pool.Input{Hash: pp.hash, WaitForFirstConsumer: o.waitForFirstConsumer, SelectNodes: o.selectNodes, Binders: bindersByNS[ns]}
 		kept := slices.Contains(keep, ns)
 		if kept {
-			exists, err := r.namespaceExists(ctx, ns)
-			if err != nil {
-				return res, err
-			}
-			if !exists {
+			if _, exists := o.namespaces[ns]; !exists {
 				// A listed one is reported; a learned one was deleted
 				// since its last admission and is forgotten in time.
 				if slices.Contains(f.Spec.Pool.Namespaces, ns) {
@@ -321,19 +355,14 @@ func (r *PoolReconciler) reconcilePool(ctx context.Context, f *v1alpha1.FluentPV
 			}
 			in.Size = size
 		}
-		claims := map[string]*corev1.PersistentVolumeClaim{}
-		for i := range byNS[ns] {
-			claims[byNS[ns][i].Name] = &byNS[ns][i]
-		}
-		adapted := pool.Adapt(byNS[ns], o.unseen[ns], hash, nodes)
+		adapted := pool.Adapt(byNS[ns], o.unseen[ns], pp.hash, nodes)
 		in.Claims = adapted.Claims
 		for _, name := range adapted.Unreachable {
 			res.unreachable = append(res.unreachable, ns+"/"+name)
-			replaced[ns+"/"+name] = pool.ReplacedUnreachable
+			pp.replaced[ns+"/"+name] = pool.ReplacedUnreachable
 		}
 		var preferred []string
 		if o.selectNodes && kept {
-			eligible := func(node string) bool { return eligibleNames[node] }
 			var replace []string
 			var wait time.Duration
 			preferred, replace, wait = pool.FollowDemand(pool.Demand(claimedByNS[ns]), adapted.Places, eligible, now)
@@ -341,7 +370,7 @@ func (r *PoolReconciler) reconcilePool(ctx context.Context, f *v1alpha1.FluentPV
 				if slices.Contains(replace, in.Claims[i].Name) {
 					in.Claims[i].Replace = true
 					res.moved = append(res.moved, ns+"/"+in.Claims[i].Name)
-					replaced[ns+"/"+in.Claims[i].Name] = pool.ReplacedDemand
+					pp.replaced[ns+"/"+in.Claims[i].Name] = pool.ReplacedDemand
 				}
 			}
 			if wait > 0 && (res.requeueAfter == 0 || wait < res.requeueAfter) {
@@ -349,12 +378,7 @@ func (r *PoolReconciler) reconcilePool(ctx context.Context, f *v1alpha1.FluentPV
 			}
 		}
 		p := pool.PlanNamespace(in)
-		if p.Create > 0 || len(p.Delete) > 0 {
-			ctrl.LoggerFrom(ctx).V(1).Info("resizing pool", "fluentPVC", klog.KObj(f), "namespace", ns,
-				"warm", p.Warm, "provisioning", p.Provisioning, "create", p.Create, "delete", p.Delete, "preferredNodes", preferred)
-		}
-		ops = append(ops, r.poolOps(ctx, f, ns, hash, p, claims, preferred, replaced, o)...)
-		pool.Warm.WithLabelValues(f.Name, ns).Set(float64(p.Warm))
+		pp.namespaces = append(pp.namespaces, namespacePlan{namespace: ns, plan: p, kept: kept, preferred: preferred})
 		if kept {
 			st := v1alpha1.PoolNamespaceStatus{Namespace: ns, Warm: p.Warm, Provisioning: p.Provisioning + int32(p.Create)}
 			if t, ok := o.lastAdmission[ns]; ok {
@@ -364,51 +388,69 @@ func (r *PoolReconciler) reconcilePool(ctx context.Context, f *v1alpha1.FluentPV
 				st.LastAdmissionTime = &metav1.Time{Time: t.Truncate(time.Second)}
 			}
 			res.namespaces = append(res.namespaces, st)
-		} else {
-			pool.Warm.DeleteLabelValues(f.Name, ns)
 		}
 	}
-	if len(res.unreachable) > 0 || len(res.moved) > 0 {
-		ctrl.LoggerFrom(ctx).Info("replacing warm PVCs", "fluentPVC", klog.KObj(f),
-			"unreachable", res.unreachable, "servingNoPods", res.moved)
+	return pp
+}
+
+// applyPool carries out pool plan pp for f, all namespaces at once, and
+// keeps the warm-PVC gauge current.
+func (r *PoolReconciler) applyPool(ctx context.Context, f *v1alpha1.FluentPVC, o poolObserved, pp poolPlan) error {
+	log := ctrl.LoggerFrom(ctx).WithValues("fluentPVC", klog.KObj(f))
+	claims := map[string]map[string]*corev1.PersistentVolumeClaim{}
+	for i := range o.warm {
+		c := &o.warm[i]
+		if claims[c.Namespace] == nil {
+			claims[c.Namespace] = map[string]*corev1.PersistentVolumeClaim{}
+		}
+		claims[c.Namespace][c.Name] = c
 	}
-	return res, runParallel(ops, poolParallelism)
+	var ops []func() error
+	for _, np := range pp.namespaces {
+		p := np.plan
+		if p.Create > 0 || len(p.Delete) > 0 {
+			log.V(1).Info("resizing pool", "namespace", np.namespace,
+				"warm", p.Warm, "provisioning", p.Provisioning, "create", p.Create, "delete", p.Delete, "preferredNodes", np.preferred)
+		}
+		ops = append(ops, r.poolOps(ctx, f, np, pp, o, claims[np.namespace])...)
+		if np.kept {
+			pool.Warm.WithLabelValues(f.Name, np.namespace).Set(float64(p.Warm))
+		} else {
+			pool.Warm.DeleteLabelValues(f.Name, np.namespace)
+		}
+	}
+	if len(pp.result.unreachable) > 0 || len(pp.result.moved) > 0 {
+		log.Info("replacing warm PVCs", "unreachable", pp.result.unreachable, "servingNoPods", pp.result.moved)
+	}
+	return runParallel(ops, poolParallelism)
 }
 
 // learning is what limits the namespaces f's pool learns: its
-// namespaceSelector, on the namespaces' cached labels, and its cap.
-func (r *PoolReconciler) learning(ctx context.Context, f *v1alpha1.FluentPVC) pool.Learning {
+// namespaceSelector, on the labels of the namespaces that exist, and its
+// cap.
+func learning(f *v1alpha1.FluentPVC, namespaces map[string]map[string]string) pool.Learning {
 	l := pool.Learning{Max: int(f.Spec.Pool.MaxNamespaces)}
 	if sel := f.Spec.NamespaceSelector; sel != nil && len(sel.MatchLabels)+len(sel.MatchExpressions) > 0 {
 		l.Selected = func(ns string) bool {
-			m := namespaceMeta()
-			if err := r.Get(ctx, client.ObjectKey{Name: ns}, m); err != nil {
+			labels, exists := namespaces[ns]
+			if !exists {
 				return false // gone, or unknown: no pool there
 			}
-			ok, err := objects.NamespaceSelected(sel, m.Labels)
+			ok, err := objects.NamespaceSelected(sel, labels)
 			return err == nil && ok
 		}
 	}
 	return l
 }
 
-// namespaceExists reads, from the cache, whether namespace ns exists.
-func (r *PoolReconciler) namespaceExists(ctx context.Context, ns string) (bool, error) {
-	switch err := r.Get(ctx, client.ObjectKey{Name: ns}, namespaceMeta()); {
-	case apierrors.IsNotFound(err):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("reading namespace %s: %w", ns, err)
-	}
-	return true, nil
-}
-
-// poolOps turns one namespace's plan into API calls that can run in parallel.
-func (r *PoolReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, ns, hash string, p pool.Plan, claims map[string]*corev1.PersistentVolumeClaim, preferred []string, replaced map[string]string, o poolObserved) []func() error {
+// poolOps turns one namespace's plan into API calls that can run in
+// parallel; claims are the namespace's warm PVCs as observed, by name.
+func (r *PoolReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, np namespacePlan, pp poolPlan, o poolObserved, claims map[string]*corev1.PersistentVolumeClaim) []func() error {
+	ns, hash, p, replaced := np.namespace, pp.hash, np.plan, pp.replaced
 	var ops []func() error
 	var nodes []string
 	if o.selectNodes {
-		nodes = pool.SpreadNodes(o.eligible, p.PerZone, p.Create+len(p.SelectNode), preferred, rand.IntN)
+		nodes = pool.SpreadNodes(o.eligible, p.PerZone, p.Create+len(p.SelectNode), np.preferred, rand.IntN)
 	}
 	for i := range p.Create {
 		ops = append(ops, func() error {

@@ -1,0 +1,118 @@
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/pool"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+// TestPlanPool plans a FluentPVC's pool from observed values alone: which
+// namespaces hold a pool, how many warm PVCs each gets, and what the
+// status reports.
+func TestPlanPool(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	opts := Options{PoolIdleNamespaceTTL: 24 * time.Hour}
+	listed := func(size int32, namespaces ...string) *v1alpha1.FluentPVC {
+		return fixtures.MakeFluentPVC("f").PoolSize(size).Mutate(func(f *v1alpha1.FluentPVC) { f.Spec.Pool.Namespaces = namespaces }).Obj()
+	}
+	selecting := fixtures.MakeFluentPVC("f").PoolSize(1).Mutate(func(f *v1alpha1.FluentPVC) {
+		f.Spec.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"logs": "on"}}
+	}).Obj()
+	// warm is a Bound warm PVC of f in ns, usable on any node, made from
+	// f's template unless hash says otherwise.
+	warm := func(f *v1alpha1.FluentPVC, ns, name, hash string) corev1.PersistentVolumeClaim {
+		c := claim.NewWarm(f, ns, pool.TemplateHash(&f.Spec.PVCSpecTemplate), "").Object
+		c.Name, c.Status.Phase = name, corev1.ClaimBound
+		c.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
+		if hash != "" {
+			c.Labels[v1alpha1.TemplateHashLabelKey] = hash
+		}
+		return *c
+	}
+	existing := func(names ...string) map[string]map[string]string {
+		out := map[string]map[string]string{}
+		for _, n := range names {
+			out[n] = map[string]string{}
+		}
+		return out
+	}
+	type nsWant struct {
+		namespace string
+		kept      bool
+		create    int
+		delete    []string
+		warm      int32
+	}
+	cases := map[string]struct {
+		f           *v1alpha1.FluentPVC
+		o           poolObserved
+		want        []nsWant
+		wantMissing []string
+		wantRows    []string
+	}{
+		"a listed namespace short of warm PVCs: the rest created at once": {
+			f:        listed(3, "a"),
+			o:        poolObserved{warm: []corev1.PersistentVolumeClaim{warm(listed(3, "a"), "a", "w1", "")}, namespaces: existing("a")},
+			want:     []nsWant{{namespace: "a", kept: true, create: 2, warm: 1}},
+			wantRows: []string{"a"},
+		},
+		"a listed namespace that does not exist: reported, nothing created": {
+			f:           listed(3, "a", "b"),
+			o:           poolObserved{namespaces: existing("a")},
+			want:        []nsWant{{namespace: "a", kept: true, create: 3}},
+			wantMissing: []string{"b"},
+			wantRows:    []string{"a"},
+		},
+		"a stale warm PVC: replaced": {
+			f:        listed(1, "a"),
+			o:        poolObserved{warm: []corev1.PersistentVolumeClaim{warm(listed(1, "a"), "a", "old", "other")}, namespaces: existing("a")},
+			want:     []nsWant{{namespace: "a", kept: true, create: 1, delete: []string{"old"}}},
+			wantRows: []string{"a"},
+		},
+		"pool turned off: the namespace is emptied and has no row": {
+			f:    listed(0, "a"),
+			o:    poolObserved{warm: []corev1.PersistentVolumeClaim{warm(listed(0, "a"), "a", "w1", "")}, namespaces: existing("a")},
+			want: []nsWant{{namespace: "a", delete: []string{"w1"}}},
+		},
+		"learned namespaces: only those the namespaceSelector selects": {
+			f: selecting,
+			o: poolObserved{
+				lastAdmission: map[string]time.Time{"on": now, "off": now},
+				namespaces:    map[string]map[string]string{"on": {"logs": "on"}, "off": {}},
+			},
+			want:     []nsWant{{namespace: "on", kept: true, create: 1}},
+			wantRows: []string{"on"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			pp := planPool(tc.f, tc.o, now, opts)
+			var got []nsWant
+			for _, np := range pp.namespaces {
+				got = append(got, nsWant{namespace: np.namespace, kept: np.kept, create: np.plan.Create, delete: np.plan.Delete, warm: np.plan.Warm})
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(nsWant{}), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("namespace plans (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantMissing, pp.result.missing, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("missing (-want +got):\n%s", diff)
+			}
+			var rows []string
+			for _, r := range pp.result.namespaces {
+				rows = append(rows, r.Namespace)
+			}
+			if diff := cmp.Diff(tc.wantRows, rows, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("status rows (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
