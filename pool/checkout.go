@@ -145,7 +145,7 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 				return w.Object, nil
 			}
 			if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-				return nil, fmt.Errorf("checking out warm PVC %s/%s: %w", namespace, cand.Name, err)
+				return nil, err
 			}
 			lostRace = true
 		}
