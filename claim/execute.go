@@ -20,7 +20,7 @@ func Execute(ctx context.Context, c client.Writer, w Write) error {
 		// The object carries the resourceVersion read: a newer write wins.
 		err = c.Update(ctx, w.Object)
 	case OpPatch:
-		var patch client.Patch = client.MergeFrom(w.From)
+		patch := client.MergeFrom(w.From)
 		if w.Precondition.ResourceVersion != "" {
 			patch = client.MergeFromWithOptions(w.From, client.MergeFromWithOptimisticLock{})
 		}

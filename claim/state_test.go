@@ -15,9 +15,9 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
-// newClaimed is a claim as the webhook creates it on a miss.
-func newClaimed(name string) *corev1.PersistentVolumeClaim {
-	return claim.NewClaimed(fixtures.MakeFluentPVC("f").Obj(), "ns", name, "h", v1alpha1.CheckoutMiss, "token", fixtures.Epoch).Object
+// newClaimed is claim f-abc as the webhook creates it on a miss.
+func newClaimed() *corev1.PersistentVolumeClaim {
+	return claim.NewClaimed(fixtures.MakeFluentPVC("f").Obj(), "ns", "f-abc", "h", v1alpha1.CheckoutMiss, "token", fixtures.Epoch).Object
 }
 
 func with(c *corev1.PersistentVolumeClaim, mutate func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
@@ -59,7 +59,7 @@ func TestName(t *testing.T) {
 }
 
 func TestStateOf(t *testing.T) {
-	held := newClaimed("f-abc")
+	held := newClaimed()
 	cases := map[string]struct {
 		pvc  *corev1.PersistentVolumeClaim
 		want claim.State
@@ -85,7 +85,7 @@ func TestStateOf(t *testing.T) {
 }
 
 func TestHeld(t *testing.T) {
-	held := newClaimed("f-abc")
+	held := newClaimed()
 	cases := map[string]struct {
 		pvc  *corev1.PersistentVolumeClaim
 		want bool
@@ -113,11 +113,11 @@ func TestPodOf(t *testing.T) {
 		wantPod     v1alpha1.ObjectIdentity
 		wantTracked bool
 	}{
-		"as handed out: tracked, no pod": {pvc: newClaimed("f-abc"), wantTracked: true},
-		"pod recorded": {pvc: with(newClaimed("f-abc"), func(c *corev1.PersistentVolumeClaim) {
+		"as handed out: tracked, no pod": {pvc: newClaimed(), wantTracked: true},
+		"pod recorded": {pvc: with(newClaimed(), func(c *corev1.PersistentVolumeClaim) {
 			c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "app/uid-1"
 		}), wantPod: pod, wantTracked: true},
-		"from an earlier version: not tracked": {pvc: with(newClaimed("f-abc"), func(c *corev1.PersistentVolumeClaim) {
+		"from an earlier version: not tracked": {pvc: with(newClaimed(), func(c *corev1.PersistentVolumeClaim) {
 			delete(c.Annotations, v1alpha1.UsedByPodAnnotationKey)
 		})},
 	}
@@ -135,7 +135,7 @@ func TestPodOf(t *testing.T) {
 }
 
 func TestSameCheckout(t *testing.T) {
-	pvc := newClaimed("f-abc")
+	pvc := newClaimed()
 	pvc.UID = "pvc-uid"
 	b := claim.Binding(pvc, "fpvc-uid")
 	returned := func(c *corev1.PersistentVolumeClaim) {

@@ -25,7 +25,7 @@ func states() map[string]*corev1.PersistentVolumeClaim {
 	warm := stamp(claim.NewWarm(fixtures.MakeFluentPVC("f").Obj(), "ns", "h", "").Object)
 	warm.Name = "f-abc"
 	bound := with(warm, func(c *corev1.PersistentVolumeClaim) { c.Status.Phase = corev1.ClaimBound })
-	claimed := stamp(newClaimed("f-abc"))
+	claimed := stamp(newClaimed())
 	deletedAt := &metav1.Time{Time: fixtures.Epoch}
 	return map[string]*corev1.PersistentVolumeClaim{
 		"warm":            warm,
@@ -66,7 +66,7 @@ func writes(op claim.Op, to claim.State) outcome { return outcome{op: op, to: to
 // write.
 func TestTransitions(t *testing.T) {
 	// The binding of the claim's checkout (token "token").
-	b := claim.Binding(newClaimed("f-abc"), "")
+	b := claim.Binding(newClaimed(), "")
 	b.Spec.PVC.UID = "uid-1"
 	pod := v1alpha1.ObjectIdentity{Name: "app", UID: "pod-uid"}
 	other := v1alpha1.ObjectIdentity{Name: "copy", UID: "copy-uid"}
