@@ -6,14 +6,11 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -31,25 +28,11 @@ func TestIntegration(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
-	testEnv = fixtures.NewEnvtest()
-	var err error
-	cfg, err = testEnv.Start()
-	Expect(err).NotTo(HaveOccurred())
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
+	testEnv, cfg, k8sClient = fixtures.StartEnvtest(fixtures.EnvtestOptions{Scheme: scheme})
+	DeferCleanup(testEnv.Stop)
 })
 
-var _ = AfterSuite(func() {
-	if testEnv != nil {
-		Expect(testEnv.Stop()).To(Succeed())
-	}
-})
-
+// newNamespace creates a fresh namespace for one spec.
 func newNamespace() string {
-	ns := &corev1.Namespace{}
-	ns.GenerateName = "pool-"
-	Expect(k8sClient.Create(context.Background(), ns)).To(Succeed())
-	return ns.Name
+	return fixtures.NewNamespace(context.Background(), k8sClient, "pool", nil)
 }

@@ -9,11 +9,9 @@ import (
 	. "github.com/onsi/gomega"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -32,17 +30,8 @@ func TestIntegration(t *testing.T) {
 
 var _ = BeforeSuite(func() {
 	ctx = context.Background()
-	testEnv = fixtures.NewEnvtest()
-	cfg, err := testEnv.Start()
-	Expect(err).NotTo(HaveOccurred())
+	testEnv, _, k8sClient = fixtures.StartEnvtest(fixtures.EnvtestOptions{AddToScheme: []func(*runtime.Scheme) error{apiextensionsv1.AddToScheme}})
 	DeferCleanup(testEnv.Stop)
-
-	scheme := runtime.NewScheme()
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
-	Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
-	Expect(err).NotTo(HaveOccurred())
 
 	dir, err := os.MkdirTemp("", "v1alpha1-envtest-")
 	Expect(err).NotTo(HaveOccurred())

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
@@ -29,6 +28,7 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+	"github.com/st-tech/fluent-pvc-operator/test/images"
 )
 
 // Labels and names of the objects the bench makes.
@@ -74,8 +74,7 @@ func (e *env) progress(format string, args ...any) {
 
 func newScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
-	_ = clientgoscheme.AddToScheme(s)
-	_ = v1alpha1.AddToScheme(s)
+	_ = fixtures.AddToScheme(s)
 	return s
 }
 
@@ -412,13 +411,16 @@ func (e *env) createFluentPVC(ctx context.Context, name string, size int32, name
 
 // fluentPVC is the tier's FluentPVC named name on StorageClass standard,
 // with a pool of size in namespaces: on kwok, config/samples' with small
-// requests; on the real node, realFluentPVC.
+// requests; on the real node, with busybox for the sidecar and the
+// finalizer Job, which start there.
 func (e *env) fluentPVC(name string, size int32, namespaces ...string) *v1alpha1.FluentPVC {
-	if e.real {
-		return realFluentPVC(name, size, namespaces...)
-	}
-	return fixtures.MakeFluentPVC(name).StorageClass(cluster.StorageClassStandard).PoolSize(size).Mutate(func(f *v1alpha1.FluentPVC) {
+	f := fixtures.MakeFluentPVC(name).StorageClass(cluster.StorageClassStandard).PoolSize(size).Mutate(func(f *v1alpha1.FluentPVC) {
 		f.Spec.Pool.Namespaces = namespaces
+	})
+	if e.real {
+		return f.RealContainers(realMountPath, images.BusyboxContainer("sidecar", realSidecarScript), images.BusyboxContainer("drain", realDrainScript)).Obj()
+	}
+	return f.Mutate(func(f *v1alpha1.FluentPVC) {
 		// The sample's sidecar and finalizer Job ask for a whole CPU each:
 		// 192 of them fill the cluster's 6 nodes of 32 CPUs, and the burst's
 		// 200 pods would leave neither room for the last 8 nor for the

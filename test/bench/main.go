@@ -18,7 +18,7 @@
 // Then, unless -real-node=false, the same start-up latency of plain pods,
 // hits and their floor, -real-n pods each one at a time, on a second
 // cluster with a real kubelet node that runs busybox containers with
-// containerd (cluster.Options.RealNode); where this machine cannot run
+// containerd (cluster.Options.RealNode); where the host cannot run
 // one, the tier is skipped and the reason reported.
 //
 // It prints Markdown tables to stdout and writes them, a JSON file and a

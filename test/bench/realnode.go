@@ -7,14 +7,7 @@ import (
 	"io"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/utils/ptr"
-
-	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
-	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
-	"github.com/st-tech/fluent-pvc-operator/test/images"
 )
 
 // The real-node tier: a cluster with a kubelet node (cluster.RealNodeName)
@@ -32,25 +25,6 @@ const (
 
 // realModes are the start-up modes measured on the real node.
 var realModes = []string{modePlain, modeHit, modeOwnClaim}
-
-// realFluentPVC is config/samples' FluentPVC with busybox for the sidecar
-// and the finalizer Job, and without the sample's common Secret volume,
-// which would keep the pods from starting on a real node.
-func realFluentPVC(name string, size int32, namespaces ...string) *v1alpha1.FluentPVC {
-	return fixtures.MakeFluentPVC(name).StorageClass(cluster.StorageClassStandard).PoolSize(size).Mutate(func(f *v1alpha1.FluentPVC) {
-		f.Spec.Pool.Namespaces = namespaces
-		f.Spec.PVCVolumeMountPath = realMountPath
-		f.Spec.SidecarContainerTemplate = images.BusyboxContainer("sidecar", realSidecarScript)
-		f.Spec.PVCFinalizerJobSpecTemplate = batchv1.JobSpec{
-			BackoffLimit: ptr.To[int32](0),
-			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-				RestartPolicy: corev1.RestartPolicyNever,
-				Containers:    []corev1.Container{images.BusyboxContainer("drain", realDrainScript)},
-			}},
-		}
-		f.Spec.CommonVolumes, f.Spec.CommonVolumeMounts = nil, nil
-	}).Obj()
-}
 
 // realNodeResult is what the real-node tier measured, or why it did not run.
 type realNodeResult struct {

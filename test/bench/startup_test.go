@@ -63,7 +63,7 @@ func TestStartupRatios(t *testing.T) {
 }
 
 func TestOwnClaimPod(t *testing.T) {
-	realSpec := realFluentPVC("f", 1).Spec
+	realSpec := (&env{real: true}).fluentPVC("f", 1).Spec
 	cases := map[string]struct {
 		spec v1alpha1.FluentPVCSpec
 		// wantSidecarImage is the sidecar's image.

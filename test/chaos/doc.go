@@ -1,4 +1,4 @@
-// Package chaos is the fault-injection suite (issue 12): the operator runs
+// Package chaos is the fault-injection suite: the operator runs
 // as two replicas with leader election on the kwok cluster, both serving
 // the webhook behind a round-robin TLS pass-through, and reaches the API
 // server through a proxy that delays requests, cuts watches and fails some

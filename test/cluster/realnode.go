@@ -49,7 +49,7 @@ const (
 	realNATChain = "FPVC-REAL-SERVICES"
 )
 
-// RealNodeUnavailable says in one line why this machine cannot run the
+// RealNodeUnavailable says in one line why the host cannot run the
 // real node, or "" when it can: root, bin/kubelet, Debian's containerd,
 // runc and CNI plugins (hack/real-node-deps.sh), and bin/images.tar
 // (make images).

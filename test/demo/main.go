@@ -33,7 +33,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -71,7 +70,7 @@ func main() {
 }
 
 // realNodeBusy says why the real node cannot start while another cluster's
-// real node runs on this machine (its bridge exists), or "". A real node
+// real node runs on the host (its bridge exists), or "". A real node
 // left by an earlier demo of the same name does not count: Up replaces it.
 func realNodeBusy(name string) string {
 	const bridge = "fpvc0" // test/cluster's realBridge
@@ -116,10 +115,7 @@ func run(o options) error {
 	start := time.Now()
 
 	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
+	if err := fixtures.AddToScheme(scheme); err != nil {
 		return err
 	}
 	informers, err := cache.New(kc.Config, cache.Options{Scheme: scheme})
@@ -152,7 +148,7 @@ func run(o options) error {
 		f.Spec.Pool.Namespaces = []string{namespace}
 	})
 	if t == tierReal {
-		fpvc = realFluentPVC(fpvc)
+		fpvc = fpvc.RealContainers(claimMount, images.BusyboxContainer(sidecarName, sidecarScript), images.BusyboxContainer("drain", drainScript))
 	}
 	if err := c.Create(ctx, fpvc.Obj()); err != nil {
 		return err

@@ -13,15 +13,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
-	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
-	"github.com/st-tech/fluent-pvc-operator/test/images"
 )
 
-// What the real node runs: busybox from bin/images.tar, never pulled.
+// What the real node runs (FluentPVCWrapper.RealContainers): busybox from
+// bin/images.tar, never pulled.
 const (
 	claimMount = "/mnt/fluent-pvc"
 	claimLog   = "app.log"
@@ -43,21 +39,8 @@ echo "drained $n lines" | tee /dev/termination-log
 tail -n 1 $f 2>/dev/null`
 )
 
-// realFluentPVC is f with real containers: the writing sidecar, the
-// counting drain Job (not retried), and none of the sample's common
-// volumes (a Secret the demo does not have).
-func realFluentPVC(f *fixtures.FluentPVCWrapper) *fixtures.FluentPVCWrapper {
-	return f.Mutate(func(f *v1alpha1.FluentPVC) {
-		f.Spec.PVCVolumeMountPath = claimMount
-		f.Spec.SidecarContainerTemplate = images.BusyboxContainer(sidecarName, sidecarScript)
-		f.Spec.PVCFinalizerJobSpecTemplate.BackoffLimit = ptr.To[int32](0)
-		f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers = []corev1.Container{images.BusyboxContainer("drain", drainScript)}
-		f.Spec.CommonVolumes, f.Spec.CommonVolumeMounts = nil, nil
-	})
-}
-
 // showWrites waits until r's sidecar has written a few lines and prints
-// them, read from the claim's volume on this machine.
+// them, read from the claim's volume on the host.
 func showWrites(ctx context.Context, c client.Client, r podResult) error {
 	path, err := logOnHost(ctx, c, r.claim)
 	if err != nil {
@@ -80,7 +63,7 @@ func showWrites(ctx context.Context, c client.Client, r podResult) error {
 	return nil
 }
 
-// logOnHost is the path, on this machine, of the sidecar's file on claim's
+// logOnHost is the path, on the host, of the sidecar's file on claim's
 // volume (a hostPath PV of the test provisioner).
 func logOnHost(ctx context.Context, c client.Client, claim string) (string, error) {
 	pvc := &corev1.PersistentVolumeClaim{}
@@ -113,7 +96,7 @@ func readLines(path string) []string {
 }
 
 // drainAll deletes the pods at once and prints, for each, how many lines
-// its claim's file held once the pod was gone (read on this machine),
+// its claim's file held once the pod was gone (read on the host),
 // what its drain Job said it drained, and when, from the delete call, the
 // Job completed, the operator deleted the claim, and the claim was gone.
 func drainAll(ctx context.Context, c client.Client, seen *timeline, results []podResult) error {

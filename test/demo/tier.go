@@ -8,7 +8,7 @@ type tier string
 const (
 	// tierReal adds the real node (test/cluster's Options.RealNode): the
 	// pods, their sidecars and the drain Jobs are busybox containers that
-	// containerd runs on this machine.
+	// containerd runs on the host.
 	tierReal tier = "real"
 	// tierKwok is kwok alone: every node, pod and Job is simulated.
 	tierKwok tier = "kwok"

@@ -21,7 +21,7 @@ import (
 
 var _ = Describe("Claims on a simulated cluster", func() {
 	It("runs fluent-pvc-operator's README flow unchanged", func() {
-		ns := newNamespace("readme")
+		ns := fixtures.NewNamespace(ctx, k8s, "readme", namespaceCleanup)
 		// The sample from config/samples, applied as its README says.
 		kubectl("apply", "-f", fixtures.Path("config", "samples", "fluent-pvc-operator_v1alpha1_fluentpvc.yaml"))
 		DeferCleanup(func() {
@@ -34,9 +34,9 @@ var _ = Describe("Claims on a simulated cluster", func() {
 		// The sample names no sidecarMode: a native sidecar.
 		Expect(pod.Spec.InitContainers).To(ContainElement(And(HaveField("Name", "sidecar"),
 			HaveField("RestartPolicy", HaveValue(Equal(corev1.ContainerRestartPolicyAlways))))))
-		claim := claimOf(pod)
+		claim := fixtures.ClaimOf(pod)
 		Eventually(func(g Gomega) {
-			g.Expect(getPVC(ns, claim)(g).Status.Phase).To(Equal(corev1.ClaimBound))
+			g.Expect(fixtures.GetPVC(ctx, g, k8s, ns, claim).Status.Phase).To(Equal(corev1.ClaimBound))
 		}).Should(Succeed())
 		Eventually(func(g Gomega) {
 			b := &v1alpha1.FluentPVCBinding{}
@@ -50,12 +50,12 @@ var _ = Describe("Claims on a simulated cluster", func() {
 		// the informer sees it even if it is gone a moment later with its
 		// binding.
 		Eventually(jobs.succeededNames).Should(ConsistOf(claim + "-drain-1"))
-		drained(ns, claim)
+		fixtures.Drained(ctx, k8s, ns, claim, longTimeout)
 	})
 
 	It("gives a Deployment of 10 replicas 10 claims, and drains all 10 after scaling to 0", func() {
-		ns := newNamespace("deploy")
-		fpvc := createFluentPVC(e2eFluentPVC("deploy-" + ns).Obj())
+		ns := fixtures.NewNamespace(ctx, k8s, "deploy", namespaceCleanup)
+		fpvc := fixtures.CreateFluentPVC(ctx, k8s, e2eFluentPVC("deploy-"+ns).Obj(), fluentPVCCleanup)
 		deploy := deployment(ns, "web", fpvc.Name, 10, nil)
 		Expect(k8s.Create(ctx, deploy)).To(Succeed())
 
@@ -80,14 +80,14 @@ var _ = Describe("Claims on a simulated cluster", func() {
 			return k8s.Update(ctx, d)
 		}).Should(Succeed())
 		for _, c := range claims {
-			drained(ns, c)
+			fixtures.Drained(ctx, k8s, ns, c, longTimeout)
 		}
 		Expect(k8s.Delete(ctx, deploy)).To(Succeed())
 	})
 
 	It("deletes a pod whose native sidecar fails; its replacement gets a new claim and the old one is drained", func() {
-		ns := newNamespace("sidecar")
-		fpvc := createFluentPVC(e2eFluentPVC("sidecar-" + ns).Obj())
+		ns := fixtures.NewNamespace(ctx, k8s, "sidecar", namespaceCleanup)
+		fpvc := fixtures.CreateFluentPVC(ctx, k8s, e2eFluentPVC("sidecar-"+ns).Obj(), fluentPVCCleanup)
 		deploy := deployment(ns, "flaky", fpvc.Name, 1, map[string]string{cluster.SidecarFailLabelKey: "true"})
 		Expect(k8s.Create(ctx, deploy)).To(Succeed())
 
@@ -97,7 +97,7 @@ var _ = Describe("Claims on a simulated cluster", func() {
 			g.Expect(pods).NotTo(BeEmpty())
 			first = pods[0]
 		}).Should(Succeed())
-		firstClaim := claimOf(&first)
+		firstClaim := fixtures.ClaimOf(&first)
 
 		// kwok terminates the sidecar with exit code 1; the operator deletes
 		// the pod; the ReplicaSet makes another with another claim.
@@ -123,19 +123,19 @@ var _ = Describe("Claims on a simulated cluster", func() {
 			return reasons
 		}).Should(ContainElement(v1alpha1.EventReasonSidecarFailed))
 		Expect(sidecarDeletions(fpvc.Name)).To(BeNumerically(">=", 1))
-		drained(ns, firstClaim)
+		fixtures.Drained(ctx, k8s, ns, firstClaim, longTimeout)
 
 		Expect(k8s.Delete(ctx, deploy, client.PropagationPolicy(metav1.DeletePropagationForeground))).To(Succeed())
 	})
 
 	It("keeps the claim while its finalizer Job fails, and drains it once the failure is removed", func() {
-		ns := newNamespace("jobfail")
-		fpvc := createFluentPVC(e2eFluentPVC("jobfail-" + ns).Mutate(func(f *v1alpha1.FluentPVC) {
+		ns := fixtures.NewNamespace(ctx, k8s, "jobfail", namespaceCleanup)
+		fpvc := fixtures.CreateFluentPVC(ctx, k8s, e2eFluentPVC("jobfail-"+ns).Mutate(func(f *v1alpha1.FluentPVC) {
 			f.Spec.PVCFinalizerJobSpecTemplate.Template.Labels = map[string]string{cluster.JobFailLabelKey: "true"}
-		}).Obj())
+		}).Obj(), fluentPVCCleanup)
 		pod := fixtures.MakePod("app", ns).FluentPVC(fpvc.Name).Obj()
 		Expect(k8s.Create(ctx, pod)).To(Succeed())
-		claim := claimOf(pod)
+		claim := fixtures.ClaimOf(pod)
 		running(ns, "app")
 		Expect(k8s.Delete(ctx, pod)).To(Succeed())
 
@@ -143,36 +143,36 @@ var _ = Describe("Claims on a simulated cluster", func() {
 			b := &v1alpha1.FluentPVCBinding{}
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, b)).To(Succeed())
 			g.Expect(b.Status.DrainAttempts).To(BeNumerically(">=", 2))
-			pvc := getPVC(ns, claim)(g)
+			pvc := fixtures.GetPVC(ctx, g, k8s, ns, claim)
 			g.Expect(pvc.DeletionTimestamp).To(BeNil())
 		}).Should(Succeed())
 
 		updateFluentPVC(fpvc, func(f *v1alpha1.FluentPVC) { f.Spec.PVCFinalizerJobSpecTemplate.Template.Labels = nil })
-		drained(ns, claim)
+		fixtures.Drained(ctx, k8s, ns, claim, longTimeout)
 	})
 
 	It("reclaims the claim of a pod rejected after the webhook", func() {
-		ns := newNamespace("orphan")
-		fpvc := createFluentPVC(e2eFluentPVC("orphan-" + ns).Obj())
+		ns := fixtures.NewNamespace(ctx, k8s, "orphan", namespaceCleanup)
+		fpvc := fixtures.CreateFluentPVC(ctx, k8s, e2eFluentPVC("orphan-"+ns).Obj(), fluentPVCCleanup)
 		rejectAfterWebhook(ns)
-		drained(ns, admitRejected(ns, fpvc.Name))
+		fixtures.Drained(ctx, k8s, ns, admitRejected(ns, fpvc.Name), longTimeout)
 	})
 
 	It("finishes a drain with exactly one successful Job across an operator restart", func() {
-		ns := newNamespace("restart")
-		fpvc := createFluentPVC(e2eFluentPVC("restart-" + ns).Obj())
+		ns := fixtures.NewNamespace(ctx, k8s, "restart", namespaceCleanup)
+		fpvc := fixtures.CreateFluentPVC(ctx, k8s, e2eFluentPVC("restart-"+ns).Obj(), fluentPVCCleanup)
 		jobs := countJobs(ns)
 
 		pod := fixtures.MakePod("app", ns).FluentPVC(fpvc.Name).Obj()
 		Expect(k8s.Create(ctx, pod)).To(Succeed())
-		claim := claimOf(pod)
+		claim := fixtures.ClaimOf(pod)
 		running(ns, "app")
 		Expect(k8s.Delete(ctx, pod)).To(Succeed())
 		Eventually(func() []string { return jobs.names() }).ShouldNot(BeEmpty())
 
 		Expect(op.Stop()).To(Succeed())
 		Expect(op.Restart(ctx)).To(Succeed())
-		drained(ns, claim)
+		fixtures.Drained(ctx, k8s, ns, claim, longTimeout)
 		Consistently(func() []string { return jobs.names() }).Should(Equal([]string{claim + "-drain-1"}))
 	})
 })

@@ -55,16 +55,16 @@ var _ = Describe("Warm pool on a simulated cluster", func() {
 		g.Expect(k8s.List(ctx, &jobs, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder})).To(Succeed())
 		var pods corev1.PodList
 		g.Expect(k8s.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder})).To(Succeed())
-		return append(names(jobs.Items), names(pods.Items)...)
+		return append(fixtures.Names(jobs.Items), fixtures.Names(pods.Items)...)
 	}
 	setPool := func(change func(*v1alpha1.FluentPVC)) { updateFluentPVC(fpvc, change) }
 
 	BeforeEach(func() {
-		ns = newNamespace("pool")
+		ns = fixtures.NewNamespace(ctx, k8s, "pool", namespaceCleanup)
 		// The README sample's class is standard: WaitForFirstConsumer, 5 s per volume.
-		fpvc = createFluentPVC(e2eFluentPVC("pool-" + ns).PoolSize(6).Mutate(func(f *v1alpha1.FluentPVC) {
+		fpvc = fixtures.CreateFluentPVC(ctx, k8s, e2eFluentPVC("pool-"+ns).PoolSize(6).Mutate(func(f *v1alpha1.FluentPVC) {
 			f.Spec.Pool.Namespaces = []string{ns}
-		}).Obj())
+		}).Obj(), fluentPVCCleanup)
 	})
 
 	It("binds warm PVCs by naming nodes spread over the zones, with no binder, and hands them to pods", func() {
@@ -84,14 +84,14 @@ var _ = Describe("Warm pool on a simulated cluster", func() {
 
 		pod := fixtures.MakePod("hit", ns).FluentPVC(fpvc.Name).Obj()
 		Expect(k8s.Create(ctx, pod)).To(Succeed())
-		claim := claimOf(pod)
-		Expect(names(cs)).To(ContainElement(claim))
+		claim := fixtures.ClaimOf(pod)
+		Expect(fixtures.Names(cs)).To(ContainElement(claim))
 		running(ns, "hit")
-		Expect(getPVC(ns, claim)(Default).Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutHit))
+		Expect(fixtures.GetPVC(ctx, Default, k8s, ns, claim).Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutHit))
 
 		pinned := fixtures.MakePod("pinned", ns).FluentPVC(fpvc.Name).NodeSelector(pool.ZoneLabelKey, "zone-b").Obj()
 		Expect(k8s.Create(ctx, pinned)).To(Succeed())
-		pinnedClaim := getPVC(ns, claimOf(pinned))(Default)
+		pinnedClaim := fixtures.GetPVC(ctx, Default, k8s, ns, fixtures.ClaimOf(pinned))
 		Expect(pinnedClaim.Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutHit))
 		Expect(pinnedClaim.Annotations).To(HaveKeyWithValue(v1alpha1.ZonesAnnotationKey, "zone-b"))
 		Expect(running(ns, "pinned").Spec.NodeName).To(HavePrefix("kwok-zone-b-"))
@@ -100,23 +100,23 @@ var _ = Describe("Warm pool on a simulated cluster", func() {
 		remaining := full(6)
 		Expect(k8s.Delete(ctx, &remaining[0])).To(Succeed())
 		Eventually(func(g Gomega) {
-			g.Expect(names(warm(g))).NotTo(ContainElement(remaining[0].Name))
+			g.Expect(fixtures.Names(warm(g))).NotTo(ContainElement(remaining[0].Name))
 		}).Should(Succeed())
 		full(6)
 
 		Expect(k8s.Delete(ctx, pod)).To(Succeed())
 		Expect(k8s.Delete(ctx, pinned)).To(Succeed())
-		drained(ns, claim)
-		drained(ns, pinnedClaim.Name)
+		fixtures.Drained(ctx, k8s, ns, claim, longTimeout)
+		fixtures.Drained(ctx, k8s, ns, pinnedClaim.Name, longTimeout)
 	})
 
 	It("replaces every warm PVC when the template changes, and converges when scaled 6 → 1 → 0", func() {
-		before := sets.New(names(full(6))...)
+		before := sets.New(fixtures.Names(full(6))...)
 		setPool(func(f *v1alpha1.FluentPVC) {
 			f.Spec.PVCSpecTemplate.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("2Gi")
 		})
 		after := full(6)
-		Expect(before.HasAny(names(after)...)).To(BeFalse(), "no warm PVC of the old template is kept")
+		Expect(before.HasAny(fixtures.Names(after)...)).To(BeFalse(), "no warm PVC of the old template is kept")
 		for _, c := range after {
 			Expect(c.Spec.Resources.Requests.Storage().String()).To(Equal("2Gi"))
 		}
@@ -132,10 +132,10 @@ var _ = Describe("Warm pool on a simulated cluster", func() {
 		cs := full(6)
 		rejectAfterWebhook(ns)
 		orphan := admitRejected(ns, fpvc.Name)
-		Expect(names(cs)).To(ContainElement(orphan), "the rejected pod's claim came from the pool")
+		Expect(fixtures.Names(cs)).To(ContainElement(orphan), "the rejected pod's claim came from the pool")
 		// After the grace period the claim is warm again, not deleted.
 		Eventually(func(g Gomega) {
-			g.Expect(names(warm(g))).To(ContainElement(orphan))
+			g.Expect(fixtures.Names(warm(g))).To(ContainElement(orphan))
 			var l v1alpha1.FluentPVCBindingList
 			g.Expect(k8s.List(ctx, &l, client.InNamespace(ns))).To(Succeed())
 			g.Expect(l.Items).To(BeEmpty())

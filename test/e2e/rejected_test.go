@@ -15,13 +15,13 @@ import (
 // the FluentPVC webhook would refuse at apply reaches the drain here.
 var _ = Describe("A finalizer Job the API server refuses", func() {
 	It("shows DrainJobRejected on the binding and a Warning Event, makes no Job, and drains once the FluentPVC is fixed", func() {
-		ns := newNamespace("rejected")
-		fpvc := createFluentPVC(e2eFluentPVC("rejected-" + ns).Mutate(func(f *v1alpha1.FluentPVC) {
+		ns := fixtures.NewNamespace(ctx, k8s, "rejected", namespaceCleanup)
+		fpvc := fixtures.CreateFluentPVC(ctx, k8s, e2eFluentPVC("rejected-"+ns).Mutate(func(f *v1alpha1.FluentPVC) {
 			f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers[0].Image = ""
-		}).Obj())
+		}).Obj(), fluentPVCCleanup)
 		pod := fixtures.MakePod("app", ns).FluentPVC(fpvc.Name).Obj()
 		Expect(k8s.Create(ctx, pod)).To(Succeed())
-		claim := claimOf(pod)
+		claim := fixtures.ClaimOf(pod)
 		running(ns, "app")
 		Expect(k8s.Delete(ctx, pod)).To(Succeed())
 
@@ -39,11 +39,11 @@ var _ = Describe("A finalizer Job the API server refuses", func() {
 		var jobs batchv1.JobList
 		Expect(k8s.List(ctx, &jobs, client.InNamespace(ns))).To(Succeed())
 		Expect(jobs.Items).To(BeEmpty())
-		Expect(getPVC(ns, claim)(Default).DeletionTimestamp).To(BeNil(), "the claim is kept")
+		Expect(fixtures.GetPVC(ctx, Default, k8s, ns, claim).DeletionTimestamp).To(BeNil(), "the claim is kept")
 
 		updateFluentPVC(fpvc, func(f *v1alpha1.FluentPVC) {
 			f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers[0].Image = "alpine:latest"
 		})
-		drained(ns, claim)
+		fixtures.Drained(ctx, k8s, ns, claim, longTimeout)
 	})
 })

@@ -16,7 +16,6 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -56,8 +55,7 @@ func TestE2E(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
+	Expect(fixtures.AddToScheme(scheme)).To(Succeed())
 
 	var err error
 	kc, err = cluster.Up(ctx, cluster.Options{Name: "e2e", ExtraStages: cluster.E2EStages(), Out: GinkgoWriter})
@@ -105,3 +103,48 @@ var _ = BeforeSuite(func() {
 	k8s, err = client.New(kc.Config, client.Options{Scheme: scheme, Cache: &client.CacheOptions{Reader: informer}})
 	Expect(err).NotTo(HaveOccurred())
 })
+
+// What a spec leaves when it ends: its namespace is deleted once the
+// operator removed every claim, Job and binding it made there (kept, as
+// evidence, when the spec failed); its FluentPVCs are deleted and waited
+// for.
+var (
+	namespaceCleanup = &fixtures.Cleanup{DeferCleanup: DeferCleanup, Failed: specFailed, KeepOnFailure: true,
+		Empty: []client.ObjectList{&corev1.PersistentVolumeClaimList{}, &batchv1.JobList{}, &v1alpha1.FluentPVCBindingList{}}}
+	fluentPVCCleanup = &fixtures.Cleanup{DeferCleanup: DeferCleanup, Timeout: timeout}
+)
+
+func specFailed() bool { return CurrentSpecReport().Failed() }
+
+// e2eFluentPVC is the sample FluentPVC named name, with a finalizer Job that
+// fails fast when its pod fails.
+func e2eFluentPVC(name string) *fixtures.FluentPVCWrapper {
+	return fixtures.MakeFluentPVC(name).Mutate(func(f *v1alpha1.FluentPVC) {
+		f.Spec.PVCFinalizerJobSpecTemplate.BackoffLimit = new(int32)
+	})
+}
+
+// running waits until pod ns/name is Running and returns it.
+func running(ns, name string) *corev1.Pod {
+	GinkgoHelper()
+	var pod *corev1.Pod
+	Eventually(func(g Gomega) {
+		pod = fixtures.GetPod(ctx, g, k8s, ns, name)
+		g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning))
+	}).Should(Succeed())
+	return pod
+}
+
+// podsOf lists the pods of ns with label app=app.
+func podsOf(g Gomega, ns, app string) []corev1.Pod {
+	var l corev1.PodList
+	g.Expect(k8s.List(ctx, &l, client.InNamespace(ns), client.MatchingLabels{"app": app})).To(Succeed())
+	return l.Items
+}
+
+// kubectl runs bin/kubectl against the cluster.
+func kubectl(args ...string) {
+	GinkgoHelper()
+	_, err := kc.Kubectl(ctx, nil, args...)
+	Expect(err).NotTo(HaveOccurred())
+}

@@ -24,7 +24,7 @@ import (
 var _ = Describe("Checkout by the pod's scheduling constraints and the volume's topology", func() {
 	var ns string
 
-	BeforeEach(func() { ns = newNamespace("topo") })
+	BeforeEach(func() { ns = fixtures.NewNamespace(ctx, k8s, "topo", namespaceCleanup) })
 
 	// keyedClass is a WaitForFirstConsumer class of the test provisioner
 	// whose PVs are keyed by node label key.
@@ -41,12 +41,12 @@ var _ = Describe("Checkout by the pod's scheduling constraints and the volume's 
 		return sc.Name
 	}
 	pooled := func(name, class string, size int32) *v1alpha1.FluentPVC {
-		return createFluentPVC(e2eFluentPVC(name + "-" + ns).PoolSize(size).Mutate(func(f *v1alpha1.FluentPVC) {
+		return fixtures.CreateFluentPVC(ctx, k8s, e2eFluentPVC(name+"-"+ns).PoolSize(size).Mutate(func(f *v1alpha1.FluentPVC) {
 			f.Spec.Pool.Namespaces = []string{ns}
 			if class != "" {
 				f.Spec.PVCSpecTemplate.StorageClassName = &class
 			}
-		}).Obj())
+		}).Obj(), fluentPVCCleanup)
 	}
 	warm := func(g Gomega) []corev1.PersistentVolumeClaim {
 		var l corev1.PersistentVolumeClaimList
@@ -64,7 +64,7 @@ var _ = Describe("Checkout by the pod's scheduling constraints and the volume's 
 	}
 	// volumeValue is the value the claim's PV requires of node label key.
 	volumeValue := func(g Gomega, claim, key string) string {
-		c := getPVC(ns, claim)(g)
+		c := fixtures.GetPVC(ctx, g, k8s, ns, claim)
 		g.Expect(c.Spec.VolumeName).NotTo(BeEmpty(), "claim %s is bound", claim)
 		pv := &corev1.PersistentVolume{}
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: c.Spec.VolumeName}, pv)).To(Succeed())
@@ -121,7 +121,7 @@ var _ = Describe("Checkout by the pod's scheduling constraints and the volume's 
 	checkouts := func(pods []corev1.Pod) map[string]int {
 		out := map[string]int{}
 		for _, p := range pods {
-			out[getPVC(ns, p.Labels[v1alpha1.BindingNameLabelKey])(Default).Annotations[v1alpha1.CheckoutAnnotationKey]]++
+			out[fixtures.GetPVC(ctx, Default, k8s, ns, p.Labels[v1alpha1.BindingNameLabelKey]).Annotations[v1alpha1.CheckoutAnnotationKey]]++
 		}
 		return out
 	}
@@ -181,7 +181,7 @@ var _ = Describe("Checkout by the pod's scheduling constraints and the volume's 
 
 		Expect(k8s.Delete(ctx, ds)).To(Succeed())
 		for _, p := range append(first, second...) {
-			drained(ns, p.Labels[v1alpha1.BindingNameLabelKey])
+			fixtures.Drained(ctx, k8s, ns, p.Labels[v1alpha1.BindingNameLabelKey], longTimeout)
 		}
 	})
 
@@ -195,7 +195,7 @@ var _ = Describe("Checkout by the pod's scheduling constraints and the volume's 
 		noVolumeWaits()
 		Expect(k8s.Delete(ctx, deploy)).To(Succeed())
 		for _, p := range pods {
-			drained(ns, p.Labels[v1alpha1.BindingNameLabelKey])
+			fixtures.Drained(ctx, k8s, ns, p.Labels[v1alpha1.BindingNameLabelKey], longTimeout)
 		}
 	})
 
@@ -216,7 +216,7 @@ var _ = Describe("Checkout by the pod's scheduling constraints and the volume's 
 			pod := fixtures.MakePod(name, ns).FluentPVC(fpvc.Name).Label("app", "logging").
 				NodeSelector(cluster.NodePoolLabelKey, cluster.NodePoolLogging).Obj()
 			Expect(k8s.Create(ctx, pod)).To(Succeed())
-			claims = append(claims, claimOf(pod))
+			claims = append(claims, fixtures.ClaimOf(pod))
 		}
 		pods := runningWithUsableClaims("logging", 4, pool.ZoneLabelKey)
 		for _, p := range pods {
@@ -231,7 +231,7 @@ var _ = Describe("Checkout by the pod's scheduling constraints and the volume's 
 			Expect(k8s.Delete(ctx, &p)).To(Succeed())
 		}
 		for _, c := range claims {
-			drained(ns, c)
+			fixtures.Drained(ctx, k8s, ns, c, longTimeout)
 		}
 	})
 })

@@ -25,8 +25,8 @@ import (
 // the pod finishes once no regular container runs.
 var _ = Describe("Run-to-completion workloads on a simulated cluster", func() {
 	It("completes a labelled Job of 3 pods with native sidecars, and drains each pod's claim exactly once", func() {
-		ns := newNamespace("job")
-		fpvc := createFluentPVC(e2eFluentPVC("job-" + ns).Obj())
+		ns := fixtures.NewNamespace(ctx, k8s, "job", namespaceCleanup)
+		fpvc := fixtures.CreateFluentPVC(ctx, k8s, e2eFluentPVC("job-"+ns).Obj(), fluentPVCCleanup)
 		jobs := countJobs(ns)
 		job := labelledJob(ns, "batch", fpvc.Name)
 		Expect(k8s.Create(ctx, job)).To(Succeed())
@@ -42,34 +42,34 @@ var _ = Describe("Run-to-completion workloads on a simulated cluster", func() {
 		// finished one: the claims go with the Job's pods.
 		Expect(k8s.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
 		for _, c := range claims {
-			drained(ns, c)
+			fixtures.Drained(ctx, k8s, ns, c, longTimeout)
 		}
 	})
 
 	It("never completes the same Job in Container mode: its sidecar keeps the pods running", func() {
-		ns := newNamespace("job-container")
-		fpvc := createFluentPVC(e2eFluentPVC("job-container-" + ns).Mutate(func(f *v1alpha1.FluentPVC) {
+		ns := fixtures.NewNamespace(ctx, k8s, "job-container", namespaceCleanup)
+		fpvc := fixtures.CreateFluentPVC(ctx, k8s, e2eFluentPVC("job-container-"+ns).Mutate(func(f *v1alpha1.FluentPVC) {
 			f.Spec.SidecarMode = v1alpha1.SidecarModeContainer
-		}).Obj())
+		}).Obj(), fluentPVCCleanup)
 		job := labelledJob(ns, "batch", fpvc.Name)
 		Expect(k8s.Create(ctx, job)).To(Succeed())
 		claims := jobClaims(ns, job.Name, 3)
 		Consistently(jobConditions(ns, job.Name)).WithTimeout(time.Minute).ShouldNot(ContainElement(batchv1.JobComplete))
 		for _, c := range claims {
-			Expect(getPVC(ns, c)(Default)).NotTo(BeNil(), "the claim is held while its pod runs")
+			Expect(fixtures.GetPVC(ctx, Default, k8s, ns, c)).NotTo(BeNil(), "the claim is held while its pod runs")
 		}
 		By("deleting the Job, whose pods are then drained")
 		Expect(k8s.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
 		for _, c := range claims {
-			drained(ns, c)
+			fixtures.Drained(ctx, k8s, ns, c, longTimeout)
 		}
 	})
 
 	It("gives each run of a CronJob a warm claim, and every run completes", func() {
-		ns := newNamespace("cron")
-		fpvc := createFluentPVC(e2eFluentPVC("cron-" + ns).PoolSize(2).Mutate(func(f *v1alpha1.FluentPVC) {
+		ns := fixtures.NewNamespace(ctx, k8s, "cron", namespaceCleanup)
+		fpvc := fixtures.CreateFluentPVC(ctx, k8s, e2eFluentPVC("cron-"+ns).PoolSize(2).Mutate(func(f *v1alpha1.FluentPVC) {
 			f.Spec.Pool.Namespaces = []string{ns}
-		}).Obj())
+		}).Obj(), fluentPVCCleanup)
 		Eventually(func(g Gomega) {
 			f := &v1alpha1.FluentPVC{}
 			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(fpvc), f)).To(Succeed())
@@ -115,15 +115,15 @@ var _ = Describe("Run-to-completion workloads on a simulated cluster", func() {
 		}
 		Expect(k8s.Delete(ctx, cron, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
 		for claim := range checkouts {
-			drained(ns, claim)
+			fixtures.Drained(ctx, k8s, ns, claim, longTimeout)
 		}
 	})
 })
 
 var _ = Describe("Sidecar failures with native sidecars", func() {
 	It("deletes no pod and counts no failure for a pod evicted or deleted", func() {
-		ns := newNamespace("evicted")
-		fpvc := createFluentPVC(e2eFluentPVC("evicted-" + ns).Obj())
+		ns := fixtures.NewNamespace(ctx, k8s, "evicted", namespaceCleanup)
+		fpvc := fixtures.CreateFluentPVC(ctx, k8s, e2eFluentPVC("evicted-"+ns).Obj(), fluentPVCCleanup)
 		deploy := deployment(ns, "steady", fpvc.Name, 2, nil)
 		Expect(k8s.Create(ctx, deploy)).To(Succeed())
 		var pods []corev1.Pod
@@ -156,8 +156,8 @@ var _ = Describe("Sidecar failures with native sidecars", func() {
 		By("deleting " + deletedPod.Name)
 		Expect(k8s.Delete(ctx, &deletedPod)).To(Succeed())
 
-		released(ns, claimOf(&evictedPod))
-		drained(ns, claimOf(&deletedPod))
+		released(ns, fixtures.ClaimOf(&evictedPod))
+		fixtures.Drained(ctx, k8s, ns, fixtures.ClaimOf(&deletedPod), longTimeout)
 		Consistently(func(g Gomega) {
 			p := &corev1.Pod{}
 			g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(&evictedPod), p)).To(Succeed(), "the evicted pod keeps its status")
@@ -172,7 +172,7 @@ var _ = Describe("Sidecar failures with native sidecars", func() {
 
 		Expect(k8s.Delete(ctx, deploy, client.PropagationPolicy(metav1.DeletePropagationForeground))).To(Succeed())
 		Expect(client.IgnoreNotFound(k8s.Delete(ctx, &evictedPod))).To(Succeed())
-		drained(ns, claimOf(&evictedPod))
+		fixtures.Drained(ctx, k8s, ns, fixtures.ClaimOf(&evictedPod), longTimeout)
 	})
 })
 

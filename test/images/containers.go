@@ -7,7 +7,7 @@ import (
 
 // BusyboxContainer is a container of BusyboxRef, never pulled (the real node has
 // it from the archive), that runs script with sh and asks for 10m of CPU
-// and 16Mi: the real node is this machine.
+// and 16Mi: the real node is the host the tests run on.
 func BusyboxContainer(name, script string) corev1.Container {
 	return corev1.Container{
 		Name: name, Image: BusyboxRef, ImagePullPolicy: corev1.PullNever,

@@ -70,13 +70,13 @@ var _ = Describe("The operator installed with Helm", Ordered, func() {
 	})
 
 	It("upgrades with claims in every phase, with no failed admission, then uninstalls and reinstalls, losing and repeating nothing", func() {
-		ns := newNamespace("helm")
+		ns := fixtures.NewNamespace(ctx, k8s, "helm", namespaceCleanup)
 		rec := newRecorder(ns)
-		fpvc := createFluentPVC(realFluentPVC("helm-"+ns, ns, 2, 1).Obj())
+		fpvc := fixtures.CreateFluentPVC(ctx, k8s, shippingFluentPVC("helm-"+ns, ns, 2, 1).Obj(), fluentPVCCleanup)
 		// A second FluentPVC whose drains fail until it is fixed.
-		failing := createFluentPVC(realFluentPVC("helm-failing-"+ns, ns, 0, 1).Mutate(func(f *v1alpha1.FluentPVC) {
+		failing := fixtures.CreateFluentPVC(ctx, k8s, shippingFluentPVC("helm-failing-"+ns, ns, 0, 1).Mutate(func(f *v1alpha1.FluentPVC) {
 			f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers[0].Command = []string{"sh", "-c", "echo refusing to ship; exit 1"}
-		}).Obj())
+		}).Obj(), fluentPVCCleanup)
 
 		By("claims in every phase: warm, InUse, Draining with a failing Job, and Orphaned")
 		dep := createDeployment(ns, "app", fpvc.Name, 2)
@@ -85,12 +85,12 @@ var _ = Describe("The operator installed with Helm", Ordered, func() {
 		for _, p := range pods {
 			writing(ns, p.Name, 5)
 			names = append(names, p.Name)
-			claims = append(claims, claimOf(&p))
+			claims = append(claims, fixtures.ClaimOf(&p))
 		}
 		failPod := labelledPod(ns, failing.Name)
 		failPod.Labels["app"] = "failing"
 		Expect(k8s.Create(ctx, failPod)).To(Succeed())
-		failClaim := claimOf(failPod)
+		failClaim := fixtures.ClaimOf(failPod)
 		runningPodsOf(ns, "failing", 1)
 		writing(ns, failPod.Name, 5)
 		Expect(k8s.Delete(ctx, failPod)).To(Succeed())
@@ -171,10 +171,10 @@ var _ = Describe("The operator installed with Helm", Ordered, func() {
 			if err := k8s.Get(ctx, client.ObjectKeyFromObject(failing), f); err != nil {
 				return err
 			}
-			f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers[0].Command = realFluentPVC("x", ns, 0, 1).Obj().Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers[0].Command
+			f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers[0].Command = shippingFluentPVC("x", ns, 0, 1).Obj().Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers[0].Command
 			return k8s.Update(ctx, f)
 		}).Should(Succeed())
-		drained(ns, failClaim)
+		fixtures.Drained(ctx, k8s, ns, failClaim, longTimeout)
 
 		By("uninstalling with drains in flight, and installing again")
 		scale(dep, 0)
@@ -193,7 +193,7 @@ var _ = Describe("The operator installed with Helm", Ordered, func() {
 
 		for _, c := range claims {
 			rec.drainedOnce(c)
-			drained(ns, c)
+			fixtures.Drained(ctx, k8s, ns, c, longTimeout)
 		}
 		expectShippedOnce(ns, append(names, failPod.Name), 3)
 	})

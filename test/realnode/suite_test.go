@@ -19,9 +19,9 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
@@ -67,8 +67,7 @@ var _ = BeforeSuite(func() {
 	if why := cluster.RealNodeUnavailable(cluster.RepoRoot()); why != "" {
 		Skip("real-node suite skipped: " + why)
 	}
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
+	Expect(fixtures.AddToScheme(scheme)).To(Succeed())
 
 	var err error
 	kc, err = cluster.Up(ctx, cluster.Options{Name: "e2e-real", RealNode: true, Out: GinkgoWriter})
@@ -110,4 +109,22 @@ func deploy() {
 func undeploy() {
 	GinkgoHelper()
 	runMake("undeploy")
+}
+
+// What a spec leaves when it ends: its namespace is deleted once the
+// operator removed every claim and binding it made there, its FluentPVCs
+// are deleted and waited for. When the spec failed both are kept, as
+// evidence, and the operator's logs are printed.
+var (
+	namespaceCleanup = &fixtures.Cleanup{DeferCleanup: DeferCleanup, Failed: specFailed, KeepOnFailure: true, OnFailure: dumpOperatorLogs,
+		Timeout: longTimeout, Empty: []client.ObjectList{&corev1.PersistentVolumeClaimList{}, &v1alpha1.FluentPVCBindingList{}}}
+	fluentPVCCleanup = &fixtures.Cleanup{DeferCleanup: DeferCleanup, Failed: specFailed, KeepOnFailure: true, Timeout: longTimeout}
+)
+
+func specFailed() bool { return CurrentSpecReport().Failed() }
+
+// dumpOperatorLogs writes the operator replicas' logs to the spec's output.
+func dumpOperatorLogs() {
+	out, err := kc.Kubectl(ctx, nil, "-n", operatorNamespace, "logs", "-l", "control-plane=controller-manager", "--tail=200", "--prefix")
+	GinkgoWriter.Printf("operator logs (err %v):\n%s\n", err, out)
 }

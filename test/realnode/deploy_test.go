@@ -19,14 +19,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 	"github.com/st-tech/fluent-pvc-operator/test/images"
 )
 
 var _ = Describe("The operator as deployed by make deploy, with real containers", func() {
 	It("ships every line a sidecar wrote, exactly once, when its pod is deleted mid-stream", func() {
-		ns := newNamespace("lost")
+		ns := fixtures.NewNamespace(ctx, k8s, "lost", namespaceCleanup)
 		rec := newRecorder(ns)
-		fpvc := createFluentPVC(realFluentPVC("lost-"+ns, ns, 1, 0).Obj())
+		fpvc := fixtures.CreateFluentPVC(ctx, k8s, shippingFluentPVC("lost-"+ns, ns, 1, 0).Obj(), fluentPVCCleanup)
 		dep := createDeployment(ns, "app", fpvc.Name, 1)
 
 		first := runningPodsOf(ns, "app", 1)[0]
@@ -44,23 +45,23 @@ var _ = Describe("The operator as deployed by make deploy, with real containers"
 		scale(dep, 0)
 
 		for _, p := range []corev1.Pod{first, second} {
-			claim := claimOf(&p)
+			claim := fixtures.ClaimOf(&p)
 			rec.drainedOnce(claim)
-			drained(ns, claim)
+			fixtures.Drained(ctx, k8s, ns, claim, longTimeout)
 		}
 		expectShippedOnce(ns, []string{first.Name, second.Name}, 2)
 	})
 
 	It("deletes a pod whose sidecar really exits 1, and drains its claim", func() {
-		ns := newNamespace("sidecar")
+		ns := fixtures.NewNamespace(ctx, k8s, "sidecar", namespaceCleanup)
 		rec := newRecorder(ns)
-		fpvc := createFluentPVC(realFluentPVC("sidecar-"+ns, ns, 0, 0).DeletePodOnSidecarFailure(true).Mutate(func(f *v1alpha1.FluentPVC) {
+		fpvc := fixtures.CreateFluentPVC(ctx, k8s, shippingFluentPVC("sidecar-"+ns, ns, 0, 0).DeletePodOnSidecarFailure(true).Mutate(func(f *v1alpha1.FluentPVC) {
 			// One line, then a real failure; a restart before the pod is
 			// deleted adds the next line.
 			f.Spec.SidecarContainerTemplate.Command = []string{"sh", "-c", `mkdir -p /e2e/written; me=$(hostname)
 n=$(( $(cat ` + claimMount + `/buffer 2>/dev/null | wc -l) + 1 ))
 echo "$me $n" >> ` + claimMount + `/buffer; echo "$me $n" >> /e2e/written/$me; sleep 3; exit 1`}
-		}).Obj())
+		}).Obj(), fluentPVCCleanup)
 		pod := labelledPod(ns, fpvc.Name)
 		Expect(k8s.Create(ctx, pod)).To(Succeed())
 		Eventually(func(g Gomega) {
@@ -76,14 +77,14 @@ echo "$me $n" >> ` + claimMount + `/buffer; echo "$me $n" >> /e2e/written/$me; s
 			claim = rec.claimOfPod(pod.Name)
 		}
 		rec.drainedOnce(claim)
-		drained(ns, claim)
+		fixtures.Drained(ctx, k8s, ns, claim, longTimeout)
 		expectShippedOnce(ns, []string{pod.Name}, 1)
 	})
 
 	It("completes a labelled Job of 3 pods, its native sidecars stopped by the kubelet, and ships every line once", func() {
-		ns := newNamespace("job")
+		ns := fixtures.NewNamespace(ctx, k8s, "job", namespaceCleanup)
 		rec := newRecorder(ns)
-		fpvc := createFluentPVC(realFluentPVC("job-"+ns, ns, 0, 0).Obj())
+		fpvc := fixtures.CreateFluentPVC(ctx, k8s, shippingFluentPVC("job-"+ns, ns, 0, 0).Obj(), fluentPVCCleanup)
 		pod := labelledPod(ns, fpvc.Name)
 		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 		// The app works for two seconds while the sidecar writes, then exits 0.
@@ -109,7 +110,7 @@ echo "$me $n" >> ` + claimMount + `/buffer; echo "$me $n" >> /e2e/written/$me; s
 		for _, p := range pods.Items {
 			Expect(p.Status.Phase).To(Equal(corev1.PodSucceeded))
 			names = append(names, p.Name)
-			claim := claimOf(&p)
+			claim := fixtures.ClaimOf(&p)
 			claims = append(claims, claim)
 			rec.drainedOnce(claim)
 		}
@@ -118,18 +119,18 @@ echo "$me $n" >> ` + claimMount + `/buffer; echo "$me $n" >> /e2e/written/$me; s
 		// finished one: the claims go with the Job's pods.
 		Expect(k8s.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
 		for _, c := range claims {
-			drained(ns, c)
+			fixtures.Drained(ctx, k8s, ns, c, longTimeout)
 		}
 	})
 
 	It("drains exactly once when the leader is deleted and SIGKILLed mid-drain", func() {
-		ns := newNamespace("leader")
+		ns := fixtures.NewNamespace(ctx, k8s, "leader", namespaceCleanup)
 		rec := newRecorder(ns)
-		fpvc := createFluentPVC(realFluentPVC("leader-"+ns, ns, 0, 10).Obj())
+		fpvc := fixtures.CreateFluentPVC(ctx, k8s, shippingFluentPVC("leader-"+ns, ns, 0, 10).Obj(), fluentPVCCleanup)
 		pod := labelledPod(ns, fpvc.Name)
 		Expect(k8s.Create(ctx, pod)).To(Succeed())
 		pod = runningOnRealNode(ns, pod.Name)
-		claim := claimOf(pod)
+		claim := fixtures.ClaimOf(pod)
 		writing(ns, pod.Name, 10)
 		Expect(k8s.Delete(ctx, pod)).To(Succeed())
 
@@ -151,15 +152,15 @@ echo "$me $n" >> ` + claimMount + `/buffer; echo "$me $n" >> /e2e/written/$me; s
 		Eventually(func() string { return leaderPod().Name }).WithTimeout(timeout).ShouldNot(Equal(leader.Name))
 
 		rec.drainedOnce(claim)
-		drained(ns, claim)
+		fixtures.Drained(ctx, k8s, ns, claim, longTimeout)
 		expectShippedOnce(ns, []string{pod.Name}, 1)
 		operatorAvailable()
 	})
 
 	It("hands a warm claim, Bound on the real node, to a pod that starts at once", func() {
-		ns := newNamespace("warm")
+		ns := fixtures.NewNamespace(ctx, k8s, "warm", namespaceCleanup)
 		rec := newRecorder(ns)
-		fpvc := createFluentPVC(realFluentPVC("warm-"+ns, ns, 2, 0).Obj())
+		fpvc := fixtures.CreateFluentPVC(ctx, k8s, shippingFluentPVC("warm-"+ns, ns, 2, 0).Obj(), fluentPVCCleanup)
 		var warm []string
 		Eventually(func(g Gomega) {
 			var l corev1.PersistentVolumeClaimList
@@ -177,7 +178,7 @@ echo "$me $n" >> ` + claimMount + `/buffer; echo "$me $n" >> /e2e/written/$me; s
 		Expect(k8s.Create(ctx, pod)).To(Succeed())
 		pod = runningOnRealNode(ns, pod.Name)
 		took := time.Since(start)
-		claim := claimOf(pod)
+		claim := fixtures.ClaimOf(pod)
 		Expect(warm).To(ContainElement(claim), "the pod's claim came from the pool")
 		GinkgoWriter.Printf("pod %s Running with every container Ready on %s within %s of its create call (polled every %s), with warm claim %s\n",
 			pod.Name, pod.Spec.NodeName, took.Round(time.Millisecond), interval, claim)
@@ -194,21 +195,21 @@ echo "$me $n" >> ` + claimMount + `/buffer; echo "$me $n" >> /e2e/written/$me; s
 
 		Expect(k8s.Delete(ctx, pod)).To(Succeed())
 		rec.drainedOnce(claim)
-		drained(ns, claim)
+		fixtures.Drained(ctx, k8s, ns, claim, longTimeout)
 		expectShippedOnce(ns, []string{pod.Name}, 1)
 	})
 
 	It("leaves nothing orphaned when it is uninstalled and reinstalled with claims in flight", func() {
-		ns := newNamespace("reinstall")
+		ns := fixtures.NewNamespace(ctx, k8s, "reinstall", namespaceCleanup)
 		rec := newRecorder(ns)
-		fpvc := createFluentPVC(realFluentPVC("reinstall-"+ns, ns, 1, 5).Obj())
+		fpvc := fixtures.CreateFluentPVC(ctx, k8s, shippingFluentPVC("reinstall-"+ns, ns, 1, 5).Obj(), fluentPVCCleanup)
 		dep := createDeployment(ns, "app", fpvc.Name, 3)
 		pods := runningPodsOf(ns, "app", 3)
 		var names, claims []string
 		for _, p := range pods {
 			writing(ns, p.Name, 10)
 			names = append(names, p.Name)
-			claims = append(claims, claimOf(&p))
+			claims = append(claims, fixtures.ClaimOf(&p))
 		}
 
 		By("scaling to one replica, so that two drains start")
@@ -228,7 +229,7 @@ echo "$me $n" >> ` + claimMount + `/buffer; echo "$me $n" >> /e2e/written/$me; s
 
 		for _, c := range claims {
 			rec.drainedOnce(c)
-			drained(ns, c)
+			fixtures.Drained(ctx, k8s, ns, c, longTimeout)
 		}
 		Eventually(func(g Gomega) {
 			var l corev1.PodList
@@ -261,6 +262,29 @@ func scale(d *appsv1.Deployment, replicas int32) {
 	GinkgoHelper()
 	By(fmt.Sprintf("scaling %s to %d", d.Name, replicas))
 	Expect(k8s.Patch(ctx, d, client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas)))).To(Succeed())
+}
+
+// labelledPod is a pod of FluentPVC fpvc with the app container.
+func labelledPod(ns, fpvc string) *corev1.Pod {
+	p := fixtures.MakePod("", ns).GenerateName("app-").FluentPVC(fpvc).Obj()
+	p.Spec.Containers = []corev1.Container{images.IdleApp()}
+	return p
+}
+
+// runningOnRealNode waits until the pod is Running on the real node with
+// every container ready, and returns it.
+func runningOnRealNode(ns, name string) *corev1.Pod {
+	GinkgoHelper()
+	var pod *corev1.Pod
+	Eventually(func(g Gomega) {
+		pod = fixtures.GetPod(ctx, g, k8s, ns, name)
+		g.Expect(pod.Status.Phase).To(Equal(corev1.PodRunning))
+		g.Expect(pod.Spec.NodeName).To(Equal("real-0"))
+		for _, s := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
+			g.Expect(s.Ready).To(BeTrue(), "container %s is ready", s.Name)
+		}
+	}).Should(Succeed())
+	return pod
 }
 
 // runningPods are the pods labelled app=app that run on the real node,
@@ -306,7 +330,7 @@ func leaderPod() *corev1.Pod {
 		g.Expect(lease.Spec.HolderIdentity).NotTo(BeNil())
 		// controller-runtime's identity is <hostname>_<uuid>.
 		name, _, _ := strings.Cut(*lease.Spec.HolderIdentity, "_")
-		pod = getPod(operatorNamespace, name)(g)
+		pod = fixtures.GetPod(ctx, g, k8s, operatorNamespace, name)
 	}).Should(Succeed())
 	return pod
 }
