@@ -37,9 +37,9 @@ import (
 func TestReconcileJobCacheLag(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
 	fpvc := fixtures.MakeFluentPVC("f").Obj()
-	pvc := newClaim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
+	pvc := fixtures.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
 	pvc.UID = "pvc-uid"
-	b := bindingOf(pvc, fpvc.UID)
+	b := fixtures.Binding(pvc, fpvc.UID)
 	b.Spec.Pod = v1alpha1.ObjectIdentity{Name: "gone", UID: "pod-uid"}
 	b.Status.Phase = v1alpha1.BindingPhaseDraining
 	b.Status.DrainAttempts = 1
@@ -95,18 +95,18 @@ func TestReconcileStaleBindingAfterReturn(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
 	fpvc := fixtures.MakeFluentPVC("f").PoolSize(3).Obj()
 	hash := pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate)
-	first := newClaim(fpvc, "ns", "f-abc", hash, v1alpha1.CheckoutHit, fixtures.Epoch)
+	first := fixtures.Claim(fpvc, "ns", "f-abc", hash, v1alpha1.CheckoutHit, fixtures.Epoch)
 	first.UID = "pvc-uid"
-	stale := bindingOf(first, fpvc.UID)
+	stale := fixtures.Binding(first, fpvc.UID)
 	stale.UID = "stale-binding-uid"
 	stale.Status.Phase = v1alpha1.BindingPhasePending
-	returned := returned(first)
+	returned := fixtures.Returned(first)
 
 	cases := map[string]struct {
 		claim *corev1.PersistentVolumeClaim
 	}{
 		"back in the pool":                           {claim: returned},
-		"checked out again, its pod not created yet": {claim: checkedOut(returned, now)},
+		"checked out again, its pod not created yet": {claim: fixtures.CheckedOut(returned, now)},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -197,7 +197,7 @@ func byBindingLabel(obj client.Object) []string {
 func TestReconcileUnlabelledBeforeRecorded(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
 	fpvc, claim := claimFixture()
-	b := bindingOf(claim, fpvc.UID)
+	b := fixtures.Binding(claim, fpvc.UID)
 	b.Status.Phase = v1alpha1.BindingPhasePending
 	pod := fixtures.MakePod("app", "ns").Label(v1alpha1.BindingNameLabelKey, b.Name).Claim(claim.Name).Obj()
 	pod.UID, pod.Finalizers, pod.Status.Phase = "pod-uid", []string{v1alpha1.PodProtectionFinalizer}, corev1.PodRunning
@@ -244,7 +244,7 @@ func TestReconcileNamespaceTerminatingBeforeBinding(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
 	fpvc, claim := claimFixture()
 	claim.Annotations[v1alpha1.UsedByPodAnnotationKey] = "gone/pod-uid"
-	b := bindingOf(claim, fpvc.UID)
+	b := fixtures.Binding(claim, fpvc.UID)
 	b.Spec.Pod = v1alpha1.ObjectIdentity{Name: "gone", UID: "pod-uid"}
 	b.Status.Phase = v1alpha1.BindingPhaseInUse
 
@@ -314,7 +314,7 @@ func TestReconcileAbandonUnlabelledPod(t *testing.T) {
 func TestReconcileDrainedClaimOnStaleBinding(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
 	fpvc, claim := claimFixture()
-	drainedBinding := bindingOf(claim, fpvc.UID)
+	drainedBinding := fixtures.Binding(claim, fpvc.UID)
 	drainedBinding.UID = "binding-uid"
 	drainedBinding.Spec.Pod = v1alpha1.ObjectIdentity{Name: "app", UID: "pod-uid"}
 	drainedBinding.Status.Phase = v1alpha1.BindingPhaseDrained
@@ -359,9 +359,9 @@ func TestReconcileDrainedClaimOnStaleBinding(t *testing.T) {
 func TestReconcileStatusFromStaleBinding(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
 	fpvc := fixtures.MakeFluentPVC("f").Obj()
-	pvc := newClaim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
+	pvc := fixtures.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
 	pvc.UID = "pvc-uid"
-	b := bindingOf(pvc, fpvc.UID)
+	b := fixtures.Binding(pvc, fpvc.UID)
 	b.Spec.Pod = v1alpha1.ObjectIdentity{Name: "gone", UID: "pod-uid"}
 	b.Status.Phase = v1alpha1.BindingPhaseDraining
 	b.Status.DrainAttempts = 1
@@ -409,7 +409,7 @@ func TestReconcileStatusFromStaleBinding(t *testing.T) {
 func TestReconcileDrainPodIsNotTheClaimsPod(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
 	fpvc, claim := claimFixture()
-	b := bindingOf(claim, fpvc.UID)
+	b := fixtures.Binding(claim, fpvc.UID)
 	b.UID = "binding-uid"
 	b.Status.Phase = v1alpha1.BindingPhasePending
 	job := objects.DrainJob(fpvc, b, 1)
@@ -447,7 +447,7 @@ func TestReconcileDrainPodIsNotTheClaimsPod(t *testing.T) {
 func TestReconcileClaimsPodByVolume(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
 	fpvc, claim := claimFixture()
-	b := bindingOf(claim, fpvc.UID)
+	b := fixtures.Binding(claim, fpvc.UID)
 	b.Status.Phase = v1alpha1.BindingPhasePending
 	unlabelled := fixtures.MakePod("app", "ns").Claim(claim.Name).Obj()
 	unlabelled.UID, unlabelled.Finalizers, unlabelled.Status.Phase = "pod-uid", []string{v1alpha1.PodProtectionFinalizer}, corev1.PodRunning
@@ -508,7 +508,7 @@ func claimKept(t *testing.T, live client.Client, claim *corev1.PersistentVolumeC
 // namespace ns, handed out on a miss at fixtures.Epoch.
 func claimFixture() (*v1alpha1.FluentPVC, *corev1.PersistentVolumeClaim) {
 	fpvc := fixtures.MakeFluentPVC("f").Obj()
-	claim := newClaim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
+	claim := fixtures.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
 	claim.UID = "pvc-uid"
 	return fpvc, claim
 }
@@ -535,7 +535,7 @@ func (c *steppingClock) Since(t time.Time) time.Duration { return c.Now().Sub(t)
 // clock apart, and a drain Job started for a claim no pod used.
 func TestReconcileGraceEndsMidReconcile(t *testing.T) {
 	fpvc, claim := claimFixture()
-	b := bindingOf(claim, fpvc.UID)
+	b := fixtures.Binding(claim, fpvc.UID)
 	b.Status.Phase = v1alpha1.BindingPhasePending
 	live := fakeAPI(t, interceptor.Funcs{}, fpvc, claim, b)
 	clk := &steppingClock{start: fixtures.Epoch.Add(2*time.Minute - 500*time.Millisecond), step: time.Second}

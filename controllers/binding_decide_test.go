@@ -23,7 +23,7 @@ func TestDecide(t *testing.T) {
 	fpvc := fixtures.MakeFluentPVC("f").Obj()
 	claim := "f-abc"
 	mkBinding := func(mut func(*v1alpha1.FluentPVCBinding)) *v1alpha1.FluentPVCBinding {
-		b := bindingOf(newClaim(fpvc, "ns", claim, "h", v1alpha1.CheckoutMiss, admitted), fpvc.UID)
+		b := fixtures.Binding(fixtures.Claim(fpvc, "ns", claim, "h", v1alpha1.CheckoutMiss, admitted), fpvc.UID)
 		b.Spec.PVC.UID = "pvc-uid"
 		if mut != nil {
 			mut(b)
@@ -33,7 +33,7 @@ func TestDecide(t *testing.T) {
 	recorded := func(b *v1alpha1.FluentPVCBinding) { b.Spec.Pod = v1alpha1.ObjectIdentity{Name: "p", UID: "pod-uid"} }
 	// fresh is a claim as the webhook hands it out; pvc is one whose pod
 	// the operator recorded on it.
-	fresh := newClaim(fpvc, "ns", claim, "h", v1alpha1.CheckoutMiss, admitted)
+	fresh := fixtures.Claim(fpvc, "ns", claim, "h", v1alpha1.CheckoutMiss, admitted)
 	fresh.UID = "pvc-uid"
 	pvc := fresh.DeepCopy()
 	pvc.Annotations[v1alpha1.UsedByPodAnnotationKey] = "p/pod-uid"
@@ -376,17 +376,17 @@ func TestAdmissionTimeOrdersWithinASecond(t *testing.T) {
 	late := early.Add(500 * time.Millisecond)
 	cases := map[string]func(ns string, at time.Time) *corev1.PersistentVolumeClaim{
 		"miss: a new claim": func(ns string, at time.Time) *corev1.PersistentVolumeClaim {
-			return newClaim(fpvc, ns, "f-abc", "h", v1alpha1.CheckoutMiss, at)
+			return fixtures.Claim(fpvc, ns, "f-abc", "h", v1alpha1.CheckoutMiss, at)
 		},
 		"hit: a warm PVC checked out": func(ns string, at time.Time) *corev1.PersistentVolumeClaim {
-			return checkedOut(returned(newClaim(fpvc, ns, "f-abc", "h", v1alpha1.CheckoutHit, fixtures.Epoch)), at)
+			return fixtures.CheckedOut(fixtures.Returned(fixtures.Claim(fpvc, ns, "f-abc", "h", v1alpha1.CheckoutHit, fixtures.Epoch)), at)
 		},
 	}
 	for name, claim := range cases {
 		t.Run(name, func(t *testing.T) {
 			last := map[string]time.Time{}
 			for ns, at := range map[string]time.Time{"a-early": early, "z-late": late} {
-				b := bindingOf(claim(ns, at), fpvc.UID)
+				b := fixtures.Binding(claim(ns, at), fpvc.UID)
 				b.CreationTimestamp = metav1.NewTime(at.Truncate(time.Second))
 				if got := admissionTime(b); !got.Equal(at) {
 					t.Errorf("admissionTime in %s = %v; want %v", ns, got, at)

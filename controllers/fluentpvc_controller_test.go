@@ -31,7 +31,7 @@ func TestReconcileDeletedFluentPVCStaleCache(t *testing.T) {
 	deleted.DeletionTimestamp = &metav1.Time{Time: now}
 	other := fixtures.MakeFluentPVC("other").Obj()
 	claimOf := func(f *v1alpha1.FluentPVC) *corev1.PersistentVolumeClaim {
-		return newClaim(f, "ns", f.Name+"-abc", "h", v1alpha1.CheckoutMiss, now)
+		return fixtures.Claim(f, "ns", f.Name+"-abc", "h", v1alpha1.CheckoutMiss, now)
 	}
 
 	scheme := newScheme(t)
@@ -40,7 +40,7 @@ func TestReconcileDeletedFluentPVCStaleCache(t *testing.T) {
 		wantFinalizer bool
 	}{
 		"its new claim and binding, not cached yet: keep the finalizer": {
-			objs:          []client.Object{claimOf(deleted), bindingOf(claimOf(deleted), deleted.UID)},
+			objs:          []client.Object{claimOf(deleted), fixtures.Binding(claimOf(deleted), deleted.UID)},
 			wantFinalizer: true,
 		},
 		"its new claim, before its binding is made: keep the finalizer": {
@@ -48,7 +48,7 @@ func TestReconcileDeletedFluentPVCStaleCache(t *testing.T) {
 			wantFinalizer: true,
 		},
 		"only another FluentPVC's claim: let go": {
-			objs: []client.Object{other, claimOf(other), bindingOf(claimOf(other), other.UID)},
+			objs: []client.Object{other, claimOf(other), fixtures.Binding(claimOf(other), other.UID)},
 		},
 	}
 	for name, tc := range cases {

@@ -1,5 +1,8 @@
 package controllers_test
 
+// The envtest API server runs no Job controller, kubelet or provisioner:
+// these functions stand in for them, writing what each would.
+
 import (
 	"context"
 	"slices"
