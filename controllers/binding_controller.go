@@ -152,11 +152,23 @@ func (r *BindingReconciler) abandonUnrecorded(ctx context.Context, pvc *corev1.P
 	return nil
 }
 
-// observe reads the binding's pod, claim, Jobs and FluentPVC, mostly from
-// the cache, once.
+// observe reads the binding's FluentPVC, claim, pod, Jobs and namespace,
+// mostly from the cache, once.
 func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBinding, now time.Time) (observed, error) {
 	o := observed{binding: b}
+	for _, read := range []func(context.Context, *observed, time.Time) error{
+		r.observeFluentPVC, r.observeClaim, r.observePod, r.observeJobs, r.observeNamespace,
+	} {
+		if err := read(ctx, &o, now); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
 
+// observeFluentPVC reads the binding's FluentPVC; nil when it is gone.
+func (r *BindingReconciler) observeFluentPVC(ctx context.Context, o *observed, _ time.Time) error {
+	b := o.binding
 	fpvc := &v1alpha1.FluentPVC{}
 	err := r.Get(ctx, client.ObjectKey{Name: b.Spec.FluentPVC.Name}, fpvc)
 	if apierrors.IsNotFound(err) {
@@ -168,12 +180,18 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 	case err == nil:
 		o.fluentPVC = fpvc
 	case !apierrors.IsNotFound(err):
-		return o, fmt.Errorf("reading FluentPVC %s: %w", b.Spec.FluentPVC.Name, err)
+		return fmt.Errorf("reading FluentPVC %s: %w", b.Spec.FluentPVC.Name, err)
 	}
+	return nil
+}
 
+// observeClaim reads the binding's claim: nil when it is gone, and
+// checkoutOver when the claim went on to another checkout.
+func (r *BindingReconciler) observeClaim(ctx context.Context, o *observed, _ time.Time) error {
+	b := o.binding
 	pvc := &corev1.PersistentVolumeClaim{}
 	key := client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.PVC.Name}
-	err = r.Get(ctx, key, pvc)
+	err := r.Get(ctx, key, pvc)
 	if apierrors.IsNotFound(err) {
 		// Never conclude from the cache alone that a claim is gone.
 		err = r.apiReader.Get(ctx, key, pvc)
@@ -192,7 +210,7 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 		// another object under its name, which is not b's at all.
 		o.checkoutOver = recorded()
 	case !apierrors.IsNotFound(err):
-		return o, fmt.Errorf("reading PVC %s: %w", key, err)
+		return fmt.Errorf("reading PVC %s: %w", key, err)
 	}
 	if (o.pvc == nil || !o.pvc.DeletionTimestamp.IsZero()) && !o.checkoutOver && !isFinal(b.Status.Phase) {
 		// A claim deleted after its drain succeeded may be gone before the
@@ -203,13 +221,25 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 		case err == nil && live.UID == b.UID:
 			*b = *live
 		case err != nil && !apierrors.IsNotFound(err):
-			return o, fmt.Errorf("reading binding %s/%s: %w", b.Namespace, b.Name, err)
+			return fmt.Errorf("reading binding %s/%s: %w", b.Namespace, b.Name, err)
 		}
 	}
+	if o.pvc != nil && o.fluentPVC != nil {
+		// Only a claim that claim.Return takes (one no pod is recorded on).
+		o.poolAccepts = o.fluentPVC.Spec.Pool.Size > 0 && o.fluentPVC.DeletionTimestamp.IsZero() &&
+			o.pvc.Labels[v1alpha1.TemplateHashLabelKey] == pool.TemplateHash(&o.fluentPVC.Spec.PVCSpecTemplate) &&
+			claim.StateOf(o.pvc) == claim.Claimed
+	}
+	return nil
+}
 
+// observePod finds the claim's pod: from the cache, else, while it may
+// matter, by live reads (observeUncachedPod).
+func (r *BindingReconciler) observePod(ctx context.Context, o *observed, now time.Time) error {
+	b := o.binding
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods, client.InNamespace(b.Namespace), client.MatchingFields{podBindingIndex: b.Name}); err != nil {
-		return o, fmt.Errorf("listing pods: %w", err)
+		return fmt.Errorf("listing pods: %w", err)
 	}
 	for i := range pods.Items {
 		if claimantPod(&pods.Items[i], b.Spec.PVC.Name) && (o.pod == nil || pods.Items[i].UID == b.Spec.Pod.UID) {
@@ -223,20 +253,19 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 		// The cache holds only pods with the opt-in label: a pod whose label
 		// was removed drops out of it while it still runs and writes. Only
 		// live reads prove that the claim's pod is gone, or never was.
-		if err := r.observeUncachedPod(ctx, &o, now); err != nil {
-			return o, err
+		if err := r.observeUncachedPod(ctx, o, now); err != nil {
+			return err
 		}
 	}
-	if o.pvc != nil && o.fluentPVC != nil {
-		// Only a claim that claim.Return takes (one no pod is recorded on).
-		o.poolAccepts = o.fluentPVC.Spec.Pool.Size > 0 && o.fluentPVC.DeletionTimestamp.IsZero() &&
-			o.pvc.Labels[v1alpha1.TemplateHashLabelKey] == pool.TemplateHash(&o.fluentPVC.Spec.PVCSpecTemplate) &&
-			claim.StateOf(o.pvc) == claim.Claimed
-	}
+	return nil
+}
 
+// observeJobs reads the binding's finalizer Jobs.
+func (r *BindingReconciler) observeJobs(ctx context.Context, o *observed, _ time.Time) error {
+	b := o.binding
 	var jobs batchv1.JobList
 	if err := r.List(ctx, &jobs, client.InNamespace(b.Namespace), client.MatchingFields{jobBindingIndex: b.Name}); err != nil {
-		return o, fmt.Errorf("listing Jobs: %w", err)
+		return fmt.Errorf("listing Jobs: %w", err)
 	}
 	o.jobs = jobs.Items
 	if n := b.Status.DrainAttempts; n > 0 && !slices.ContainsFunc(o.jobs, func(j batchv1.Job) bool { return jobAttempt(&j) == n }) {
@@ -249,18 +278,24 @@ func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBi
 		case err == nil && metav1.IsControlledBy(job, b):
 			o.jobs = append(o.jobs, *job)
 		case err != nil && !apierrors.IsNotFound(err):
-			return o, fmt.Errorf("reading finalizer Job %s: %w", objects.DrainJobName(b.Name, n), err)
+			return fmt.Errorf("reading finalizer Job %s: %w", objects.DrainJobName(b.Name, n), err)
 		}
 	}
+	return nil
+}
 
+// observeNamespace reads, live, whether a deleted binding's namespace is
+// terminating.
+func (r *BindingReconciler) observeNamespace(ctx context.Context, o *observed, _ time.Time) error {
+	b := o.binding
 	if !b.DeletionTimestamp.IsZero() {
 		ns := &corev1.Namespace{}
 		if err := r.apiReader.Get(ctx, client.ObjectKey{Name: b.Namespace}, ns); client.IgnoreNotFound(err) != nil {
-			return o, fmt.Errorf("reading namespace %s: %w", b.Namespace, err)
+			return fmt.Errorf("reading namespace %s: %w", b.Namespace, err)
 		}
 		o.namespaceTerminating = !ns.DeletionTimestamp.IsZero() || ns.Status.Phase == corev1.NamespaceTerminating
 	}
-	return o, nil
+	return nil
 }
 
 // observeUncachedPod looks, with live reads, for the pod of a binding
@@ -381,25 +416,8 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan, now t
 			return ctrl.Result{}, fmt.Errorf("deleting failed Job %s: %w", name, err)
 		}
 	}
-	// Every write that lets go of the claim is conditioned on it being the
-	// checkout b records and on the version read (package claim), so that
-	// a stale binding or a stale read fails instead of taking a claim that
-	// another pod holds now.
-	var letGo []func(*corev1.PersistentVolumeClaim) (claim.Write, error)
-	if p.releaseClaim {
-		letGo = append(letGo, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Release(b, c) })
-	}
-	if p.returnClaim {
-		letGo = append(letGo, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Return(b, c) })
-	}
-	if p.deleteClaim {
-		letGo = append(letGo, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Delete(b, c) })
-	}
-	for pvc, i := o.pvc, 0; pvc != nil && i < len(letGo); i++ {
-		var err error
-		if pvc, err = r.writeClaim(ctx, pvc, letGo[i]); err != nil {
-			return ctrl.Result{}, err
-		}
+	if err := r.letGo(ctx, o, p); err != nil {
+		return ctrl.Result{}, err
 	}
 
 	if !equality.Semantic.DeepEqual(b.Status, p.status) && !p.finish {
@@ -424,22 +442,55 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan, now t
 	if !p.finish {
 		return ctrl.Result{RequeueAfter: p.requeueAfter}, nil
 	}
+	return ctrl.Result{}, r.finish(ctx, b, p)
+}
+
+// letGo carries out the plan's writes that let go of the claim: release,
+// return to the pool, delete. Each is conditioned on the claim being the
+// checkout b records and on the version read (package claim), so that a
+// stale binding or a stale read fails instead of taking a claim that
+// another pod holds now.
+func (r *BindingReconciler) letGo(ctx context.Context, o observed, p plan) error {
+	b := o.binding
+	var steps []func(*corev1.PersistentVolumeClaim) (claim.Write, error)
+	if p.releaseClaim {
+		steps = append(steps, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Release(b, c) })
+	}
+	if p.returnClaim {
+		steps = append(steps, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Return(b, c) })
+	}
+	if p.deleteClaim {
+		steps = append(steps, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Delete(b, c) })
+	}
+	for pvc, i := o.pvc, 0; pvc != nil && i < len(steps); i++ {
+		var err error
+		if pvc, err = r.writeClaim(ctx, pvc, steps[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finish ends binding b: the pods it may leave holding the pod-protection
+// finalizer are released if p says so, then its own finalizer is removed
+// and it is deleted.
+func (r *BindingReconciler) finish(ctx context.Context, b *v1alpha1.FluentPVCBinding, p plan) error {
 	if p.releaseLabelledPods {
 		if err := r.releaseLabelledPods(ctx, b.Namespace, b.Name); err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
 	}
 	if err := removeFinalizer(ctx, r.Client, b, v1alpha1.BindingProtectionFinalizer); client.IgnoreNotFound(err) != nil {
-		return ctrl.Result{}, fmt.Errorf("releasing the binding: %w", err)
+		return fmt.Errorf("releasing the binding: %w", err)
 	}
 	if b.DeletionTimestamp.IsZero() {
 		// Its successor of the same name, made for the claim's next
 		// checkout, is not this binding.
 		if err := r.Delete(ctx, b, client.Preconditions{UID: &b.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
-			return ctrl.Result{}, fmt.Errorf("deleting the binding: %w", err)
+			return fmt.Errorf("deleting the binding: %w", err)
 		}
 	}
-	return ctrl.Result{}, nil
+	return nil
 }
 
 // writeClaim executes the write that transition makes of pvc, and

@@ -189,26 +189,7 @@ func decideClaim(o observed, now time.Time, opts Options) plan {
 		return p
 	}
 
-	pod := o.pod
-	if pod != nil && b.Spec.Pod.UID != "" && pod.UID != b.Spec.Pod.UID {
-		pod = nil // a pod that copied the label is not ours
-	}
-	if pod != nil {
-		if b.Spec.Pod.UID == "" {
-			p.recordPod = &v1alpha1.ObjectIdentity{Name: pod.Name, UID: pod.UID}
-		}
-		p.releasePod = controllerutil.ContainsFinalizer(pod, v1alpha1.PodProtectionFinalizer)
-	}
-	if o.pvc != nil && b.Spec.PVC.UID == "" {
-		p.recordPVCUID = o.pvc.UID
-	}
-	if o.pvc != nil && b.Spec.Pod.UID == "" && p.recordPod == nil {
-		// A binding made again after it was lost learns its pod from the
-		// claim, even when the pod is gone.
-		if used, _ := claim.PodOf(o.pvc); used.UID != "" {
-			p.recordPod = &used
-		}
-	}
+	pod := decideRecords(o, &p)
 	podSeen := b.Spec.Pod.UID != "" || p.recordPod != nil
 	admittedAt := admissionTime(b)
 	graceLeft := admittedAt.Add(opts.OrphanGracePeriod).Sub(now)
@@ -262,26 +243,7 @@ func decideClaim(o observed, now time.Time, opts Options) plan {
 
 	// No pod ever appeared: the admission was rejected after the webhook.
 	if !podSeen {
-		if graceLeft > 0 {
-			p.status.Phase = v1alpha1.BindingPhasePending
-			setPod(metav1.ConditionFalse, v1alpha1.PodReadyReasonNotSeen, "waiting for the pod to appear")
-			setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonNotStarted, "the claim has not been used")
-			p.requeueAfter = graceLeft
-			return p
-		}
-		if !o.claimUnused || drainStarted(o) {
-			// No pod is recorded, but nothing proves that none used the
-			// claim (its record predates this version, or a pod still
-			// carries it unseen): keep its data and drain it. A drain once
-			// started is seen through even if a later reconcile finds the
-			// proof: that reconcile may have read an older binding, and a
-			// claim whose drain Job may be running is neither the pool's
-			// nor deleted before the Job succeeded.
-			setPod(metav1.ConditionFalse, v1alpha1.PodReadyReasonNotSeen, "no pod is recorded, but the claim's history is unknown: it is drained")
-			decideDrain(o, now, opts, &p)
-			return p
-		}
-		decideOrphan(o, now, opts, &p)
+		decideNoPod(o, now, opts, graceLeft, &p)
 		return p
 	}
 
@@ -293,6 +255,64 @@ func decideClaim(o observed, now time.Time, opts Options) plan {
 	}
 	decideDrain(o, now, opts, &p)
 	return p
+}
+
+// decideRecords plans what the binding records of its pod and claim, and
+// returns the binding's pod: o.pod unless it is another pod that copied
+// the binding label.
+func decideRecords(o observed, p *plan) *corev1.Pod {
+	b := o.binding
+	pod := o.pod
+	if pod != nil && b.Spec.Pod.UID != "" && pod.UID != b.Spec.Pod.UID {
+		pod = nil // a pod that copied the label is not ours
+	}
+	if pod != nil {
+		if b.Spec.Pod.UID == "" {
+			p.recordPod = &v1alpha1.ObjectIdentity{Name: pod.Name, UID: pod.UID}
+		}
+		p.releasePod = controllerutil.ContainsFinalizer(pod, v1alpha1.PodProtectionFinalizer)
+	}
+	if o.pvc != nil && b.Spec.PVC.UID == "" {
+		p.recordPVCUID = o.pvc.UID
+	}
+	if o.pvc != nil && b.Spec.Pod.UID == "" && p.recordPod == nil {
+		// A binding made again after it was lost learns its pod from the
+		// claim, even when the pod is gone.
+		if used, _ := claim.PodOf(o.pvc); used.UID != "" {
+			p.recordPod = &used
+		}
+	}
+	return pod
+}
+
+// decideNoPod is a held claim whose binding has seen no pod: it waits out
+// the grace period, then drains the claim unless it is proven unused, in
+// which case it is an orphan.
+func decideNoPod(o observed, now time.Time, opts Options, graceLeft time.Duration, p *plan) {
+	gen := o.binding.Generation
+	setPod := func(status metav1.ConditionStatus, reason, msg string) {
+		setCondition(&p.status, v1alpha1.BindingConditionPodReady, status, reason, msg, gen, now)
+	}
+	if graceLeft > 0 {
+		p.status.Phase = v1alpha1.BindingPhasePending
+		setPod(metav1.ConditionFalse, v1alpha1.PodReadyReasonNotSeen, "waiting for the pod to appear")
+		setCondition(&p.status, v1alpha1.BindingConditionDrained, metav1.ConditionFalse, v1alpha1.DrainedReasonNotStarted, "the claim has not been used", gen, now)
+		p.requeueAfter = graceLeft
+		return
+	}
+	if !o.claimUnused || drainStarted(o) {
+		// No pod is recorded, but nothing proves that none used the claim
+		// (its record predates this version, or a pod still carries it
+		// unseen): keep its data and drain it. A drain once started is seen
+		// through even if a later reconcile finds the proof: that reconcile
+		// may have read an older binding, and a claim whose drain Job may be
+		// running is neither the pool's nor deleted before the Job
+		// succeeded.
+		setPod(metav1.ConditionFalse, v1alpha1.PodReadyReasonNotSeen, "no pod is recorded, but the claim's history is unknown: it is drained")
+		decideDrain(o, now, opts, p)
+		return
+	}
+	decideOrphan(o, now, opts, p)
 }
 
 // decideNamespaceTerminating lets go of the claim of a binding whose
