@@ -86,7 +86,7 @@ func (v *FluentPVCValidator) Handle(ctx context.Context, req admission.Request) 
 func (v *FluentPVCValidator) Validate(ctx context.Context, f *v1alpha1.FluentPVC) (field.ErrorList, []string) {
 	ctx, cancel := context.WithTimeout(ctx, 8*time.Second)
 	defer cancel()
-	var errs field.ErrorList
+	errs := ownAdmissionObjections(f)
 	var warnings []string
 	for _, o := range representatives(f, v.Namespace) {
 		err := v.Writer.Create(ctx, o.obj, client.DryRunAll)
@@ -108,6 +108,21 @@ func (v *FluentPVCValidator) Validate(ctx context.Context, f *v1alpha1.FluentPVC
 		}
 	}
 	return errs, warnings
+}
+
+// ownAdmissionObjections are the parts of f that the operator's own pod
+// webhook would refuse once they are in use. A drain Job's pod template
+// that carries the opt-in label sends every drain pod through the pod
+// webhook, which denies it as a copy of the claim's pod (it mounts the
+// claim and carries its binding label): no drain could ever run.
+func ownAdmissionObjections(f *v1alpha1.FluentPVC) field.ErrorList {
+	var errs field.ErrorList
+	labels := f.Spec.PVCFinalizerJobSpecTemplate.Template.Labels
+	if v, ok := labels[v1alpha1.FluentPVCNameLabelKey]; ok {
+		path := field.NewPath("spec", "pvcFinalizerJobSpecTemplate", "template", "metadata", "labels").Key(v1alpha1.FluentPVCNameLabelKey)
+		errs = append(errs, field.Invalid(path, v, "the drain Job's pods must not carry the opt-in label: the pod webhook would deny each of them as a second pod of the claim, and the claim could never be drained"))
+	}
+	return errs
 }
 
 // representative is one object made from a FluentPVC, and how its error

@@ -113,6 +113,9 @@ var _ = Describe("FluentPVC validation by dry run", func() {
 		}, "spec.pvcFinalizerJobSpecTemplate.template.spec.containers[0].resources.requests[cpu]"),
 		Entry("a drain priorityClassName with an underscore", func(f *v1alpha1.FluentPVC) { drainPod(f).PriorityClassName = "not_a_name" },
 			"spec.pvcFinalizerJobSpecTemplate.template.spec.priorityClassName"),
+		Entry("drain pods that carry the opt-in label, which the pod webhook would deny", func(f *v1alpha1.FluentPVC) {
+			f.Spec.PVCFinalizerJobSpecTemplate.Template.Labels = map[string]string{v1alpha1.FluentPVCNameLabelKey: f.Name}
+		}, "spec.pvcFinalizerJobSpecTemplate.template.metadata.labels[fluent-pvc-operator.tech.zozo.com/fluent-pvc-name]"),
 		// The sidecar.
 		Entry("a sidecar without an image", func(f *v1alpha1.FluentPVC) { sidecar(f).Image = "" },
 			"spec.sidecarContainerTemplate.image: Required value"),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -119,6 +120,38 @@ func TestValidateOutcomes(t *testing.T) {
 			errs, warnings := v.Validate(context.Background(), f)
 			if len(errs) != tc.wantErrs || len(warnings) != tc.wantWarnings {
 				t.Errorf("Validate = %d errors %v, %d warnings %v; want %d and %d", len(errs), errs, len(warnings), warnings, tc.wantErrs, tc.wantWarnings)
+			}
+		})
+	}
+}
+
+// TestOwnAdmissionObjections refuses a drain Job template whose pods the
+// operator's own pod webhook would deny.
+func TestOwnAdmissionObjections(t *testing.T) {
+	withDrainLabels := func(labels map[string]string) *v1alpha1.FluentPVC {
+		return fixtures.MakeFluentPVC("f").Mutate(func(f *v1alpha1.FluentPVC) {
+			f.Spec.PVCFinalizerJobSpecTemplate.Template.Labels = labels
+		}).Obj()
+	}
+	cases := map[string]struct {
+		fpvc     *v1alpha1.FluentPVC
+		wantPath []string
+	}{
+		"no labels":          {fpvc: withDrainLabels(nil)},
+		"labels of the user": {fpvc: withDrainLabels(map[string]string{"app": "drain"})},
+		"the opt-in label": {
+			fpvc:     withDrainLabels(map[string]string{v1alpha1.FluentPVCNameLabelKey: "f"}),
+			wantPath: []string{"spec.pvcFinalizerJobSpecTemplate.template.metadata.labels[fluent-pvc-operator.tech.zozo.com/fluent-pvc-name]"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var got []string
+			for _, e := range ownAdmissionObjections(tc.fpvc) {
+				got = append(got, e.Field)
+			}
+			if diff := cmp.Diff(tc.wantPath, got); diff != "" {
+				t.Errorf("objections (-want +got):\n%s", diff)
 			}
 		})
 	}
