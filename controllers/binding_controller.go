@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,6 +42,8 @@ import (
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
+// The FailedCreate events of a finalizer Job whose pod does not appear.
+// +kubebuilder:rbac:groups="",resources=events,verbs=list
 
 // BindingReconciler carries a FluentPVCBinding through its life: it creates
 // it from the claim the webhook handed out, records
@@ -157,7 +160,7 @@ func (r *BindingReconciler) abandonUnrecorded(ctx context.Context, pvc *corev1.P
 func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBinding, now time.Time) (observed, error) {
 	o := observed{binding: b}
 	for _, read := range []func(context.Context, *observed, time.Time) error{
-		r.observeFluentPVC, r.observeClaim, r.observePod, r.observeJobs, r.observeNamespace,
+		r.observeFluentPVC, r.observeClaim, r.observePod, r.observeJobs, r.observeDrain, r.observeNamespace,
 	} {
 		if err := read(ctx, &o, now); err != nil {
 			return o, err
@@ -282,6 +285,96 @@ func (r *BindingReconciler) observeJobs(ctx context.Context, o *observed, _ time
 		}
 	}
 	return nil
+}
+
+// drainPatience is how long a finalizer Job may run without a Ready pod
+// before its pods are read: a schedulable pod starts within seconds, so a
+// Job still without one is worth a look, and a healthy drain costs no reads.
+const drainPatience = 30 * time.Second
+
+// observeDrain finds what keeps the current finalizer Job from making
+// progress: its claim being deleted (no new pod that mounts it is
+// scheduled), the Job controller unable to create its pod (its
+// FailedCreate events, read live), or its pod unschedulable (the
+// scheduler's condition, read live: drain pods are not cached). Pods and
+// events are read only for a Job that has run drainPatience without a
+// Ready pod, and again every drainPatience while it has none.
+func (r *BindingReconciler) observeDrain(ctx context.Context, o *observed, now time.Time) error {
+	b := o.binding
+	if o.pvc != nil && !o.pvc.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(o.pvc, v1alpha1.PVCProtectionFinalizer) {
+		o.drainBlocked = &blockage{reason: v1alpha1.DrainBlockedReasonClaimDeleting, message: fmt.Sprintf(
+			"claim %s was deleted while the operator holds it, and no pod that mounts a claim being deleted is scheduled; see the operations guide, \"A held claim was deleted\"", b.Spec.PVC.Name)}
+		return nil
+	}
+	job := runningJob(o.jobs)
+	if job == nil || ptr.Deref(job.Status.Ready, 0) > 0 {
+		return nil
+	}
+	if wait := job.CreationTimestamp.Add(drainPatience).Sub(now); wait > 0 {
+		o.drainRecheck = wait
+		return nil
+	}
+	o.drainRecheck = drainPatience
+	if job.Status.Active == 0 {
+		var events corev1.EventList
+		if err := r.apiReader.List(ctx, &events, client.InNamespace(b.Namespace),
+			client.MatchingFields{"involvedObject.uid": string(job.UID), "reason": "FailedCreate"}); err != nil {
+			return fmt.Errorf("reading the events of finalizer Job %s: %w", job.Name, err)
+		}
+		if e := latestEvent(events.Items); e != nil {
+			o.drainBlocked = &blockage{reason: v1alpha1.DrainBlockedReasonPodsRefused,
+				message: fmt.Sprintf("finalizer Job %s cannot create its pod: %s", job.Name, e.Message)}
+		}
+		return nil
+	}
+	var pods corev1.PodList
+	if err := r.apiReader.List(ctx, &pods, client.InNamespace(b.Namespace), client.MatchingLabels{
+		v1alpha1.BindingNameLabelKey: b.Name, v1alpha1.ComponentLabelKey: v1alpha1.ComponentDrain,
+	}); err != nil {
+		return fmt.Errorf("listing the pods of finalizer Job %s: %w", job.Name, err)
+	}
+	if msg := unschedulable(pods.Items, job); msg != "" {
+		o.drainBlocked = &blockage{reason: v1alpha1.DrainBlockedReasonUnschedulable, message: msg}
+	}
+	return nil
+}
+
+// runningJob is the finalizer Job of jobs that has neither succeeded nor
+// failed, nil when there is none.
+func runningJob(jobs []batchv1.Job) *batchv1.Job {
+	for i := range jobs {
+		if j := &jobs[i]; !jobSucceeded(j) && !jobFailed(j) && j.DeletionTimestamp.IsZero() {
+			return j
+		}
+	}
+	return nil
+}
+
+// latestEvent is the event of events seen last, nil when there is none.
+func latestEvent(events []corev1.Event) *corev1.Event {
+	var latest *corev1.Event
+	for i := range events {
+		if e := &events[i]; latest == nil || e.LastTimestamp.After(latest.LastTimestamp.Time) {
+			latest = e
+		}
+	}
+	return latest
+}
+
+// unschedulable quotes the scheduler for a pod of job that it cannot
+// place; "" when none is known to be unschedulable.
+func unschedulable(pods []corev1.Pod, job *batchv1.Job) string {
+	for _, p := range pods {
+		if !metav1.IsControlledBy(&p, job) || p.Spec.NodeName != "" || !p.DeletionTimestamp.IsZero() {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				return fmt.Sprintf("the pod %s of finalizer Job %s cannot be scheduled: %s", p.Name, job.Name, c.Message)
+			}
+		}
+	}
+	return ""
 }
 
 // observeNamespace reads, live, whether a deleted binding's namespace is

@@ -50,6 +50,18 @@ type observed struct {
 	// podUncached is true when pod was read live because the cache did not
 	// hold it: its opt-in label was removed, so no event tells when it ends.
 	podUncached bool
+	// drainBlocked says why the current finalizer Job cannot make progress,
+	// nil when nothing is known to block it (see observeDrain).
+	drainBlocked *blockage
+	// drainRecheck is when to look at the current finalizer Job's pods
+	// again (0: no need).
+	drainRecheck time.Duration
+}
+
+// blockage is why a drain cannot make progress: a DrainBlocked reason and
+// a message that quotes the cause.
+type blockage struct {
+	reason, message string
 }
 
 // uncachedPodRecheck is how often the pod of a binding is read again while
@@ -106,6 +118,7 @@ const (
 	outcomeClaimLost         outcomeKind = "claim lost"
 	outcomeFluentPVCMissing  outcomeKind = "FluentPVC missing"
 	outcomeDrainJobRejected  outcomeKind = "drain Job rejected"
+	outcomeDrainBlocked      outcomeKind = "drain blocked"
 	outcomeCheckoutOver      outcomeKind = "checkout over"
 )
 
@@ -146,7 +159,9 @@ var outcomeReports = map[outcomeKind]outcomeReport{
 	outcomeFluentPVCMissing:  {reason: v1alpha1.EventReasonFluentPVCMissing, warning: true, log: "FluentPVC is gone: the drain waits for it"},
 	// The FluentPVC's template is what was refused.
 	outcomeDrainJobRejected: {reason: v1alpha1.EventReasonDrainJobRejected, warning: true, toFluentPVC: true, log: "the API server refused the finalizer Job; the claim is kept", counter: drainJobsRejected},
-	outcomeCheckoutOver:     {logLevel: 1, log: "the claim went back to the pool and was handed out again: this binding's record is done"},
+	// Someone must act on the cause: the FluentPVC's owner hears of it too.
+	outcomeDrainBlocked: {reason: v1alpha1.EventReasonDrainBlocked, warning: true, toFluentPVC: true, log: "the drain cannot make progress; the claim is kept", counter: drainsBlocked},
+	outcomeCheckoutOver: {logLevel: 1, log: "the claim went back to the pool and was handed out again: this binding's record is done"},
 }
 
 func (p *plan) tell(kind outcomeKind, message string) {
@@ -238,6 +253,8 @@ func decideClaim(o observed, now time.Time, opts Options) plan {
 		if o.podUncached {
 			p.requeueAfter = uncachedPodRecheck
 		}
+		// A claim deleted under its running pod will block its drain: say so now.
+		decideBlocked(o, now, &p)
 		return p
 	}
 
@@ -412,6 +429,7 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 		meta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.BindingConditionDrainJobRejected)
 		p.status.DrainJobName = current.Name
 		setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonRunning, fmt.Sprintf("finalizer Job %s (attempt %d) runs", current.Name, attempts))
+		decideBlocked(o, now, p)
 		return
 	default:
 		failedAt := jobFailureTime(current)
@@ -443,6 +461,27 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 	p.status.DrainJobName = objects.DrainJobName(b.Name, p.createJob)
 	setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonRunning, fmt.Sprintf("finalizer Job %s (attempt %d) runs", p.status.DrainJobName, p.createJob))
 	p.tell(outcomeDrainStarted, fmt.Sprintf("started finalizer Job %s (attempt %d) for claim %s", p.status.DrainJobName, p.createJob, b.Spec.PVC.Name))
+	decideBlocked(o, now, p)
+}
+
+// decideBlocked records in p whether the running finalizer Job is blocked
+// (observed.drainBlocked): a DrainBlocked condition that quotes the cause,
+// told as a Warning when the cause is new, and removed once the cause is
+// gone. The claim is kept either way.
+func decideBlocked(o observed, now time.Time, p *plan) {
+	if o.drainRecheck > 0 && (p.requeueAfter == 0 || o.drainRecheck < p.requeueAfter) {
+		p.requeueAfter = o.drainRecheck
+	}
+	blk := o.drainBlocked
+	if blk == nil {
+		meta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.BindingConditionDrainBlocked)
+		return
+	}
+	was := meta.FindStatusCondition(p.status.Conditions, v1alpha1.BindingConditionDrainBlocked)
+	if was == nil || was.Reason != blk.reason {
+		p.tell(outcomeDrainBlocked, fmt.Sprintf("the drain of claim %s cannot make progress; the claim is kept: %s", o.binding.Spec.PVC.Name, blk.message))
+	}
+	setCondition(&p.status, v1alpha1.BindingConditionDrainBlocked, metav1.ConditionTrue, blk.reason, blk.message, o.binding.Generation, now)
 }
 
 // markDrained records in p that finalizer Job j drained b's claim, with

@@ -76,6 +76,8 @@ func TestDecide(t *testing.T) {
 		events       []string
 		// refused is whether the DrainJobRejected condition stays True.
 		refused bool
+		// blocked is the reason of a True DrainBlocked condition.
+		blocked string
 	}
 	// refused is a binding whose last finalizer Job the API server refused,
 	// after attempts earlier ones.
@@ -137,6 +139,28 @@ func TestDecide(t *testing.T) {
 		},
 		"Job running: wait for it": {
 			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, "", time.Time{})}},
+			now:  admitted.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, attempts: 1},
+		},
+		"Job running but blocked: say why, keep the claim, look again": {
+			obs: observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, "", time.Time{})},
+				drainBlocked: &blockage{reason: v1alpha1.DrainBlockedReasonUnschedulable, message: "0/3 nodes are available"}, drainRecheck: 30 * time.Second},
+			now: admitted.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, attempts: 1, requeueAfter: 30 * time.Second,
+				blocked: v1alpha1.DrainBlockedReasonUnschedulable, events: []string{v1alpha1.EventReasonDrainBlocked}},
+		},
+		"claim deleted under its running pod: say so before the drain is due": {
+			obs: observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, pod: pod(corev1.PodRunning, false),
+				drainBlocked: &blockage{reason: v1alpha1.DrainBlockedReasonClaimDeleting, message: "claim f-abc was deleted"}},
+			now: admitted.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseInUse, drainedReas: v1alpha1.DrainedReasonNotStarted,
+				blocked: v1alpha1.DrainBlockedReasonClaimDeleting, events: []string{v1alpha1.EventReasonDrainBlocked}},
+		},
+		"Job running, blocked no more: the condition goes": {
+			obs: observed{binding: mkBinding(func(b *v1alpha1.FluentPVCBinding) {
+				recorded(b)
+				setCondition(&b.Status, v1alpha1.BindingConditionDrainBlocked, metav1.ConditionTrue, v1alpha1.DrainBlockedReasonUnschedulable, "earlier", 0, admitted)
+			}), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, "", time.Time{})}},
 			now:  admitted.Add(time.Hour),
 			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, attempts: 1},
 		},
@@ -330,6 +354,9 @@ func TestDecide(t *testing.T) {
 				createJob: p.createJob, deleteJobs: p.deleteJobs, releaseClaim: p.releaseClaim, deleteClaim: p.deleteClaim, returnClaim: p.returnClaim, releasePods: p.releaseLabelledPods,
 				finish: p.finish, requeueAfter: p.requeueAfter, newFailure: p.has(outcomeDrainFailed), attempts: p.status.DrainAttempts, events: events,
 				refused: meta.IsStatusConditionTrue(p.status.Conditions, v1alpha1.BindingConditionDrainJobRejected),
+			}
+			if c := meta.FindStatusCondition(p.status.Conditions, v1alpha1.BindingConditionDrainBlocked); c != nil && c.Status == metav1.ConditionTrue {
+				got.blocked = c.Reason
 			}
 			for _, c := range p.status.Conditions {
 				if c.Type == v1alpha1.BindingConditionDrained {

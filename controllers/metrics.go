@@ -26,6 +26,11 @@ var (
 		Help: "Finalizer Jobs the API server refused to create (an invalid or forbidden template), by FluentPVC.",
 	}, []string{"fluentpvc"})
 
+	drainsBlocked = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fluentpvc_drains_blocked_total",
+		Help: "Times a finalizer Job was found unable to make progress (its pod unschedulable or refused, or its claim being deleted), by FluentPVC.",
+	}, []string{"fluentpvc"})
+
 	drainDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "fluentpvc_drain_duration_seconds",
 		Help:    "Time from a claim's first finalizer Job to its successful drain, retries included.",
@@ -49,6 +54,6 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(drainsStarted, drainsSucceeded, drainsFailed, drainJobsRejected, drainDuration,
+	metrics.Registry.MustRegister(drainsStarted, drainsSucceeded, drainsFailed, drainJobsRejected, drainsBlocked, drainDuration,
 		podsDeletedForSidecar, orphansReclaimed, claimsAbandoned)
 }

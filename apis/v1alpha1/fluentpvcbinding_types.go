@@ -153,6 +153,24 @@ const (
 	// the FluentPVC changes. It goes once a Job is created.
 	BindingConditionDrainJobRejected = "DrainJobRejected"
 
+	// BindingConditionDrainBlocked is True while the current finalizer Job
+	// cannot make progress for a reason outside the operator: its pod cannot
+	// be scheduled, its pods are refused, or the claim is being deleted. The
+	// message quotes the cause; the claim is kept, and the condition goes
+	// once the cause is fixed.
+	BindingConditionDrainBlocked = "DrainBlocked"
+	// DrainBlockedReasonUnschedulable: the scheduler cannot place the
+	// finalizer Job's pod; the message quotes it.
+	DrainBlockedReasonUnschedulable = "PodUnschedulable"
+	// DrainBlockedReasonPodsRefused: the Job controller cannot create the
+	// finalizer Job's pod (a quota or a policy refuses it); the message
+	// quotes its FailedCreate event.
+	DrainBlockedReasonPodsRefused = "PodsRefused"
+	// DrainBlockedReasonClaimDeleting: someone deleted the claim while the
+	// operator holds it, and no new pod that mounts a claim being deleted
+	// is scheduled.
+	DrainBlockedReasonClaimDeleting = "ClaimDeleting"
+
 	// BindingConditionDrained is True once a finalizer Job succeeded.
 	BindingConditionDrained = "Drained"
 	// DrainedReasonNotStarted: the claim is in use.

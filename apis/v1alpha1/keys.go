@@ -147,6 +147,10 @@ const (
 	// made from the FluentPVC's template; the claim is kept and the Job is
 	// tried again once the FluentPVC changes, or after a backoff.
 	EventReasonDrainJobRejected = "DrainJobRejected"
+	// EventReasonDrainBlocked: the current finalizer Job cannot make
+	// progress (its pod is unschedulable or refused, or the claim is being
+	// deleted); the claim is kept and the message quotes the cause.
+	EventReasonDrainBlocked = "DrainBlocked"
 	// EventReasonDrained: a finalizer Job succeeded; the claim is deleted.
 	EventReasonDrained = "Drained"
 	// EventReasonOrphanReclaimed: no pod ever used the claim; it was reclaimed.

@@ -1,0 +1,159 @@
+package controllers
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+// TestReconcileDrainBlocked reconciles a draining binding whose finalizer
+// Job cannot make progress. What blocks it is told (a DrainBlocked
+// condition quoting the cause and a Warning), the claim is kept, and the
+// condition goes once the cause is gone.
+func TestReconcileDrainBlocked(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	fpvc, pvc := claimFixture()
+	b := fixtures.Binding(pvc, fpvc.UID)
+	b.Spec.Pod = v1alpha1.ObjectIdentity{Name: "gone", UID: "pod-uid"}
+	pvc.Annotations[v1alpha1.UsedByPodAnnotationKey] = "gone/pod-uid"
+	b.Status.Phase, b.Status.DrainAttempts = v1alpha1.BindingPhaseDraining, 1
+	b.Status.DrainJobName = objects.DrainJobName(b.Name, 1)
+	b.Status.DrainStartTime = &metav1.Time{Time: now.Add(-time.Minute)}
+	job := func(age time.Duration, active, ready int32) *batchv1.Job {
+		j := objects.DrainJob(fpvc, b, 1)
+		j.UID = "job-uid"
+		j.CreationTimestamp = metav1.NewTime(now.Add(-age))
+		j.Status.Active, j.Status.Ready = active, ptr.To(ready)
+		return j
+	}
+	drainPod := func(j *batchv1.Job, scheduled bool) *corev1.Pod {
+		p := fixtures.MakePod("f-abc-drain-1-x", "ns").Label(v1alpha1.BindingNameLabelKey, b.Name).Label(v1alpha1.ComponentLabelKey, v1alpha1.ComponentDrain).Claim(pvc.Name).Obj()
+		p.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(j, batchv1.SchemeGroupVersion.WithKind("Job"))}
+		if scheduled {
+			p.Spec.NodeName = "node-1"
+		} else {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+				Message: "0/3 nodes are available: 3 node(s) had volume node affinity conflict."}}
+		}
+		return p
+	}
+	refused := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "f-abc-drain-1.1", Namespace: "ns"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Job", Namespace: "ns", Name: "f-abc-drain-1", UID: "job-uid"},
+		Reason:         "FailedCreate", LastTimestamp: metav1.NewTime(now.Add(-10 * time.Second)),
+		Message: `Error creating: pods "f-abc-drain-1-x" is forbidden: exceeded quota: pods, requested: pods=1, used: pods=10, limited: pods=10`,
+	}
+	deleting := pvc.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: now.Add(-time.Minute)}
+
+	cases := map[string]struct {
+		objs         []client.Object
+		wantReason   string // "" for no DrainBlocked condition
+		wantMessage  string
+		wantRequeue  time.Duration
+		blockedSince bool // the condition is True from an earlier reconcile: no second Warning
+	}{
+		"a pod the scheduler cannot place": {
+			objs:        []client.Object{pvc, job(time.Minute, 1, 0), drainPod(job(time.Minute, 1, 0), false)},
+			wantReason:  v1alpha1.DrainBlockedReasonUnschedulable,
+			wantMessage: "volume node affinity conflict",
+			wantRequeue: drainPatience,
+		},
+		"still unschedulable: no second Warning": {
+			objs:         []client.Object{pvc, job(time.Minute, 1, 0), drainPod(job(time.Minute, 1, 0), false)},
+			wantReason:   v1alpha1.DrainBlockedReasonUnschedulable,
+			wantMessage:  "volume node affinity conflict",
+			wantRequeue:  drainPatience,
+			blockedSince: true,
+		},
+		"pods refused by a quota": {
+			objs:        []client.Object{pvc, job(time.Minute, 0, 0), refused},
+			wantReason:  v1alpha1.DrainBlockedReasonPodsRefused,
+			wantMessage: "exceeded quota",
+			wantRequeue: drainPatience,
+		},
+		"the claim is being deleted": {
+			objs:        []client.Object{deleting, job(time.Minute, 1, 0)},
+			wantReason:  v1alpha1.DrainBlockedReasonClaimDeleting,
+			wantMessage: "was deleted while the operator holds it",
+		},
+		"a young Job: looked at once it has had its time": {
+			objs:        []client.Object{pvc, job(10*time.Second, 1, 0), drainPod(job(10*time.Second, 1, 0), false)},
+			wantRequeue: drainPatience - 10*time.Second,
+		},
+		"the pod was placed: the condition goes": {
+			objs:         []client.Object{pvc, job(time.Minute, 1, 1), drainPod(job(time.Minute, 1, 1), true)},
+			blockedSince: true,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			b := b.DeepCopy()
+			if tc.blockedSince {
+				setCondition(&b.Status, v1alpha1.BindingConditionDrainBlocked, metav1.ConditionTrue, v1alpha1.DrainBlockedReasonUnschedulable, "earlier", b.Generation, now.Add(-time.Minute))
+			}
+			live := fakeAPI(t, interceptor.Funcs{}, append(tc.objs, fpvc, b)...)
+			recorder := events.NewFakeRecorder(10)
+			r := NewBindingReconciler(live, live, recorder, clocktesting.NewFakePassiveClock(now),
+				Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute})
+			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)})
+			if err != nil {
+				t.Fatalf("Reconcile: %v", err)
+			}
+			got := &v1alpha1.FluentPVCBinding{}
+			if err := live.Get(context.Background(), client.ObjectKeyFromObject(b), got); err != nil {
+				t.Fatal(err)
+			}
+			c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.BindingConditionDrainBlocked)
+			switch {
+			case tc.wantReason == "" && c != nil:
+				t.Errorf("DrainBlocked = %s %s %q, want none", c.Status, c.Reason, c.Message)
+			case tc.wantReason != "" && (c == nil || c.Status != metav1.ConditionTrue || c.Reason != tc.wantReason || !strings.Contains(c.Message, tc.wantMessage)):
+				t.Errorf("DrainBlocked = %+v, want True %s quoting %q", c, tc.wantReason, tc.wantMessage)
+			}
+			var warnings []string
+			for len(recorder.Events) > 0 {
+				if e := <-recorder.Events; strings.Contains(e, v1alpha1.EventReasonDrainBlocked) {
+					warnings = append(warnings, e)
+				}
+			}
+			wantWarnings := 0
+			if tc.wantReason != "" && !(tc.blockedSince && tc.wantReason == v1alpha1.DrainBlockedReasonUnschedulable) {
+				wantWarnings = 2 // the binding's and the FluentPVC's
+			}
+			if len(warnings) != wantWarnings {
+				t.Errorf("DrainBlocked Warnings = %q, want %d", warnings, wantWarnings)
+			}
+			if res.RequeueAfter != tc.wantRequeue {
+				t.Errorf("requeue after %s, want %s", res.RequeueAfter, tc.wantRequeue)
+			}
+			if tc.wantReason == v1alpha1.DrainBlockedReasonClaimDeleting {
+				// Deleted by someone else: the operator's finalizer still
+				// holds it, with its data.
+				kept := &corev1.PersistentVolumeClaim{}
+				if err := live.Get(context.Background(), client.ObjectKeyFromObject(pvc), kept); err != nil || !controllerutil.ContainsFinalizer(kept, v1alpha1.PVCProtectionFinalizer) {
+					t.Errorf("claim %s let go of while it is being deleted undrained (err %v)", pvc.Name, err)
+				}
+				return
+			}
+			claimKept(t, live, pvc, "drain is blocked")
+		})
+	}
+}
