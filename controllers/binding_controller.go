@@ -124,13 +124,36 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 		b.Spec.Pod = v1alpha1.ObjectIdentity{Name: pods.Items[0].Name, UID: pods.Items[0].UID}
 	}
 	err := r.Create(ctx, b)
-	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+	switch {
+	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
 		return r.abandonUnrecorded(ctx, pvc, fpvc)
+	case client.IgnoreAlreadyExists(err) == nil:
+		return nil
+	case drainJobRejected(err):
+		// A quota on bindings or a policy engine: nothing records the
+		// pod, which keeps its finalizer, and nothing drains the claim
+		// until the binding can be made. Tell whoever can fix it; the
+		// claim is kept and the binding tried again with backoff.
+		r.tellBindingRejected(pvc, pods.Items, fpvc, err)
 	}
-	if client.IgnoreAlreadyExists(err) != nil {
-		return fmt.Errorf("creating the binding of claim %s: %w", key, err)
+	return fmt.Errorf("creating the binding of claim %s: %w", key, err)
+}
+
+// tellBindingRejected tells, with Warning Events on the claim, its pods
+// and its FluentPVC, and a metric, that the API server refuses the
+// binding of claim pvc with err.
+func (r *BindingReconciler) tellBindingRejected(pvc *corev1.PersistentVolumeClaim, pods []corev1.Pod, fpvc *v1alpha1.FluentPVC, err error) {
+	name := pvc.Labels[v1alpha1.FluentPVCNameLabelKey]
+	bindingsRejected.WithLabelValues(name).Inc()
+	msg := fmt.Sprintf("the API server refused the FluentPVCBinding of claim %s, so the operator cannot record its pod nor drain it; the claim is kept and the binding tried again: %v", pvc.Name, err)
+	reason := v1alpha1.EventReasonBindingRejected
+	r.recorder.Eventf(pvc, nil, corev1.EventTypeWarning, reason, reason, "%s", msg)
+	for i := range pods {
+		r.recorder.Eventf(&pods[i], pvc, corev1.EventTypeWarning, reason, reason, "%s", msg)
 	}
-	return nil
+	if fpvc.UID != "" {
+		r.recorder.Eventf(fpvc, pvc, corev1.EventTypeWarning, reason, reason, "%s/%s: %s", pvc.Namespace, pvc.Name, msg)
+	}
 }
 
 // abandonUnrecorded lets go of a claim whose namespace began terminating

@@ -564,9 +564,10 @@ func settleJob(o observed, p plan, jobName string, err error, now time.Time) pla
 	return p
 }
 
-// drainJobRejected is true for an error that says the finalizer Job itself
-// is refused, so that only a change of its template (or of a policy or
-// quota) can help: invalid, malformed, or forbidden.
+// drainJobRejected is true for an error that says the object itself (a
+// finalizer Job, a binding) is refused, so that only a change of its
+// template or of a policy or quota can help: invalid, malformed, or
+// forbidden.
 func drainJobRejected(err error) bool {
 	return apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsForbidden(err)
 }

@@ -31,6 +31,11 @@ var (
 		Help: "Times a finalizer Job was found unable to make progress (its pod unschedulable or refused, or its claim being deleted), by FluentPVC.",
 	}, []string{"fluentpvc"})
 
+	bindingsRejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fluentpvc_binding_rejections_total",
+		Help: "FluentPVCBindings the API server refused to create (a quota or a policy), by FluentPVC; each refusal is retried.",
+	}, []string{"fluentpvc"})
+
 	drainDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "fluentpvc_drain_duration_seconds",
 		Help:    "Time from a claim's first finalizer Job to its successful drain, retries included.",
@@ -54,6 +59,6 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(drainsStarted, drainsSucceeded, drainsFailed, drainJobsRejected, drainsBlocked, drainDuration,
+	metrics.Registry.MustRegister(drainsStarted, drainsSucceeded, drainsFailed, drainJobsRejected, drainsBlocked, bindingsRejected, drainDuration,
 		podsDeletedForSidecar, orphansReclaimed, claimsAbandoned)
 }

@@ -147,6 +147,11 @@ const (
 	// made from the FluentPVC's template; the claim is kept and the Job is
 	// tried again once the FluentPVC changes, or after a backoff.
 	EventReasonDrainJobRejected = "DrainJobRejected"
+	// EventReasonBindingRejected: the API server refused a claim's
+	// FluentPVCBinding (a quota or a policy), so its pod cannot be recorded
+	// nor its claim drained; the claim is kept and the binding tried again.
+	// Told on the claim, its pod and the FluentPVC.
+	EventReasonBindingRejected = "BindingRejected"
 	// EventReasonDrainBlocked: the current finalizer Job cannot make
 	// progress (its pod is unschedulable or refused, or the claim is being
 	// deleted); the claim is kept and the message quotes the cause.

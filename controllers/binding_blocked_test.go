@@ -2,14 +2,17 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -156,4 +159,43 @@ func TestReconcileDrainBlocked(t *testing.T) {
 			claimKept(t, live, pvc, "drain is blocked")
 		})
 	}
+}
+
+// TestReconcileBindingRejected makes the binding of a claim while the API
+// server refuses it (a quota on bindings): the claim, its pod and the
+// FluentPVC are told why, the claim is kept, and the binding is tried
+// again (an error, for the rate limiter's backoff).
+func TestReconcileBindingRejected(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Minute)
+	fpvc, pvc := claimFixture()
+	fpvc.UID = "fpvc-uid"
+	pod := fixtures.MakePod("app", "ns").FluentPVC(fpvc.Name).Label(v1alpha1.BindingNameLabelKey, pvc.Name).Claim(pvc.Name).Obj()
+	quota := apierrors.NewForbidden(schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: "fluentpvcbindings"}, pvc.Name,
+		errors.New("exceeded quota: bindings, requested: count/fluentpvcbindings.fluent-pvc-operator.tech.zozo.com=1, used: 5, limited: 5"))
+	live := fakeAPI(t, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*v1alpha1.FluentPVCBinding); ok {
+				return quota
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	}, fpvc, pvc, pod)
+	recorder := events.NewFakeRecorder(10)
+	r := NewBindingReconciler(live, live, recorder, clocktesting.NewFakePassiveClock(now),
+		Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute})
+
+	_, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(pvc)})
+	if !apierrors.IsForbidden(err) {
+		t.Fatalf("Reconcile = %v, want the refusal, for a retry with backoff", err)
+	}
+	var told []string
+	for len(recorder.Events) > 0 {
+		if e := <-recorder.Events; strings.Contains(e, v1alpha1.EventReasonBindingRejected) && strings.Contains(e, "exceeded quota") {
+			told = append(told, e)
+		}
+	}
+	if len(told) != 3 {
+		t.Errorf("BindingRejected Warnings = %q, want 3 (the claim, its pod, the FluentPVC)", told)
+	}
+	claimKept(t, live, pvc, "binding is refused")
 }
