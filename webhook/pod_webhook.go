@@ -59,8 +59,8 @@ func NativeSidecarSupport(gitVersion string) string {
 	return fmt.Sprintf("the API server is %s and native sidecars need Kubernetes 1.29 or later", gitVersion)
 }
 
-// Setup registers the pod webhook and the FluentPVC validating webhook with
-// mgr's webhook server.
+// Setup registers the pod webhook, the FluentPVC validating webhook and the
+// claim deletion webhook with mgr's webhook server.
 func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -82,6 +82,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: m})
 	mgr.GetWebhookServer().Register(FluentPVCPath, &admission.Webhook{Handler: &FluentPVCValidator{
 		Writer: mgr.GetClient(), Decoder: admission.NewDecoder(mgr.GetScheme()), Namespace: opts.Namespace,
+	}})
+	mgr.GetWebhookServer().Register(ClaimPath, &admission.Webhook{Handler: &ClaimDeletionValidator{
+		Decoder: admission.NewDecoder(mgr.GetScheme()), Reader: mgr.GetClient(),
 	}})
 	return nil
 }
