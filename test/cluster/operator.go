@@ -25,10 +25,10 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
-// WebhookConfigurationName is the MutatingWebhookConfiguration that
-// RunOperator registers for the local manager. It differs from the deployed
-// name (fluent-pvc-operator-mutating-webhook-configuration) so that
-// DryRunDeployManifests does not collide with it.
+// WebhookConfigurationName names the Mutating- and
+// ValidatingWebhookConfiguration that RunOperator registers for the local
+// manager. It differs from the deployed names so that
+// DryRunDeployManifests does not collide with them.
 const WebhookConfigurationName = "fluent-pvc-operator-local"
 
 // operatorStopTimeout exceeds the manager's default
@@ -381,8 +381,10 @@ func (c *Cluster) ensureNamespaces(ctx context.Context, manifests []byte) error 
 	return nil
 }
 
-// registerWebhook creates or updates WebhookConfigurationName from
-// config/webhook/manifests.yaml and selectors.yaml, with a URL client config.
+// registerWebhook creates or updates the webhook configurations named
+// WebhookConfigurationName from config/webhook (manifests.yaml and the
+// selector patches), with URL client configs: every webhook the installed
+// operator has.
 // RegisterWebhook points WebhookConfigurationName at port on 127.0.0.1,
 // trusting the CA in certDir/ca.crt: for a load balancer in front of
 // replicas started with OperatorOptions.WebhookPort -1.
@@ -395,35 +397,66 @@ func (c *Cluster) RegisterWebhook(ctx context.Context, port int, certDir string)
 }
 
 func (c *Cluster) registerWebhook(ctx context.Context, port int, caPEM []byte) error {
-	wh, err := fixtures.WebhookConfiguration()
+	clientConfig := func(service *admissionregistrationv1.ServiceReference) admissionregistrationv1.WebhookClientConfig {
+		path := "/mutate-v1-pod"
+		if service != nil && service.Path != nil {
+			path = *service.Path
+		}
+		return admissionregistrationv1.WebhookClientConfig{URL: ptr.To(fmt.Sprintf("https://127.0.0.1:%d%s", port, path)), CABundle: caPEM}
+	}
+	mutating, err := fixtures.WebhookConfiguration()
 	if err != nil {
 		return err
 	}
-	for i := range wh.Webhooks {
-		w := &wh.Webhooks[i]
-		path := "/mutate-v1-pod"
-		if w.ClientConfig.Service != nil && w.ClientConfig.Service.Path != nil {
-			path = *w.ClientConfig.Service.Path
-		}
-		w.ClientConfig = admissionregistrationv1.WebhookClientConfig{
-			URL:      ptr.To(fmt.Sprintf("https://127.0.0.1:%d%s", port, path)),
-			CABundle: caPEM,
-		}
+	for i := range mutating.Webhooks {
+		mutating.Webhooks[i].ClientConfig = clientConfig(mutating.Webhooks[i].ClientConfig.Service)
 	}
-	wh.ObjectMeta = metav1.ObjectMeta{Name: WebhookConfigurationName}
-	client := c.Clientset.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	current, err := client.Get(ctx, wh.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		_, err = client.Create(ctx, wh, metav1.CreateOptions{})
-	case err == nil:
-		wh.ResourceVersion = current.ResourceVersion
-		_, err = client.Update(ctx, wh, metav1.UpdateOptions{})
-	}
+	mutating.ObjectMeta = metav1.ObjectMeta{Name: WebhookConfigurationName}
+	validating, err := fixtures.FluentPVCWebhookConfiguration()
 	if err != nil {
-		return fmt.Errorf("registering the webhook: %w", err)
+		return err
+	}
+	for i := range validating.Webhooks {
+		validating.Webhooks[i].ClientConfig = clientConfig(validating.Webhooks[i].ClientConfig.Service)
+	}
+	validating.ObjectMeta = metav1.ObjectMeta{Name: WebhookConfigurationName}
+	// The FluentPVC webhook dry-runs in the operator's namespace.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: OperatorNamespace}}
+	if _, err := c.Clientset.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", OperatorNamespace, err)
+	}
+	if err := apply(ctx, c.Clientset.AdmissionregistrationV1().MutatingWebhookConfigurations(), mutating); err != nil {
+		return fmt.Errorf("registering the pod webhook: %w", err)
+	}
+	if err := apply(ctx, c.Clientset.AdmissionregistrationV1().ValidatingWebhookConfigurations(), validating); err != nil {
+		return fmt.Errorf("registering the validating webhooks: %w", err)
 	}
 	return nil
+}
+
+// OperatorNamespace is the namespace of the operator started by
+// RunOperator (its --namespace default), where the FluentPVC webhook makes
+// its dry runs.
+const OperatorNamespace = "fluent-pvc-operator-system"
+
+// webhookConfigurations is the client of one kind of webhook configuration.
+type webhookConfigurations[T metav1.Object] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (T, error)
+	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
+	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+}
+
+// apply creates wh, or updates it in place when it exists.
+func apply[T metav1.Object](ctx context.Context, c webhookConfigurations[T], wh T) error {
+	current, err := c.Get(ctx, wh.GetName(), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = c.Create(ctx, wh, metav1.CreateOptions{})
+	case err == nil:
+		wh.SetResourceVersion(current.GetResourceVersion())
+		_, err = c.Update(ctx, wh, metav1.UpdateOptions{})
+	}
+	return err
 }
 
 func freePorts(n int) ([]int, error) {

@@ -3,22 +3,32 @@ package e2e
 import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/test/cluster"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
-// This suite registers only the pod webhook (test/cluster), so a FluentPVC
-// the FluentPVC webhook would refuse at apply reaches the drain here.
 var _ = Describe("A finalizer Job the API server refuses", func() {
 	It("shows DrainJobRejected on the binding and a Warning Event, makes no Job, and drains once the FluentPVC is fixed", func() {
 		ns := fixtures.NewNamespace(ctx, k8s, "rejected", namespaceCleanup)
-		fpvc := fixtures.CreateFluentPVC(ctx, k8s, e2eFluentPVC("rejected-"+ns).Mutate(func(f *v1alpha1.FluentPVC) {
+		broken := e2eFluentPVC("rejected-" + ns).Mutate(func(f *v1alpha1.FluentPVC) {
 			f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers[0].Image = ""
-		}).Obj(), fluentPVCCleanup)
+		}).Obj()
+		By("being refused at apply by the FluentPVC webhook, which the local operator serves as the installed one does")
+		Expect(k8s.Create(ctx, broken.DeepCopy())).To(MatchError(ContainSubstring("spec.pvcFinalizerJobSpecTemplate.template.spec.containers[0].image")))
+		By("applying it while the FluentPVC webhook is away, as when the operator is down (its failure policy is Ignore)")
+		webhooks := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: cluster.WebhookConfigurationName}, webhooks)).To(Succeed())
+		Expect(k8s.Delete(ctx, webhooks)).To(Succeed())
+		Eventually(func() error { return k8s.Create(ctx, broken.DeepCopy(), client.DryRunAll) }).Should(Succeed(), "the API server stops calling the webhook")
+		fpvc := fixtures.CreateFluentPVC(ctx, k8s, broken, fluentPVCCleanup)
+		webhooks.ResourceVersion = ""
+		Expect(k8s.Create(ctx, webhooks)).To(Succeed())
 		pod := fixtures.MakePod("app", ns).FluentPVC(fpvc.Name).Obj()
 		Expect(k8s.Create(ctx, pod)).To(Succeed())
 		claim := fixtures.ClaimOf(pod)
