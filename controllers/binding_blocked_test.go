@@ -138,7 +138,7 @@ func TestReconcileDrainBlocked(t *testing.T) {
 				}
 			}
 			wantWarnings := 0
-			if tc.wantReason != "" && !(tc.blockedSince && tc.wantReason == v1alpha1.DrainBlockedReasonUnschedulable) {
+			if tc.wantReason != "" && (!tc.blockedSince || tc.wantReason != v1alpha1.DrainBlockedReasonUnschedulable) {
 				wantWarnings = 2 // the binding's and the FluentPVC's
 			}
 			if len(warnings) != wantWarnings {
