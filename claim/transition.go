@@ -193,14 +193,15 @@ func Checkout(pvc *corev1.PersistentVolumeClaim, admittedAt time.Time, checkoutI
 	return Write{Op: OpUpdate, Object: out, Precondition: pre}, nil
 }
 
-// RecordPod records pod on held claim pvc as the pod that used it. The
+// RecordPod records pod on claim pvc as the pod that used it. The
 // operator writes it before it lets the pod go, so that the record
 // outlives a lost binding: from then on the claim is Used and is drained
-// before it is let go of.
+// before it is let go of. Only a warm PVC is refused: a claim whose
+// finalizer was removed by hand still takes the record.
 func RecordPod(pvc *corev1.PersistentVolumeClaim, pod v1alpha1.ObjectIdentity) (Write, error) {
 	switch {
-	case StateOf(pvc) == Warm || !controllerutil.ContainsFinalizer(pvc, v1alpha1.PVCProtectionFinalizer):
-		return Write{}, refuse("record pod "+pod.Name+" on", pvc, "only a held claim records its pod")
+	case StateOf(pvc) == Warm:
+		return Write{}, refuse("record pod "+pod.Name+" on", pvc, "a warm PVC has no pod")
 	case pod.UID == "":
 		return Write{}, refuse("record a pod on", pvc, "the pod has no UID")
 	case Records(pvc, pod):

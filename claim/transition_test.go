@@ -98,10 +98,12 @@ func TestTransitions(t *testing.T) {
 		"RecordPod": {
 			"claimed": writes(claim.OpPatch, claim.Used), "used": skip, "used, untracked": writes(claim.OpPatch, claim.Used),
 			"used, deleting": skip, "another checkout": writes(claim.OpPatch, claim.Used),
+			"released": writes(claim.OpPatch, claim.Released), "kept": writes(claim.OpPatch, claim.Kept), "not the operator's": writes(claim.OpPatch, claim.None),
 		},
 		"RecordPod, other": {
 			"claimed": writes(claim.OpPatch, claim.Used), "used": writes(claim.OpPatch, claim.Used), "used, untracked": writes(claim.OpPatch, claim.Used),
 			"used, deleting": writes(claim.OpPatch, claim.Used), "another checkout": writes(claim.OpPatch, claim.Used),
+			"released": writes(claim.OpPatch, claim.Released), "kept": writes(claim.OpPatch, claim.Kept), "not the operator's": writes(claim.OpPatch, claim.None),
 		},
 		"Release": {
 			"claimed": writes(claim.OpPatch, claim.Kept), "used": writes(claim.OpPatch, claim.Kept), "used, untracked": writes(claim.OpPatch, claim.Kept),

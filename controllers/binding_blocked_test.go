@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +64,13 @@ func TestReconcileDrainBlocked(t *testing.T) {
 		Reason:         "FailedCreate", LastTimestamp: metav1.NewTime(now.Add(-10 * time.Second)),
 		Message: `Error creating: pods "f-abc-drain-1-x" is forbidden: exceeded quota: pods, requested: pods=1, used: pods=10, limited: pods=10`,
 	}
+	namespace := func(terminating bool) *corev1.Namespace {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}
+		if terminating {
+			ns.DeletionTimestamp, ns.Finalizers = &metav1.Time{Time: now}, []string{"kubernetes"}
+		}
+		return ns
+	}
 	deleting := pvc.DeepCopy()
 	deleting.DeletionTimestamp = &metav1.Time{Time: now.Add(-time.Minute)}
 
@@ -93,9 +101,16 @@ func TestReconcileDrainBlocked(t *testing.T) {
 			wantRequeue: drainPatience,
 		},
 		"the claim is being deleted": {
-			objs:        []client.Object{deleting, job(time.Minute, 1, 0)},
+			objs:        []client.Object{namespace(false), deleting, job(time.Minute, 1, 0)},
 			wantReason:  v1alpha1.DrainBlockedReasonClaimDeleting,
 			wantMessage: "was deleted while the operator holds it",
+		},
+		"the claim is being deleted with its namespace: nothing to tell": {
+			objs: []client.Object{namespace(true), deleting, job(time.Minute, 1, 0)},
+		},
+		"pods refused long ago, then a pod ran and failed: not blocked": {
+			objs:        []client.Object{pvc, func() *batchv1.Job { j := job(time.Hour, 0, 0); j.Status.Failed = 1; return j }(), refused},
+			wantRequeue: drainPatience,
 		},
 		"a young Job: looked at once it has had its time": {
 			objs:        []client.Object{pvc, job(10*time.Second, 1, 0), drainPod(job(10*time.Second, 1, 0), false)},
@@ -147,7 +162,7 @@ func TestReconcileDrainBlocked(t *testing.T) {
 			if res.RequeueAfter != tc.wantRequeue {
 				t.Errorf("requeue after %s, want %s", res.RequeueAfter, tc.wantRequeue)
 			}
-			if tc.wantReason == v1alpha1.DrainBlockedReasonClaimDeleting {
+			if slices.Contains(tc.objs, client.Object(deleting)) {
 				// Deleted by someone else: the operator's finalizer still
 				// holds it, with its data.
 				kept := &corev1.PersistentVolumeClaim{}

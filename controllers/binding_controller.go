@@ -81,13 +81,13 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	res, err := r.apply(ctx, o, decide(o, now, r.opts), now)
+	res, err := r.apply(ctx, &o, decide(o, now, r.opts), now)
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) && !o.namespaceTerminating {
 		// The namespace began terminating before the binding was marked
 		// for deletion (observe reads the namespace only then): no Job can
 		// run there any more, so let go as for a terminating namespace.
 		o.namespaceTerminating = true
-		return r.apply(ctx, o, decide(o, now, r.opts), now)
+		return r.apply(ctx, &o, decide(o, now, r.opts), now)
 	}
 	return res, err
 }
@@ -315,6 +315,11 @@ func (r *BindingReconciler) observeJobs(ctx context.Context, o *observed, _ time
 // Job still without one is worth a look, and a healthy drain costs no reads.
 const drainPatience = 30 * time.Second
 
+// failedCreateWindow is how recent a finalizer Job's FailedCreate event
+// must be to say that its pods are refused now: longer than the Job
+// controller's longest wait between two tries to create a pod.
+const failedCreateWindow = 10 * time.Minute
+
 // observeDrain finds what keeps the current finalizer Job from making
 // progress: its claim being deleted (no new pod that mounts it is
 // scheduled), the Job controller unable to create its pod (its
@@ -325,6 +330,16 @@ const drainPatience = 30 * time.Second
 func (r *BindingReconciler) observeDrain(ctx context.Context, o *observed, now time.Time) error {
 	b := o.binding
 	if o.pvc != nil && !o.pvc.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(o.pvc, v1alpha1.PVCProtectionFinalizer) {
+		// A namespace being deleted takes its claims first: the binding
+		// lets go of them undrained once it is deleted too, and nothing
+		// is blocked that anyone should be told of.
+		ns := namespaceMeta()
+		switch err := r.Get(ctx, client.ObjectKey{Name: b.Namespace}, ns); {
+		case err != nil && !apierrors.IsNotFound(err):
+			return fmt.Errorf("reading namespace %s: %w", b.Namespace, err)
+		case err != nil || !ns.DeletionTimestamp.IsZero():
+			return nil
+		}
 		o.drainBlocked = &blockage{reason: v1alpha1.DrainBlockedReasonClaimDeleting, message: fmt.Sprintf(
 			"claim %s was deleted while the operator holds it, and no pod that mounts a claim being deleted is scheduled; see the operations guide, \"A held claim was deleted\"", b.Spec.PVC.Name)}
 		return nil
@@ -344,7 +359,10 @@ func (r *BindingReconciler) observeDrain(ctx context.Context, o *observed, now t
 			client.MatchingFields{"involvedObject.uid": string(job.UID), "reason": "FailedCreate"}); err != nil {
 			return fmt.Errorf("reading the events of finalizer Job %s: %w", job.Name, err)
 		}
-		if e := latestEvent(events.Items); e != nil {
+		// A refusal is current while the Job controller keeps retrying
+		// (its backoff stays under failedCreateWindow), and only before
+		// any pod of the Job ran: a pod that ran and failed is newer news.
+		if e := latestEvent(events.Items); e != nil && job.Status.Failed == 0 && now.Sub(e.LastTimestamp.Time) < failedCreateWindow {
 			o.drainBlocked = &blockage{reason: v1alpha1.DrainBlockedReasonPodsRefused,
 				message: fmt.Sprintf("finalizer Job %s cannot create its pod: %s", job.Name, e.Message)}
 		}
@@ -489,7 +507,8 @@ func (r *BindingReconciler) releaseLabelledPods(ctx context.Context, namespace, 
 
 // apply carries out plan p, decided from o at now: spec records first,
 // then the children, then one status write, then the outcomes.
-func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan, now time.Time) (ctrl.Result, error) {
+// The claim written is kept in o, for a second apply in the same reconcile.
+func (r *BindingReconciler) apply(ctx context.Context, o *observed, p plan, now time.Time) (ctrl.Result, error) {
 	b := o.binding
 	if p.recordPod != nil || p.recordPVCUID != "" {
 		if p.recordPod != nil {
@@ -521,7 +540,12 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan, now t
 	if p.createJob > 0 {
 		job := objects.DrainJob(o.fluentPVC, b, p.createJob)
 		err := r.Create(ctx, job)
-		if p = settleJob(o, p, job.Name, err, now); err != nil && !apierrors.IsAlreadyExists(err) && p.retry == nil {
+		if err == nil {
+			// Counted when made: a status write that loses a race later in
+			// this reconcile must not lose the count.
+			drainsStarted.WithLabelValues(b.Spec.FluentPVC.Name).Inc()
+		}
+		if p = settleJob(*o, p, job.Name, err, now); err != nil && !apierrors.IsAlreadyExists(err) && p.retry == nil {
 			return ctrl.Result{}, fmt.Errorf("creating finalizer Job %s: %w", job.Name, err)
 		}
 	}
@@ -532,7 +556,7 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan, now t
 			return ctrl.Result{}, fmt.Errorf("deleting failed Job %s: %w", name, err)
 		}
 	}
-	if err := r.letGo(ctx, o, p); err != nil {
+	if err := r.letGo(ctx, *o, p); err != nil {
 		return ctrl.Result{}, err
 	}
 
@@ -551,7 +575,7 @@ func (r *BindingReconciler) apply(ctx context.Context, o observed, p plan, now t
 			return ctrl.Result{}, fmt.Errorf("writing the binding's status: %w", err)
 		}
 	}
-	r.report(ctx, o, p)
+	r.report(ctx, *o, p)
 	if p.retry != nil {
 		return ctrl.Result{}, p.retry
 	}

@@ -148,7 +148,8 @@ type outcomeReport struct {
 }
 
 var outcomeReports = map[outcomeKind]outcomeReport{
-	outcomeDrainStarted:    {reason: v1alpha1.EventReasonDrainStarted, logLevel: 1, log: "drain started", counter: drainsStarted},
+	// drainsStarted is counted by apply, when the Job is made.
+	outcomeDrainStarted:    {reason: v1alpha1.EventReasonDrainStarted, logLevel: 1, log: "drain started"},
 	outcomeDrainFailed:     {reason: v1alpha1.EventReasonDrainFailed, warning: true, log: "drain failed; the claim is kept and the drain retried", counter: drainsFailed},
 	outcomeDrained:         {reason: v1alpha1.EventReasonDrained, logLevel: 1, log: "claim drained; deleting it", counter: drainsSucceeded},
 	outcomeOrphanReclaimed: {reason: v1alpha1.EventReasonOrphanReclaimed, logLevel: 1, log: "no pod appeared within the grace period: claim reclaimed undrained", counter: orphansReclaimed},
@@ -556,7 +557,13 @@ func settleJob(o observed, p plan, jobName string, err error, now time.Time) pla
 		setCondition(&p.status, v1alpha1.BindingConditionDrained, metav1.ConditionFalse, v1alpha1.DrainedReasonJobRejected,
 			fmt.Sprintf("the API server refused finalizer Job %s: %v", jobName, err), b.Generation, now)
 		setCondition(&p.status, v1alpha1.BindingConditionDrainJobRejected, metav1.ConditionTrue, string(apierrors.ReasonForError(err)), err.Error(), b.Generation, now)
-		p.createJob, p.deleteJobs, p.outcomes = 0, nil, nil
+		p.createJob, p.deleteJobs = 0, nil
+		// Only a failure of the last Job is still told, counted but silent:
+		// the refusal is the news.
+		p.outcomes = slices.DeleteFunc(p.outcomes, func(o outcome) bool { return o.kind != outcomeDrainFailed })
+		for i := range p.outcomes {
+			p.outcomes[i].silent = true
+		}
 		p.tell(outcomeDrainJobRejected, fmt.Sprintf("the API server refused finalizer Job %s made from FluentPVC %s; the claim is kept and the Job is tried again when the FluentPVC changes: %v",
 			jobName, b.Spec.FluentPVC.Name, err))
 		p.retry = fmt.Errorf("creating finalizer Job %s: %w", jobName, err)

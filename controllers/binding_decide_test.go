@@ -7,8 +7,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
@@ -423,6 +425,48 @@ func TestAdmissionTimeOrdersWithinASecond(t *testing.T) {
 			keep, _, capped := pool.Namespaces(nil, last, late, time.Hour, pool.Learning{Max: 1})
 			if !cmp.Equal(keep, []string{"z-late"}) || !cmp.Equal(capped, []string{"a-early"}) {
 				t.Errorf("kept %v, capped %v; want [z-late], [a-early]", keep, capped)
+			}
+		})
+	}
+}
+
+// TestSettleJob settles a plan once the API server answered the creation
+// of its finalizer Job.
+func TestSettleJob(t *testing.T) {
+	b := fixtures.Binding(fixtures.Claim(fixtures.MakeFluentPVC("f").Obj(), "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch), "")
+	b.Status.DrainAttempts, b.Status.DrainJobName = 1, "f-abc-drain-1"
+	planned := func() plan {
+		p := plan{createJob: 2, deleteJobs: []string{"f-abc-drain-1"}, status: *b.Status.DeepCopy()}
+		p.status.DrainAttempts, p.status.DrainJobName = 2, "f-abc-drain-2"
+		p.outcomes = []outcome{{kind: outcomeDrainFailed, message: "attempt 1 failed"}, {kind: outcomeDrainStarted, message: "attempt 2"}}
+		return p
+	}
+	invalid := apierrors.NewInvalid(schema.GroupKind{Group: "batch", Kind: "Job"}, "f-abc-drain-2", nil)
+	cases := map[string]struct {
+		err          error
+		wantOutcomes []outcome
+		wantAttempts int32
+		wantRetry    bool
+	}{
+		"created": {wantAttempts: 2, wantOutcomes: planned().outcomes},
+		"made by an earlier reconcile, which told of it": {err: apierrors.NewAlreadyExists(schema.GroupResource{Group: "batch", Resource: "jobs"}, "f-abc-drain-2"),
+			wantAttempts: 2, wantOutcomes: []outcome{{kind: outcomeDrainFailed, message: "attempt 1 failed"}}},
+		"refused: no attempt, the failure counted silently, the refusal told": {err: invalid, wantAttempts: 1, wantRetry: true,
+			wantOutcomes: []outcome{{kind: outcomeDrainFailed, message: "attempt 1 failed", silent: true}, {kind: outcomeDrainJobRejected}}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			p := settleJob(observed{binding: b}, planned(), "f-abc-drain-2", tc.err, fixtures.Epoch)
+			for i := range p.outcomes {
+				if p.outcomes[i].kind == outcomeDrainJobRejected {
+					p.outcomes[i].message = "" // the API server's words
+				}
+			}
+			if diff := cmp.Diff(tc.wantOutcomes, p.outcomes, cmp.AllowUnexported(outcome{})); diff != "" {
+				t.Errorf("outcomes (-want +got):\n%s", diff)
+			}
+			if p.status.DrainAttempts != tc.wantAttempts || (p.retry != nil) != tc.wantRetry {
+				t.Errorf("attempts %d, retry %v; want %d, %v", p.status.DrainAttempts, p.retry, tc.wantAttempts, tc.wantRetry)
 			}
 		})
 	}
