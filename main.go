@@ -28,6 +28,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	ctrlwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/st-tech/fluent-pvc-operator/apiclock"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/controllers"
 	"github.com/st-tech/fluent-pvc-operator/webhook"
@@ -92,6 +93,10 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
+	// Grace periods are counted on the API server's clock.
+	serverClock := apiclock.New(nil)
+	serverClock.Wrap(cfg)
+	opts.controllers.Clock = serverClock
 	// Native sidecars need Kubernetes 1.29: read the API server's version
 	// once, not per pod.
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)

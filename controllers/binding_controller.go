@@ -458,7 +458,7 @@ func (r *BindingReconciler) observeUncachedPod(ctx context.Context, o *observed,
 		}
 		return nil
 	}
-	if o.pvc == nil || admissionTime(b).Add(r.opts.OrphanGracePeriod).After(now) {
+	if o.pvc == nil || graceStart(b).Add(r.opts.OrphanGracePeriod).After(now) {
 		return nil
 	}
 	var live corev1.PodList

@@ -207,8 +207,7 @@ func decideClaim(o observed, now time.Time, opts Options) plan {
 
 	pod := decideRecords(o, &p)
 	podSeen := b.Spec.Pod.UID != "" || p.recordPod != nil
-	admittedAt := admissionTime(b)
-	graceLeft := admittedAt.Add(opts.OrphanGracePeriod).Sub(now)
+	graceLeft := graceStart(b).Add(opts.OrphanGracePeriod).Sub(now)
 	claimReleased := o.pvc == nil || (!o.pvc.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(o.pvc, v1alpha1.PVCProtectionFinalizer))
 
 	setPod := func(status metav1.ConditionStatus, reason, msg string) {
@@ -652,6 +651,17 @@ func jobAttempt(j *batchv1.Job) int32 {
 	return int32(n)
 }
 
+// graceStart is when the orphan grace period of b's claim starts: b's
+// creation, as the API server stamped it. The binding is made once the
+// claim was handed out, so the grace period starts no earlier than the
+// pod's admission, whatever the clock of the webhook replica that
+// admitted it (which stamped claim.AdmittedAt).
+func graceStart(b *v1alpha1.FluentPVCBinding) time.Time {
+	return b.CreationTimestamp.Time
+}
+
+// admissionTime is when the webhook handed out b's claim, on the clock of
+// the replica that admitted the pod: for the pool's demand only.
 func admissionTime(b *v1alpha1.FluentPVCBinding) time.Time {
 	if t, ok := claim.AdmittedAt(b.Annotations); ok {
 		return t

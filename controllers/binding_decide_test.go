@@ -27,6 +27,8 @@ func TestDecide(t *testing.T) {
 	mkBinding := func(mut func(*v1alpha1.FluentPVCBinding)) *v1alpha1.FluentPVCBinding {
 		b := fixtures.Binding(fixtures.Claim(fpvc, "ns", claim, "h", v1alpha1.CheckoutMiss, admitted), fpvc.UID)
 		b.Spec.PVC.UID = "pvc-uid"
+		// The API server stamps the binding, made at the admission.
+		b.CreationTimestamp = metav1.NewTime(admitted)
 		if mut != nil {
 			mut(b)
 		}
@@ -102,6 +104,13 @@ func TestDecide(t *testing.T) {
 		},
 		"claim exists, no pod yet: Pending until the grace period ends": {
 			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: fresh},
+			now:  admitted.Add(time.Minute),
+			want: want{phase: v1alpha1.BindingPhasePending, drainedReas: v1alpha1.DrainedReasonNotStarted, requeueAfter: time.Minute},
+		},
+		"the admitting replica's clock runs 10 minutes behind: the grace period counts from the binding's creation, on the server's clock": {
+			obs: observed{binding: mkBinding(func(b *v1alpha1.FluentPVCBinding) {
+				b.Annotations[v1alpha1.AdmittedAtAnnotationKey] = admitted.Add(-10 * time.Minute).Format(time.RFC3339Nano)
+			}), fluentPVC: fpvc, pvc: fresh},
 			now:  admitted.Add(time.Minute),
 			want: want{phase: v1alpha1.BindingPhasePending, drainedReas: v1alpha1.DrainedReasonNotStarted, requeueAfter: time.Minute},
 		},

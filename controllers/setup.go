@@ -26,8 +26,19 @@ import (
 // Options configure the controllers.
 type Options struct {
 	// OrphanGracePeriod is how long a claim waits for its pod before it is
-	// reclaimed as an orphan.
+	// drained, or reclaimed as an orphan, counted on the API server's clock
+	// from its binding's creation.
 	OrphanGracePeriod time.Duration
+	// APIServerRequestTimeout is the API server's --request-timeout: the
+	// longest a pod's admission may take after its claim was handed out.
+	// The orphan grace period must exceed it (see Validate).
+	APIServerRequestTimeout time.Duration
+	// AllowShortOrphanGracePeriod accepts a grace period below the safe
+	// minimum, for test clusters whose admissions are known to be quick.
+	AllowShortOrphanGracePeriod bool
+	// Clock tells the API server's time (package apiclock); the local
+	// clock when nil. Not a flag.
+	Clock clock.PassiveClock
 	// DrainBackoffBase and DrainBackoffMax bound the exponential backoff
 	// between failed finalizer Jobs.
 	DrainBackoffBase time.Duration
@@ -48,7 +59,9 @@ type Options struct {
 
 // BindFlags registers the options as command-line flags with their defaults.
 func (o *Options) BindFlags(fs *flag.FlagSet) {
-	fs.DurationVar(&o.OrphanGracePeriod, "orphan-grace-period", 2*time.Minute, "How long a claim waits for its pod to appear before it is reclaimed without draining.")
+	fs.DurationVar(&o.OrphanGracePeriod, "orphan-grace-period", 2*time.Minute, "How long a claim waits for its pod to appear, counted on the API server's clock from its binding's creation, before it is drained, or reclaimed undrained when no pod was ever created with it. At least --api-server-request-timeout plus "+orphanGraceMargin.String()+".")
+	fs.DurationVar(&o.APIServerRequestTimeout, "api-server-request-timeout", time.Minute, "The kube-apiserver's --request-timeout (its default is 1m): how long a pod's admission may last after the operator handed it a claim.")
+	fs.BoolVar(&o.AllowShortOrphanGracePeriod, "allow-short-orphan-grace-period", false, "Accept an --orphan-grace-period below the safe minimum. For test clusters only: a pod admitted more slowly than the grace period is never recorded, and its claim may be handed to another pod.")
 	fs.DurationVar(&o.DrainBackoffBase, "drain-backoff-base", 10*time.Second, "Wait before retrying a failed finalizer Job; doubles with each failure.")
 	fs.DurationVar(&o.DrainBackoffMax, "drain-backoff-max", 10*time.Minute, "Longest wait between finalizer Job attempts.")
 	fs.DurationVar(&o.FluentPVCMissingTimeout, "fluentpvc-missing-timeout", time.Hour, "How long a claim that must be drained waits for its deleted FluentPVC (and so its finalizer Job template) to be recreated before the operator lets go of it undrained. The PVC and its data are kept, with a Warning Event, for the user to drain by hand.")
@@ -63,8 +76,20 @@ const (
 	PoolBindBinderJob  = "binder-job"
 )
 
-// Validate reports options that cannot work.
+// orphanGraceMargin is how much longer than the API server's request
+// timeout the orphan grace period must be: room for the offset between the
+// API server's clock and the estimate of it, and for a write committed as
+// its request times out.
+const orphanGraceMargin = 30 * time.Second
+
+// Validate reports options that cannot work, or are unsafe.
 func (o *Options) Validate() error {
+	if min := o.APIServerRequestTimeout + orphanGraceMargin; o.OrphanGracePeriod < min && !o.AllowShortOrphanGracePeriod {
+		return fmt.Errorf("--orphan-grace-period=%s is too short: a pod's admission may last up to the API server's request timeout "+
+			"(--api-server-request-timeout=%s) after its claim was handed out, and a claim reclaimed before its pod is created "+
+			"could go to another pod while that pod writes to it. Set it to at least %s (the timeout plus %s)",
+			o.OrphanGracePeriod, o.APIServerRequestTimeout, min, orphanGraceMargin)
+	}
 	if o.PoolBindMode != PoolBindSelectNode && o.PoolBindMode != PoolBindBinderJob {
 		return fmt.Errorf("--pool-bind-mode: %q is neither %q nor %q", o.PoolBindMode, PoolBindSelectNode, PoolBindBinderJob)
 	}
@@ -149,7 +174,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("indexing bindings: %w", err)
 	}
 
-	clk := clock.RealClock{}
+	var clk clock.PassiveClock = clock.RealClock{}
+	if opts.Clock != nil {
+		clk = opts.Clock
+	}
 	recorder := mgr.GetEventRecorder("fluent-pvc-operator")
 	c, live := mgr.GetClient(), mgr.GetAPIReader()
 	if err := NewBindingReconciler(c, live, recorder, clk, opts).SetupWithManager(mgr); err != nil {

@@ -28,7 +28,7 @@
 //
 //	c, err := cluster.Up(ctx, cluster.Options{ProvisionerDelay: time.Second, ExtraStages: cluster.E2EStages()})
 //	defer c.Down()
-//	op, err := cluster.RunOperator(ctx, c, cluster.OperatorOptions{Args: []string{"--orphan-grace-period=10s"}})
+//	op, err := cluster.RunOperator(ctx, c, cluster.OperatorOptions{Args: []string{"--orphan-grace-period=10s", "--allow-short-orphan-grace-period"}})
 //	defer op.Stop()
 //
 // The command test/cluster/cmd/kwokcluster does the same from a shell; the

@@ -75,6 +75,7 @@ var _ = BeforeSuite(func() {
 	// without the webhook.
 	op, err = cluster.RunOperator(ctx, kc, cluster.OperatorOptions{AsServiceAccount: true, Args: append([]string{
 		"--orphan-grace-period=" + orphanGracePeriod.String(),
+		"--allow-short-orphan-grace-period",
 		"--drain-backoff-base=2s",
 		"--drain-backoff-max=8s",
 	}, strings.Fields(os.Getenv("E2E_OPERATOR_ARGS"))...)})

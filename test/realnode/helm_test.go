@@ -150,6 +150,8 @@ var _ = Describe("The operator installed with Helm", Ordered, func() {
 		repo, tag, _ := strings.Cut(images.OperatorRef, ":")
 		helm("upgrade", "fluent-pvc-operator", "charts/fluent-pvc-operator", "--namespace", operatorNamespace,
 			"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "operator.orphanGracePeriod=20s",
+			// A grace period this short is unsafe on a busy cluster's API server.
+			"--set", "operator.extraArgs={--allow-short-orphan-grace-period}",
 			"--wait", "--timeout", "4m")
 		operatorAvailable()
 		close(stop)
