@@ -14,7 +14,7 @@ import (
 
 func TestBinding(t *testing.T) {
 	fpvc := fixtures.MakeFluentPVC("f").Obj()
-	pvc := claim.NewClaimed(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutHit, "token", fixtures.Epoch).Object
+	pvc := claim.NewClaimed(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutHit, "token", "", fixtures.Epoch).Object
 	pvc.UID = "claim-uid"
 	want := &v1alpha1.FluentPVCBinding{
 		ObjectMeta: metav1.ObjectMeta{

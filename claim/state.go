@@ -170,3 +170,10 @@ func Name(fluentPVCName string) string {
 func NewCheckoutID() string {
 	return utilrand.String(checkoutIDLen)
 }
+
+// PodsSince is the resourceVersion that every pod created with held claim
+// pvc comes after, "" when the claim does not record one (see
+// v1alpha1.PodsSinceAnnotationKey).
+func PodsSince(pvc *corev1.PersistentVolumeClaim) string {
+	return pvc.Annotations[v1alpha1.PodsSinceAnnotationKey]
+}

@@ -17,7 +17,7 @@ import (
 
 // newClaimed is claim f-abc as the webhook creates it on a miss.
 func newClaimed() *corev1.PersistentVolumeClaim {
-	return claim.NewClaimed(fixtures.MakeFluentPVC("f").Obj(), "ns", "f-abc", "h", v1alpha1.CheckoutMiss, "token", fixtures.Epoch).Object
+	return claim.NewClaimed(fixtures.MakeFluentPVC("f").Obj(), "ns", "f-abc", "h", v1alpha1.CheckoutMiss, "token", "", fixtures.Epoch).Object
 }
 
 func with(c *corev1.PersistentVolumeClaim, mutate func(*corev1.PersistentVolumeClaim)) *corev1.PersistentVolumeClaim {
@@ -182,7 +182,7 @@ func TestCheckoutTokens(t *testing.T) {
 	if len(a) != 16 || a == c {
 		t.Errorf("checkout tokens %q and %q: want two different tokens of 16 characters", a, c)
 	}
-	pvc := claim.NewClaimed(fixtures.MakeFluentPVC("f").Obj(), "ns", "f-abc", "h", v1alpha1.CheckoutMiss, a, fixtures.Epoch).Object
+	pvc := claim.NewClaimed(fixtures.MakeFluentPVC("f").Obj(), "ns", "f-abc", "h", v1alpha1.CheckoutMiss, a, "", fixtures.Epoch).Object
 	if got := claim.Binding(pvc, "").Annotations[v1alpha1.CheckoutIDAnnotationKey]; got != a {
 		t.Errorf("binding's token = %q, want the claim's %q", got, a)
 	}

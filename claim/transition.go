@@ -112,8 +112,10 @@ func NewWarm(fpvc *v1alpha1.FluentPVC, namespace, hash, node string) Write {
 // now, without the pool (checkout is v1alpha1.CheckoutMiss, or a dry
 // run's). Its labels put it in the operator's cache; its finalizer keeps
 // it until it is drained; its annotations are the orphan record, the
-// empty pod record, the checkout token and whether it came from the pool.
-func NewClaimed(fpvc *v1alpha1.FluentPVC, namespace, name, hash, checkout, checkoutID string, now time.Time) Write {
+// empty pod record, the checkout token, whether it came from the pool,
+// and podsSince, a resourceVersion read before (none when "": then the
+// claim is drained if its pod never appears).
+func NewClaimed(fpvc *v1alpha1.FluentPVC, namespace, name, hash, checkout, checkoutID, podsSince string, now time.Time) Write {
 	c := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      name,
@@ -133,6 +135,9 @@ func NewClaimed(fpvc *v1alpha1.FluentPVC, namespace, name, hash, checkout, check
 			Finalizers: []string{v1alpha1.PVCProtectionFinalizer},
 		},
 		Spec: *fpvc.Spec.PVCSpecTemplate.DeepCopy(),
+	}
+	if podsSince != "" {
+		c.Annotations[v1alpha1.PodsSinceAnnotationKey] = podsSince
 	}
 	return Write{Op: OpCreate, Object: c, Precondition: Precondition{CheckoutID: checkoutID}}
 }
@@ -187,6 +192,9 @@ func Checkout(pvc *corev1.PersistentVolumeClaim, admittedAt time.Time, checkoutI
 	setAnnotation(out, v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutHit)
 	setAnnotation(out, v1alpha1.UsedByPodAnnotationKey, "")
 	setAnnotation(out, v1alpha1.CheckoutIDAnnotationKey, checkoutID)
+	// The write is conditioned on the version read: nothing happened to
+	// the claim between that version and the checkout.
+	setAnnotation(out, v1alpha1.PodsSinceAnnotationKey, pvc.ResourceVersion)
 	controllerutil.AddFinalizer(out, v1alpha1.PVCProtectionFinalizer)
 	pre := preconditionOf(pvc)
 	pre.CheckoutID = checkoutID
@@ -265,6 +273,7 @@ func Return(b *v1alpha1.FluentPVCBinding, pvc *corev1.PersistentVolumeClaim) (Wr
 	delete(out.Annotations, v1alpha1.CheckoutAnnotationKey)
 	delete(out.Annotations, v1alpha1.UsedByPodAnnotationKey)
 	delete(out.Annotations, v1alpha1.CheckoutIDAnnotationKey)
+	delete(out.Annotations, v1alpha1.PodsSinceAnnotationKey)
 	controllerutil.RemoveFinalizer(out, v1alpha1.PVCProtectionFinalizer)
 	pre := preconditionOf(pvc)
 	pre.CheckoutID = b.Annotations[v1alpha1.CheckoutIDAnnotationKey]

@@ -57,6 +57,8 @@ type BindingReconciler struct {
 	recorder  events.EventRecorder
 	clock     clock.PassiveClock
 	opts      Options
+	// history proves that no pod was created with an unrecorded claim.
+	history podHistory
 }
 
 // NewBindingReconciler returns a BindingReconciler that reads through c
@@ -439,9 +441,10 @@ func (r *BindingReconciler) observeNamespace(ctx context.Context, o *observed, _
 // the orphan grace period is over, and looks for one that mounts the
 // claim, whatever its labels: a pod found there lost its opt-in or binding
 // label before the operator saw it, and is taken as the binding's pod;
-// none found, on a claim that tracks its pod and records none, is the
-// positive proof that no pod used the claim. Labels can be edited on a
-// running pod; its volumes cannot.
+// none found, on a claim that tracks its pod and records none, and no
+// such pod in the namespace's history since the claim was handed out
+// (podHistory), is the positive proof that no pod used the claim. Labels
+// can be edited on a running pod; its volumes cannot.
 func (r *BindingReconciler) observeUncachedPod(ctx context.Context, o *observed, now time.Time) error {
 	b := o.binding
 	id := b.Spec.Pod
@@ -471,8 +474,18 @@ func (r *BindingReconciler) observeUncachedPod(ctx context.Context, o *observed,
 			return nil
 		}
 	}
-	_, tracked := claim.PodOf(o.pvc)
-	o.claimUnused = tracked
+	if _, tracked := claim.PodOf(o.pvc); !tracked {
+		o.unusedUnproven = "the claim predates the record of its pod"
+		return nil
+	}
+	// No pod mounts the claim now; that none ever did takes the history:
+	// a pod deleted unrecorded (its finalizer stripped while the operator
+	// was down) leaves no other trace.
+	proof, why, err := r.history.noPodSince(ctx, b.Namespace, b.Spec.PVC.Name, claim.PodsSince(o.pvc), live.ResourceVersion)
+	if err != nil {
+		return fmt.Errorf("reading the pod history of claim %s: %w", b.Spec.PVC.Name, err)
+	}
+	o.claimUnused, o.unusedUnproven = proof, why
 	return nil
 }
 

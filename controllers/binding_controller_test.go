@@ -540,6 +540,7 @@ func TestReconcileGraceEndsMidReconcile(t *testing.T) {
 	fpvc, claim := claimFixture()
 	b := fixtures.Binding(claim, fpvc.UID)
 	b.Status.Phase = v1alpha1.BindingPhasePending
+	b.CreationTimestamp = metav1.NewTime(fixtures.Epoch) // the grace period starts here
 	live := fakeAPI(t, interceptor.Funcs{}, fpvc, claim, b)
 	clk := &steppingClock{start: fixtures.Epoch.Add(2*time.Minute - 500*time.Millisecond), step: time.Second}
 	r := NewBindingReconciler(withoutPods(live), live, events.NewFakeRecorder(10), clk,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,10 +40,13 @@ type observed struct {
 	// pool: the pool is on and the claim was made from the current template.
 	poolAccepts bool
 	// claimUnused is true on positive proof that no pod ever used the
-	// claim: it tracks its pod (see claim.PodOf), records none, and a
-	// live list finds no pod that mounts it. Read only once the orphan grace
+	// claim: it tracks its pod (see claim.PodOf), records none, a live list
+	// finds no pod that mounts it, and the pods' history shows none created
+	// with it since it was handed out. Read only once the orphan grace
 	// period is over; false means keep and drain.
 	claimUnused bool
+	// unusedUnproven says why there is no such proof, when it was sought.
+	unusedUnproven string
 	// checkoutOver is true when the claim the binding records went back to
 	// the pool and carries another checkout's token (or none): it is no
 	// longer this binding's, and pvc is nil.
@@ -319,18 +323,32 @@ func decideNoPod(o observed, now time.Time, opts Options, graceLeft time.Duratio
 	}
 	if !o.claimUnused || drainStarted(o) {
 		// No pod is recorded, but nothing proves that none used the claim
-		// (its record predates this version, or a pod still carries it
-		// unseen): keep its data and drain it. A drain once started is seen
+		// (its record predates this version, a pod still carries it unseen,
+		// or one was created and is gone, its finalizer stripped while the
+		// operator could not record it): keep its data and drain it. An
+		// empty drain costs a Job; a drained claim is deleted, never
+		// returned to the pool. A drain once started is seen
 		// through even if a later reconcile finds the proof: that reconcile
 		// may have read an older binding, and a claim whose drain Job may be
 		// running is neither the pool's nor deleted before the Job
 		// succeeded.
-		setPod(metav1.ConditionFalse, v1alpha1.PodReadyReasonNotSeen, "no pod is recorded, but the claim's history is unknown: it is drained")
+		msg := unprovenMessage
+		if o.unusedUnproven != "" {
+			msg += " (" + o.unusedUnproven + ")"
+		}
+		// The reason is read once, before the drain starts: keep it.
+		if c := meta.FindStatusCondition(p.status.Conditions, v1alpha1.BindingConditionPodReady); o.unusedUnproven != "" || c == nil || !strings.HasPrefix(c.Message, unprovenMessage) {
+			setPod(metav1.ConditionFalse, v1alpha1.PodReadyReasonNotSeen, msg)
+		}
 		decideDrain(o, now, opts, p)
 		return
 	}
 	decideOrphan(o, now, opts, p)
 }
+
+// unprovenMessage begins the PodReady condition of a claim drained for
+// want of proof that no pod used it.
+const unprovenMessage = "no pod is recorded, but nothing proves that none used the claim: it is drained"
 
 // decideNamespaceTerminating lets go of the claim of a binding whose
 // namespace is going away with every object in it: no Job can drain the

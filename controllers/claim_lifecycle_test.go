@@ -240,7 +240,7 @@ var _ = Describe("Claim lifecycle", func() {
 		// A claim left by an earlier version, without the record of its
 		// pod, and whose binding is lost: no proof that no pod used it.
 		name := claim.Name(fpvc.Name)
-		c := claim.NewClaimed(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutMiss, claim.NewCheckoutID(), time.Now().Add(-time.Hour)).Object
+		c := claim.NewClaimed(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutMiss, claim.NewCheckoutID(), "", time.Now().Add(-time.Hour)).Object
 		delete(c.Annotations, v1alpha1.UsedByPodAnnotationKey)
 		Expect(k8sClient.Create(ctx, c)).To(Succeed())
 
@@ -367,18 +367,51 @@ var _ = Describe("Claim lifecycle", func() {
 		Eventually(claimReleased(claim)).Should(Succeed())
 	})
 
+	// podsSince is a resourceVersion the API server reached, as the
+	// webhook records it on a claim it hands out.
+	podsSince := func() string {
+		var l corev1.PersistentVolumeClaimList
+		Expect(k8sClient.List(ctx, &l, client.InNamespace(ns))).To(Succeed())
+		return l.ResourceVersion
+	}
+
 	It("reclaims an orphan claim without a Job once its grace period has passed", func() {
 		// What the webhook leaves when a later admission step rejects the
 		// pod: a claim, whose binding the operator makes.
 		name := claim.Name(fpvc.Name)
 		b := &v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-		Expect(k8sClient.Create(ctx, claim.NewClaimed(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutMiss, claim.NewCheckoutID(), time.Now()).Object)).To(Succeed())
+		Expect(k8sClient.Create(ctx, claim.NewClaimed(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutMiss, claim.NewCheckoutID(), podsSince(), time.Now()).Object)).To(Succeed())
 
 		Eventually(phaseOf(name)).Should(Equal(v1alpha1.BindingPhasePending))
 		claimHeld(name)
 		Eventually(claimReleased(name)).WithTimeout(fixtures.LongTimeout).Should(Succeed())
 		Eventually(gone(b)).Should(BeTrue())
 		Expect(jobs()).To(BeEmpty(), "a claim no pod used is not drained")
+	})
+
+	It("drains, never reclaims, a claim whose pod was created and deleted while its binding could not be made", func() {
+		By("a policy refuses bindings in the namespace while pods are still admitted")
+		allowBindings := fixtures.RefuseBindings(ctx, k8sClient, ns)
+		pod := fixtures.MakePod("unrecorded", ns).FluentPVC(fpvc.Name).Obj()
+		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+		name := pod.Labels[v1alpha1.BindingNameLabelKey]
+		Eventually(func() []string { return eventReasons(name) }).Should(ContainElement(v1alpha1.EventReasonBindingRejected))
+
+		By("the pod is deleted and, as runbooks say, its finalizer stripped: it leaves no record")
+		Expect(k8sClient.Delete(ctx, pod)).To(Succeed())
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), pod)).To(Succeed())
+		pod.Finalizers = nil
+		Expect(k8sClient.Update(ctx, pod)).To(Succeed())
+		Eventually(gone(pod)).Should(BeTrue())
+		allowBindings()
+
+		By("past the grace period, no pod mounts the claim, but one was created with it: it is drained")
+		job := drainJob(name, 1)
+		claimHeld(name)
+		Expect(binding(name)(Default).Status.Conditions).To(ContainElement(And(
+			HaveField("Type", v1alpha1.BindingConditionPodReady), HaveField("Message", ContainSubstring("pod unrecorded")))))
+		completeJob(ctx, job)
+		Eventually(claimReleased(name)).Should(Succeed())
 	})
 
 	It("lets a deleted FluentPVC go only after its drains finish, denying new pods meanwhile", func() {
@@ -461,7 +494,7 @@ var _ = Describe("Claim lifecycle", func() {
 		// operator (stopped here) made the binding: it can no longer be made.
 		stop()
 		name := claim.Name(fpvc.Name)
-		Expect(k8sClient.Create(ctx, claim.NewClaimed(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutHit, claim.NewCheckoutID(), time.Now()).Object)).To(Succeed())
+		Expect(k8sClient.Create(ctx, claim.NewClaimed(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutHit, claim.NewCheckoutID(), "", time.Now()).Object)).To(Succeed())
 		Expect(k8sClient.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
 		// envtest has no namespace controller: delete the claim as it would.
 		Expect(k8sClient.Delete(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})).To(Succeed())

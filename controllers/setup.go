@@ -180,7 +180,13 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	recorder := mgr.GetEventRecorder("fluent-pvc-operator")
 	c, live := mgr.GetClient(), mgr.GetAPIReader()
-	if err := NewBindingReconciler(c, live, recorder, clk, opts).SetupWithManager(mgr); err != nil {
+	watcher, err := client.NewWithWatch(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return fmt.Errorf("creating a client that watches: %w", err)
+	}
+	bindings := NewBindingReconciler(c, live, recorder, clk, opts)
+	bindings.history = podHistory{watcher: watcher}
+	if err := bindings.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the binding controller: %w", err)
 	}
 	if err := NewSidecarReconciler(c, recorder).SetupWithManager(mgr); err != nil {

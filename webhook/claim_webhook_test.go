@@ -31,7 +31,7 @@ var _ = Describe("Claim deletion", func() {
 		return w.Object
 	}
 	held := func() *corev1.PersistentVolumeClaim {
-		return create(claim.NewClaimed(fpvc, ns, claim.Name(fpvc.Name), "h", v1alpha1.CheckoutMiss, claim.NewCheckoutID(), fixtures.Epoch))
+		return create(claim.NewClaimed(fpvc, ns, claim.Name(fpvc.Name), "h", v1alpha1.CheckoutMiss, claim.NewCheckoutID(), "", fixtures.Epoch))
 	}
 
 	It("refuses to delete a claim the operator holds, naming its binding and what to do instead", func() {

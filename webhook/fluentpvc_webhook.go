@@ -150,7 +150,7 @@ func representatives(f *v1alpha1.FluentPVC, namespace string) []representative {
 	job := objects.DrainJob(f, b, 1)
 	job.Name, job.GenerateName, job.OwnerReferences = "", validationName+"-", nil
 
-	pvc := claim.NewClaimed(f, namespace, "", pool.TemplateHash(&spec.PVCSpecTemplate), v1alpha1.CheckoutMiss, "", time.Now()).Object
+	pvc := claim.NewClaimed(f, namespace, "", pool.TemplateHash(&spec.PVCSpecTemplate), v1alpha1.CheckoutMiss, "", "", time.Now()).Object
 	pvc.GenerateName, pvc.Finalizers = validationName+"-", nil
 
 	return []representative{

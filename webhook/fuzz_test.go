@@ -157,7 +157,7 @@ func (e *fuzzEnv) cluster(t *testing.T, warmPool bool) *fuzzCluster {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{pool.ZoneLabelKey: fuzzZone}}}
 
 	hash := pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate)
-	used := claim.NewClaimed(fpvc, fuzzNS, fuzzUsed, hash, v1alpha1.CheckoutMiss, claim.NewCheckoutID(), fixtures.Epoch).Object
+	used := claim.NewClaimed(fpvc, fuzzNS, fuzzUsed, hash, v1alpha1.CheckoutMiss, claim.NewCheckoutID(), "", fixtures.Epoch).Object
 	used.UID = "used-uid"
 	usedBy := fixtures.MakePod("running", fuzzNS).FluentPVC(fuzzFPVC).Label(v1alpha1.BindingNameLabelKey, fuzzUsed).Obj()
 	usedBy.UID = "running-uid"

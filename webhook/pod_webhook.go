@@ -77,8 +77,17 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if _, err := mgr.GetCache().GetInformer(context.Background(), namespaceMeta()); err != nil {
 		return fmt.Errorf("watching namespaces: %w", err)
 	}
+	claims, err := mgr.GetCache().GetInformer(context.Background(), &corev1.PersistentVolumeClaim{})
+	if err != nil {
+		return fmt.Errorf("watching claims: %w", err)
+	}
 	m := NewPodMutator(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetClient(), admission.NewDecoder(mgr.GetScheme()), opts.Clock)
 	m.NativeSidecarsUnsupported = opts.NativeSidecarsUnsupported
+	// The cache's latest resourceVersion comes before any write this
+	// admission makes.
+	if synced, ok := claims.(interface{ LastSyncResourceVersion() string }); ok {
+		m.PodsSince = synced.LastSyncResourceVersion
+	}
 	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: m})
 	mgr.GetWebhookServer().Register(FluentPVCPath, &admission.Webhook{Handler: &FluentPVCValidator{
 		Writer: mgr.GetClient(), Decoder: admission.NewDecoder(mgr.GetScheme()), Namespace: opts.Namespace,
@@ -127,6 +136,10 @@ type PodMutator struct {
 	Pool *pool.Checkouter
 	// NativeSidecarsUnsupported is Options.NativeSidecarsUnsupported.
 	NativeSidecarsUnsupported string
+	// PodsSince is a resourceVersion the API server reached before now
+	// (the claims cache's latest), recorded on a claim made for a pod;
+	// "" when nil.
+	PodsSince func() string
 }
 
 // Handle implements admission.Handler.
@@ -342,7 +355,7 @@ func (m *PodMutator) create(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *
 	hash := pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate)
 	for try := 1; ; try++ {
 		name := claim.Name(fpvc.Name)
-		err := claim.Execute(ctx, m.Writer, claim.NewClaimed(fpvc, pod.Namespace, name, hash, v1alpha1.CheckoutMiss, claim.NewCheckoutID(), now))
+		err := claim.Execute(ctx, m.Writer, claim.NewClaimed(fpvc, pod.Namespace, name, hash, v1alpha1.CheckoutMiss, claim.NewCheckoutID(), m.podsSince(), now))
 		if apierrors.IsAlreadyExists(err) && try < maxNameTries {
 			continue
 		}
@@ -351,6 +364,13 @@ func (m *PodMutator) create(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *
 		}
 		return name, nil
 	}
+}
+
+func (m *PodMutator) podsSince() string {
+	if m.PodsSince == nil {
+		return ""
+	}
+	return m.PodsSince()
 }
 
 var _ admission.Handler = &PodMutator{}

@@ -15,7 +15,7 @@ import (
 
 func TestDrainJob(t *testing.T) {
 	fpvc := fixtures.MakeFluentPVC("f").Obj()
-	b := claim.Binding(claim.NewClaimed(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, "token", fixtures.Epoch).Object, fpvc.UID)
+	b := claim.Binding(claim.NewClaimed(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, "token", "", fixtures.Epoch).Object, fpvc.UID)
 	cases := map[string]struct {
 		restartPolicy corev1.RestartPolicy
 		ttl           *int32

@@ -74,6 +74,13 @@ const (
 	// orphan grace period has passed since this time.
 	AdmittedAtAnnotationKey = keyPrefix + "admitted-at"
 
+	// PodsSinceAnnotationKey records on a claim a resourceVersion the API
+	// server reached before the webhook handed the claim out: every pod
+	// created with the claim comes after it. A watch of the namespace's pods
+	// from it is how the operator proves that no pod was ever created with
+	// an unrecorded claim before it reclaims it undrained.
+	PodsSinceAnnotationKey = keyPrefix + "pods-since"
+
 	// UsedByPodAnnotationKey records on a claim the pod that used it, as
 	// "<name>/<uid>". The operator writes it before it lets the pod go, so
 	// that the record outlives the claim's binding. The webhook hands every
