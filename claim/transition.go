@@ -194,7 +194,9 @@ func Checkout(pvc *corev1.PersistentVolumeClaim, admittedAt time.Time, checkoutI
 	setAnnotation(out, v1alpha1.CheckoutIDAnnotationKey, checkoutID)
 	// The write is conditioned on the version read: nothing happened to
 	// the claim between that version and the checkout.
-	setAnnotation(out, v1alpha1.PodsSinceAnnotationKey, pvc.ResourceVersion)
+	if pvc.ResourceVersion != "" {
+		setAnnotation(out, v1alpha1.PodsSinceAnnotationKey, pvc.ResourceVersion)
+	}
 	controllerutil.AddFinalizer(out, v1alpha1.PVCProtectionFinalizer)
 	pre := preconditionOf(pvc)
 	pre.CheckoutID = checkoutID

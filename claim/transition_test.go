@@ -183,7 +183,7 @@ func TestTransitions(t *testing.T) {
 // them all, so that the returned PVC is a warm PVC like any other.
 func TestCheckoutAndReturn(t *testing.T) {
 	warm := claim.NewWarm(fixtures.MakeFluentPVC("f").Obj(), "ns", "h", "node-1").Object
-	warm.Status.Phase = corev1.ClaimBound
+	warm.Status.Phase, warm.ResourceVersion = corev1.ClaimBound, "41"
 	out, err := claim.Checkout(warm, fixtures.Epoch, "token")
 	if err != nil {
 		t.Fatal(err)
@@ -198,6 +198,8 @@ func TestCheckoutAndReturn(t *testing.T) {
 		v1alpha1.CheckoutAnnotationKey:     v1alpha1.CheckoutHit,
 		v1alpha1.UsedByPodAnnotationKey:    "",
 		v1alpha1.CheckoutIDAnnotationKey:   "token",
+		// Pods created with it come after the version it was read at.
+		v1alpha1.PodsSinceAnnotationKey: "41",
 	}
 	if diff := cmp.Diff(wantAnnotations, c.Annotations); diff != "" {
 		t.Errorf("checked out annotations (-want +got):\n%s", diff)

@@ -214,3 +214,112 @@ func TestReconcileBindingRejected(t *testing.T) {
 	}
 	claimKept(t, live, pvc, "binding is refused")
 }
+
+// TestReconcileCopyMountsClaim reconciles the binding of a claim whose pod
+// is gone while a copy of that pod (`kubectl debug --copy-to`, admitted
+// while the operator was down) mounts the claim: no drain Job starts, and
+// a drained claim is not deleted, while the copy exists; the binding says
+// which pod it waits for. Once the copy is gone, the drain goes on. Before,
+// the drain ran under the copy, and the claim was deleted once the copy
+// exited, with what it wrote after the drain.
+func TestReconcileCopyMountsClaim(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	for name, tc := range map[string]struct {
+		drained bool
+	}{
+		"the pod is gone: no Job yet":       {},
+		"the drain succeeded: no deletion": {drained: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			fpvc, pvc := claimFixture()
+			pvc.Annotations[v1alpha1.UsedByPodAnnotationKey] = "app/app-uid"
+			b := fixtures.Binding(pvc, fpvc.UID)
+			b.CreationTimestamp = metav1.NewTime(fixtures.Epoch)
+			b.Spec.Pod = v1alpha1.ObjectIdentity{Name: "app", UID: "app-uid"}
+			b.Status.Phase = v1alpha1.BindingPhaseInUse
+			copied := fixtures.MakePod("app-debug", "ns").Claim(pvc.Name).Obj()
+			copied.UID, copied.Status.Phase = "copy-uid", corev1.PodRunning
+			objs := []client.Object{fpvc, pvc, b, copied}
+			if tc.drained {
+				b.Status.Phase, b.Status.DrainAttempts = v1alpha1.BindingPhaseDraining, 1
+				job := objects.DrainJob(fpvc, b, 1)
+				job.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+				objs = append(objs, job)
+			}
+			live := fakeAPI(t, interceptor.Funcs{}, objs...)
+			recorder := events.NewFakeRecorder(10)
+			r := NewBindingReconciler(withoutPods(live), live, recorder, clocktesting.NewFakePassiveClock(now),
+				Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute})
+			reconcile := func() ctrl.Result {
+				t.Helper()
+				res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)})
+				if err != nil {
+					t.Fatalf("Reconcile: %v", err)
+				}
+				return res
+			}
+			jobs := func() int {
+				var l batchv1.JobList
+				if err := live.List(context.Background(), &l); err != nil {
+					t.Fatal(err)
+				}
+				return len(l.Items)
+			}
+
+			res := reconcile()
+			claimKept(t, live, pvc, "copy still mounts it")
+			if got := jobs(); got != len(objs)-4 {
+				t.Errorf("%d finalizer Jobs while the copy mounts the claim, want %d", got, len(objs)-4)
+			}
+			got := &v1alpha1.FluentPVCBinding{}
+			if err := live.Get(context.Background(), client.ObjectKeyFromObject(b), got); err != nil {
+				t.Fatal(err)
+			}
+			c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.BindingConditionDrainBlocked)
+			if c == nil || c.Reason != v1alpha1.DrainBlockedReasonMountedByOtherPod || !strings.Contains(c.Message, "pod app-debug") {
+				t.Errorf("DrainBlocked = %+v, want reason %s naming pod app-debug", c, v1alpha1.DrainBlockedReasonMountedByOtherPod)
+			}
+			if res.RequeueAfter == 0 {
+				t.Error("no look again at a pod out of the cache")
+			}
+			warned := false
+			for len(recorder.Events) > 0 {
+				if strings.Contains(<-recorder.Events, v1alpha1.EventReasonDrainBlocked) {
+					warned = true
+				}
+			}
+			if !warned {
+				t.Error("no DrainBlocked Warning")
+			}
+
+			if err := live.Delete(context.Background(), copied); err != nil {
+				t.Fatal(err)
+			}
+			reconcile()
+			if tc.drained {
+				if err := live.Get(context.Background(), client.ObjectKeyFromObject(pvc), &corev1.PersistentVolumeClaim{}); !apierrors.IsNotFound(err) {
+					t.Errorf("drained claim not deleted once the copy is gone: %v", err)
+				}
+			} else if jobs() != 1 {
+				t.Error("no finalizer Job once the copy is gone")
+			}
+		})
+	}
+}
+
+// TestBindingRetryCapped fails one binding's reconcile 30 times: the wait
+// before the next try stays within maxBindingRetry, so that a binding
+// refused by a quota or a policy for long recovers soon after the fix.
+// Before, the default limiter waited up to 16 minutes, and a claim whose
+// binding a quota refused stayed without one long after the quota went.
+func TestBindingRetryCapped(t *testing.T) {
+	limiter := bindingRateLimiter()
+	req := ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "ns", Name: "f-abc"}}
+	var last time.Duration
+	for range 30 {
+		last = limiter.When(req)
+	}
+	if last > maxBindingRetry || last < maxBindingRetry/2 {
+		t.Errorf("wait after 30 failures = %s, want at most %s (and backing off up to it)", last, maxBindingRetry)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"golang.org/x/time/rate"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -185,7 +187,7 @@ func (r *BindingReconciler) abandonUnrecorded(ctx context.Context, pvc *corev1.P
 func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBinding, now time.Time) (observed, error) {
 	o := observed{binding: b}
 	for _, read := range []func(context.Context, *observed, time.Time) error{
-		r.observeFluentPVC, r.observeClaim, r.observePod, r.observeJobs, r.observeDrain, r.observeNamespace,
+		r.observeFluentPVC, r.observeClaim, r.observePod, r.observeJobs, r.observeDrain, r.observeNamespace, r.observeMounts,
 	} {
 		if err := read(ctx, &o, now); err != nil {
 			return o, err
@@ -418,6 +420,34 @@ func unschedulable(pods []corev1.Pod, job *batchv1.Job) string {
 		}
 	}
 	return ""
+}
+
+// observeMounts looks, with a live list of the namespace's pods, for a pod
+// other than the claim's own and its drain's that mounts the claim, when
+// the claim is about to be drained or deleted: its pod is gone or
+// finished, and no finalizer Job runs. The admission webhook refuses such
+// pods, but it lets pods through while the operator is down.
+func (r *BindingReconciler) observeMounts(ctx context.Context, o *observed, now time.Time) error {
+	b := o.binding
+	if o.pvc == nil || !controllerutil.ContainsFinalizer(o.pvc, v1alpha1.PVCProtectionFinalizer) || o.namespaceTerminating ||
+		runningJob(o.jobs) != nil || (o.pod != nil && !podFinished(o.pod)) {
+		return nil
+	}
+	if b.Spec.Pod.UID == "" && graceStart(b).Add(r.opts.OrphanGracePeriod).After(now) {
+		return nil // still waiting for its pod
+	}
+	var pods corev1.PodList
+	if err := r.apiReader.List(ctx, &pods, client.InNamespace(b.Namespace)); err != nil {
+		return fmt.Errorf("listing the pods of namespace %s for claim %s: %w", b.Namespace, b.Spec.PVC.Name, err)
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.UID != b.Spec.Pod.UID && !podFinished(p) && claimantPod(p, b.Spec.PVC.Name) {
+			o.mountedBy = p
+			return nil
+		}
+	}
+	return nil
 }
 
 // observeNamespace reads, live, whether a deleted binding's namespace is
@@ -707,6 +737,23 @@ func removeFinalizer(ctx context.Context, c client.Client, obj client.Object, fi
 // bindingWorkers is how many bindings are reconciled at once.
 const bindingWorkers = 8
 
+// maxBindingRetry caps the wait before a binding whose reconcile failed
+// is tried again. What fails for long is a refusal by a quota or a policy
+// (of the binding, or of its finalizer Job), whose end no event tells:
+// the binding then recovers within maxBindingRetry of the fix, instead of
+// the default limiter's 16 minutes.
+const maxBindingRetry = 30 * time.Second
+
+// bindingRateLimiter is the default controller rate limiter (per-item
+// exponential backoff from 5 ms, and an overall 10 per second with bursts
+// of 100) with the per-item backoff capped at maxBindingRetry.
+func bindingRateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxBindingRetry),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
+}
+
 // SetupWithManager registers the reconciler and its watches.
 func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	byBindingLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
@@ -727,7 +774,7 @@ func (r *BindingReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("fluentpvcbinding").
 		// Bindings are independent of each other, and a burst of pods brings
 		// a burst of them: several at once keep their records current.
-		WithOptions(controller.Options{MaxConcurrentReconciles: bindingWorkers}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: bindingWorkers, RateLimiter: bindingRateLimiter()}).
 		For(&v1alpha1.FluentPVCBinding{}).
 		Owns(&batchv1.Job{}).
 		Watches(&corev1.Pod{}, byBindingLabel).

@@ -60,6 +60,10 @@ type observed struct {
 	// drainRecheck is when to look at the current finalizer Job's pods
 	// again (0: no need).
 	drainRecheck time.Duration
+	// mountedBy is a pod, neither the claim's nor its drain's, that mounts
+	// the claim and has not finished, read live before a drain Job is
+	// made or the drained claim deleted; nil when there is none.
+	mountedBy *corev1.Pod
 }
 
 // blockage is why a drain cannot make progress: a DrainBlocked reason and
@@ -416,6 +420,14 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 	}
 
 	if j := succeededJob(o.jobs); j != nil {
+		if o.mountedBy != nil {
+			// What that pod writes after the drain would go with the claim.
+			p.status.Phase = v1alpha1.BindingPhaseDraining
+			setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonRunning, fmt.Sprintf(
+				"finalizer Job %s succeeded, but pod %s mounts the claim: it is deleted once that pod is gone", j.Name, o.mountedBy.Name))
+			waitForMount(o, now, p)
+			return
+		}
 		markDrained(b, j, now, p, fmt.Sprintf("finalizer Job %s succeeded: deleting claim %s", j.Name, b.Spec.PVC.Name))
 		p.releaseClaim, p.deleteClaim = true, true
 		return
@@ -469,6 +481,14 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 		p.createJob = attempts + 1
 		p.deleteJobs = []string{current.Name}
 	}
+	if o.mountedBy != nil {
+		// A drain under another writer would miss what it writes next.
+		p.createJob, p.deleteJobs = 0, nil
+		setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonNotStarted, fmt.Sprintf(
+			"pod %s mounts the claim: the drain starts once that pod is gone", o.mountedBy.Name))
+		waitForMount(o, now, p)
+		return
+	}
 	if o.fluentPVC == nil {
 		// A Job is due, but its template went with the FluentPVC.
 		p.createJob, p.deleteJobs = 0, nil
@@ -500,6 +520,19 @@ func decideBlocked(o observed, now time.Time, p *plan) {
 		p.tell(outcomeDrainBlocked, fmt.Sprintf("the drain of claim %s cannot make progress; the claim is kept: %s", o.binding.Spec.PVC.Name, blk.message))
 	}
 	setCondition(&p.status, v1alpha1.BindingConditionDrainBlocked, metav1.ConditionTrue, blk.reason, blk.message, o.binding.Generation, now)
+}
+
+// waitForMount records in p that the drain waits for o.mountedBy, a pod
+// that mounts the claim without being its pod or its drain's: a
+// DrainBlocked condition that names it, told as a Warning when new, and a
+// look again soon (that pod is not in the operator's cache).
+func waitForMount(o observed, now time.Time, p *plan) {
+	pod := o.mountedBy
+	o.drainBlocked = &blockage{reason: v1alpha1.DrainBlockedReasonMountedByOtherPod, message: fmt.Sprintf(
+		"pod %s (uid %s) mounts claim %s but is neither the pod the claim was handed to nor its drain: the drain waits until that pod is gone, so that no pod writes the claim during or after its drain",
+		pod.Name, pod.UID, o.binding.Spec.PVC.Name)}
+	o.drainRecheck = uncachedPodRecheck
+	decideBlocked(o, now, p)
 }
 
 // markDrained records in p that finalizer Job j drained b's claim, with

@@ -59,6 +59,8 @@ func TestDecide(t *testing.T) {
 		return *j
 	}
 	failedAt := admitted.Add(time.Hour)
+	copyPod := fixtures.MakePod("p-debug", "ns").Claim(claim).Obj()
+	copyPod.UID, copyPod.Status.Phase = "copy-uid", corev1.PodRunning
 
 	type want struct {
 		phase         v1alpha1.FluentPVCBindingPhase
@@ -166,6 +168,19 @@ func TestDecide(t *testing.T) {
 			now: admitted.Add(time.Hour),
 			want: want{phase: v1alpha1.BindingPhaseInUse, drainedReas: v1alpha1.DrainedReasonNotStarted,
 				blocked: v1alpha1.DrainBlockedReasonClaimDeleting, events: []string{v1alpha1.EventReasonDrainBlocked}},
+		},
+		"pod gone, but a copy mounts the claim: no Job while it exists, say so and look again": {
+			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, mountedBy: copyPod},
+			now:  admitted.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonNotStarted, requeueAfter: uncachedPodRecheck,
+				blocked: v1alpha1.DrainBlockedReasonMountedByOtherPod, events: []string{v1alpha1.EventReasonDrainBlocked}},
+		},
+		"drain succeeded, but a copy mounts the claim: not deleted while it exists": {
+			obs: observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, mountedBy: copyPod,
+				jobs: []batchv1.Job{job(1, batchv1.JobComplete, admitted.Add(time.Hour))}},
+			now: admitted.Add(time.Hour),
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, attempts: 0, requeueAfter: uncachedPodRecheck,
+				blocked: v1alpha1.DrainBlockedReasonMountedByOtherPod, events: []string{v1alpha1.EventReasonDrainBlocked}},
 		},
 		"Job running, blocked no more: the condition goes": {
 			obs: observed{binding: mkBinding(func(b *v1alpha1.FluentPVCBinding) {

@@ -42,8 +42,13 @@ var (
 		Help:    "Time the fluent-pvc-operator webhook took to handle a pod admission, by result.",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 	}, []string{"result"})
+
+	mountsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fluentpvc_webhook_mounts_refused_total",
+		Help: "Pods refused because they mount a PVC the operator holds for another pod (or a warm PVC), by FluentPVC.",
+	}, []string{"fluentpvc"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(admissionsTotal, admissionDuration)
+	metrics.Registry.MustRegister(admissionsTotal, admissionDuration, mountsRefused)
 }

@@ -59,8 +59,8 @@ func NativeSidecarSupport(gitVersion string) string {
 	return fmt.Sprintf("the API server is %s and native sidecars need Kubernetes 1.29 or later", gitVersion)
 }
 
-// Setup registers the pod webhook, the FluentPVC validating webhook and the
-// claim deletion webhook with mgr's webhook server.
+// Setup registers the pod webhook, the FluentPVC validating webhook, the
+// claim deletion webhook and the mount webhook with mgr's webhook server.
 func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -94,6 +94,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}})
 	mgr.GetWebhookServer().Register(ClaimPath, &admission.Webhook{Handler: &ClaimDeletionValidator{
 		Decoder: admission.NewDecoder(mgr.GetScheme()), Reader: mgr.GetClient(),
+	}})
+	mgr.GetWebhookServer().Register(MountPath, &admission.Webhook{Handler: &MountValidator{
+		Decoder: admission.NewDecoder(mgr.GetScheme()), Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
 	}})
 	return nil
 }

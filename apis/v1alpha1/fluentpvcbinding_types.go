@@ -155,7 +155,9 @@ const (
 
 	// BindingConditionDrainBlocked is True while the current finalizer Job
 	// cannot make progress for a reason outside the operator: its pod cannot
-	// be scheduled, its pods are refused, or the claim is being deleted. The
+	// be scheduled, its pods are refused, the claim is being deleted, or a
+	// pod other than the claim's own mounts it (then no Job starts and the
+	// drained claim is not deleted while that pod exists). The
 	// message quotes the cause; the claim is kept, and the condition goes
 	// once the cause is fixed.
 	BindingConditionDrainBlocked = "DrainBlocked"
@@ -170,6 +172,9 @@ const (
 	// operator holds it, and no new pod that mounts a claim being deleted
 	// is scheduled.
 	DrainBlockedReasonClaimDeleting = "ClaimDeleting"
+	// DrainBlockedReasonMountedByOtherPod: a pod that is neither the
+	// claim's pod nor its drain mounts the claim; the message names it.
+	DrainBlockedReasonMountedByOtherPod = "MountedByOtherPod"
 
 	// BindingConditionDrained is True once a finalizer Job succeeded.
 	BindingConditionDrained = "Drained"

@@ -1,0 +1,52 @@
+package claim
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+)
+
+// MountObjection says why pod may not mount pvc, "" when it may. Only the
+// operator's PVCs are guarded, and only while the operator holds them:
+//
+//   - a warm PVC, by the pool's binder pod of that PVC alone;
+//   - a claim handed out and not yet recording its pod, by the pod it was
+//     handed to: one that carries its opt-in and binding labels (the
+//     webhook hands out the claim and refuses copies of such pods before
+//     this is asked);
+//   - a claim recording its pod, by that pod alone;
+//   - either of the last two, also by its own drain pods.
+//
+// A claim let go of (drained, abandoned, or kept for the user) is no
+// longer guarded: a person may mount it to read its data.
+func MountObjection(pod *corev1.Pod, pvc *corev1.PersistentVolumeClaim) string {
+	fpvc := pvc.Labels[v1alpha1.FluentPVCNameLabelKey]
+	switch StateOf(pvc) {
+	case Warm:
+		if pod.Labels[v1alpha1.ComponentLabelKey] == v1alpha1.ComponentBinder && pod.Labels[v1alpha1.WarmClaimLabelKey] == pvc.Name {
+			return ""
+		}
+		return fmt.Sprintf("PVC %s is a warm PVC of FluentPVC %q, kept for a pod that opts in: no pod may mount it by name. "+
+			"Label the pod %s=%s instead, and it gets a claim of its own", pvc.Name, fpvc, v1alpha1.FluentPVCNameLabelKey, fpvc)
+	case Claimed, Used:
+	default:
+		return ""
+	}
+	if pod.Labels[v1alpha1.ComponentLabelKey] == v1alpha1.ComponentDrain && pod.Labels[v1alpha1.BindingNameLabelKey] == pvc.Labels[v1alpha1.BindingNameLabelKey] {
+		return ""
+	}
+	holder := "the pod being admitted with it"
+	switch used, _ := PodOf(pvc); {
+	case used.UID != "" && used.UID == pod.UID:
+		return ""
+	case used.UID != "":
+		holder = "pod " + used.Name
+	case pod.Labels[v1alpha1.BindingNameLabelKey] == pvc.Name && pod.Labels[v1alpha1.FluentPVCNameLabelKey] == fpvc:
+		return "" // the pod it was handed to
+	}
+	return fmt.Sprintf("PVC %s is the claim of %s (FluentPVC %q), held until its FluentPVCBinding %s/%s has drained it: no other pod may mount it, "+
+		"or its drain would run while that pod writes. To read its data, wait until the drain is done, or give the pod its own claim with the label %s=%s",
+		pvc.Name, holder, fpvc, pvc.Namespace, pvc.Labels[v1alpha1.BindingNameLabelKey], v1alpha1.FluentPVCNameLabelKey, fpvc)
+}

@@ -1,0 +1,77 @@
+package claim_test
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apitypes "k8s.io/apimachinery/pkg/types"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+func TestMountObjection(t *testing.T) {
+	fpvc := fixtures.MakeFluentPVC("f").Obj()
+	handedOut := newClaimed()
+	used := with(handedOut, func(c *corev1.PersistentVolumeClaim) {
+		c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "app/app-uid"
+	})
+	warm := fixtures.Returned(handedOut)
+	released := with(used, func(c *corev1.PersistentVolumeClaim) {
+		c.Finalizers = nil
+		c.DeletionTimestamp = &metav1.Time{Time: fixtures.Epoch}
+	})
+	kept := with(used, func(c *corev1.PersistentVolumeClaim) { c.Finalizers = nil })
+	other := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "data"}}
+
+	pod := func(name string, uid string, labels map[string]string) *corev1.Pod {
+		p := fixtures.MakePod(name, "ns").Claim("f-abc").Obj()
+		p.UID, p.Labels = apitypes.UID(uid), map[string]string{}
+		for k, v := range labels {
+			p.Labels[k] = v
+		}
+		return p
+	}
+	own := pod("app", "app-uid", map[string]string{v1alpha1.FluentPVCNameLabelKey: fpvc.Name, v1alpha1.BindingNameLabelKey: "f-abc"})
+	admitted := pod("app", "new-uid", map[string]string{v1alpha1.FluentPVCNameLabelKey: fpvc.Name, v1alpha1.BindingNameLabelKey: "f-abc"})
+	debugCopy := pod("app-debug", "copy-uid", nil)
+	drain := pod("f-abc-drain-1-x", "drain-uid", map[string]string{v1alpha1.ComponentLabelKey: v1alpha1.ComponentDrain, v1alpha1.BindingNameLabelKey: "f-abc"})
+	otherDrain := pod("f-xyz-drain-1-x", "drain2-uid", map[string]string{v1alpha1.ComponentLabelKey: v1alpha1.ComponentDrain, v1alpha1.BindingNameLabelKey: "f-xyz"})
+	binder := pod("f-abc-binder-x", "binder-uid", map[string]string{v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder, v1alpha1.WarmClaimLabelKey: "f-abc"})
+	otherFluentPVC := pod("app", "new-uid", map[string]string{v1alpha1.FluentPVCNameLabelKey: "g", v1alpha1.BindingNameLabelKey: "f-abc"})
+
+	cases := map[string]struct {
+		pod *corev1.Pod
+		pvc *corev1.PersistentVolumeClaim
+		// want is part of the objection; "" when the pod may mount the PVC.
+		want string
+	}{
+		"not the operator's PVC":                         {pod: debugCopy, pvc: other},
+		"the pod a claim was handed to, being admitted":  {pod: admitted, pvc: handedOut},
+		"an unlabelled copy of a pod being admitted":     {pod: debugCopy, pvc: handedOut, want: "the claim of the pod being admitted with it"},
+		"a pod of another FluentPVC naming the claim":    {pod: otherFluentPVC, pvc: handedOut, want: "no other pod may mount it"},
+		"the recorded pod":                               {pod: own, pvc: used},
+		"kubectl debug --copy-to of the recorded pod":    {pod: debugCopy, pvc: used, want: "PVC f-abc is the claim of pod app"},
+		"a labelled copy of the recorded pod":            {pod: admitted, pvc: used, want: "the claim of pod app"},
+		"the claim's drain pod":                          {pod: drain, pvc: used},
+		"another claim's drain pod":                      {pod: otherDrain, pvc: used, want: "no other pod may mount it"},
+		"a warm PVC, by its binder pod":                  {pod: binder, pvc: warm},
+		"a warm PVC, by name":                            {pod: debugCopy, pvc: warm, want: "is a warm PVC of FluentPVC \"f\""},
+		"a drained claim being deleted":                  {pod: debugCopy, pvc: released},
+		"a claim let go of and kept: a person drains it": {pod: debugCopy, pvc: kept},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := claim.MountObjection(tc.pod, tc.pvc)
+			switch {
+			case tc.want == "" && got != "":
+				t.Errorf("objection %q, want none", got)
+			case tc.want != "" && !strings.Contains(got, tc.want):
+				t.Errorf("objection %q, want one with %q", got, tc.want)
+			}
+		})
+	}
+}

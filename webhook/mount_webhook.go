@@ -1,0 +1,100 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
+)
+
+// MountPath is where the mount webhook is served.
+const MountPath = "/validate-v1-pod"
+
+// Every pod with a PVC volume reaches the mount webhook, whatever its
+// labels: a copy made with `kubectl debug --copy-to` has none. A
+// matchCondition keeps pods without PVC volumes (most pods) off it, at no
+// cost to their admission.
+//
+// The failure policy is Ignore. With Fail, every pod with a PVC in the
+// cluster, the operator's or not, could not be created while the operator
+// is down. A pod let through then is caught by the binding controller,
+// which lists the namespace's pods live before it starts a drain or
+// deletes a drained claim, and waits, saying so (DrainBlocked,
+// MountedByOtherPod), while another pod mounts the claim.
+// +kubebuilder:webhook:path=/validate-v1-pod,mutating=false,failurePolicy=ignore,sideEffects=None,groups="",resources=pods,verbs=create,versions=v1,name=mounts.fluent-pvc-operator.tech.zozo.com,admissionReviewVersions=v1,timeoutSeconds=10,patch=`{"matchConditions":[{"name":"mounts-a-pvc","expression":"has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.persistentVolumeClaim))"}]}`
+
+// MountValidator refuses a pod that mounts a PVC the operator holds for
+// another pod, or a warm PVC of a pool (claim.MountObjection): two pods
+// writing one claim share their data, and a drain under another writer
+// misses what it writes next.
+type MountValidator struct {
+	Decoder admission.Decoder
+	// Reader reads claims from the manager's cache, which holds every PVC
+	// of the operator's.
+	Reader client.Reader
+	// APIReader reads a claim live before a refusal: the cache may not
+	// have seen yet the checkout of the very pod being admitted.
+	APIReader client.Reader
+}
+
+// Handle implements admission.Handler.
+func (v *MountValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create {
+		return admission.Allowed("")
+	}
+	pod := &corev1.Pod{}
+	if err := v.Decoder.Decode(req, pod); err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if pod.Namespace == "" {
+		pod.Namespace = req.Namespace
+	}
+	for _, vol := range pod.Spec.Volumes {
+		if vol.PersistentVolumeClaim == nil {
+			continue
+		}
+		why, fpvc, err := v.objection(ctx, pod, vol.PersistentVolumeClaim.ClaimName)
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
+		}
+		if why != "" {
+			mountsRefused.WithLabelValues(fpvc).Inc()
+			return admission.Denied(why)
+		}
+	}
+	return admission.Allowed("")
+}
+
+// objection says why pod may not mount PVC name, and the PVC's FluentPVC.
+// A PVC the cache does not hold is not the operator's (or is a claim made
+// for this very pod, which the cache has not seen yet).
+func (v *MountValidator) objection(ctx context.Context, pod *corev1.Pod, name string) (string, string, error) {
+	key := client.ObjectKey{Namespace: pod.Namespace, Name: name}
+	pvc := &corev1.PersistentVolumeClaim{}
+	switch err := v.Reader.Get(ctx, key, pvc); {
+	case apierrors.IsNotFound(err):
+		return "", "", nil
+	case err != nil:
+		return "", "", fmt.Errorf("reading PVC %s: %w", key, err)
+	}
+	if claim.MountObjection(pod, pvc) == "" {
+		return "", "", nil
+	}
+	switch err := v.APIReader.Get(ctx, key, pvc); {
+	case apierrors.IsNotFound(err):
+		return "", "", nil
+	case err != nil:
+		return "", "", fmt.Errorf("reading PVC %s: %w", key, err)
+	}
+	return claim.MountObjection(pod, pvc), pvc.Labels[v1alpha1.FluentPVCNameLabelKey], nil
+}
+
+var _ admission.Handler = &MountValidator{}

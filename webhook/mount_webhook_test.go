@@ -1,0 +1,83 @@
+package webhook_test
+
+import (
+	"context"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+var _ = Describe("Mounting a claim", func() {
+	var (
+		ctx  context.Context
+		ns   string
+		fpvc *v1alpha1.FluentPVC
+	)
+	BeforeEach(func() {
+		ctx = context.Background()
+		ns = newNamespace()
+		fpvc = fixtures.MakeFluentPVC("mounts").Obj()
+	})
+	create := func(w claim.Write) *corev1.PersistentVolumeClaim {
+		GinkgoHelper()
+		Expect(claim.Execute(ctx, k8sClient, w)).To(Succeed())
+		return w.Object
+	}
+	// mount creates, as a dry run, a pod that mounts pvc and carries labels.
+	mount := func(pvc string, labels ...string) error {
+		p := fixtures.MakePod("debug", ns).Claim(pvc).Obj()
+		if p.Labels == nil {
+			p.Labels = map[string]string{}
+		}
+		for i := 0; i+1 < len(labels); i += 2 {
+			p.Labels[labels[i]] = labels[i+1]
+		}
+		return k8sClient.Create(ctx, p, client.DryRunAll)
+	}
+	refused := func(pvc string, want string, labels ...string) {
+		GinkgoHelper()
+		Eventually(func() error { return mount(pvc, labels...) }).
+			WithTimeout(fixtures.Timeout).WithPolling(fixtures.Interval).
+			Should(And(Satisfy(apierrors.IsForbidden), MatchError(ContainSubstring(want))))
+	}
+
+	It("refuses an unlabelled pod that mounts a claim handed to another pod, whether that pod is recorded yet or not", func() {
+		c := create(claim.NewClaimed(fpvc, ns, claim.Name(fpvc.Name), "h", v1alpha1.CheckoutMiss, claim.NewCheckoutID(), "", fixtures.Epoch))
+		refused(c.Name, "is the claim of the pod being admitted with it")
+
+		w, err := claim.RecordPod(c, v1alpha1.ObjectIdentity{Name: "app", UID: "app-uid"})
+		Expect(err).NotTo(HaveOccurred())
+		c = create(w)
+		refused(c.Name, "PVC "+c.Name+" is the claim of pod app")
+
+		By("its own drain pods may mount it")
+		Expect(mount(c.Name, v1alpha1.ComponentLabelKey, v1alpha1.ComponentDrain, v1alpha1.BindingNameLabelKey, c.Name)).To(Succeed())
+
+		By("once let go of, a person may mount it to read its data")
+		controllerutil.RemoveFinalizer(c, v1alpha1.PVCProtectionFinalizer)
+		Expect(k8sClient.Update(ctx, c)).To(Succeed())
+		Eventually(func() error { return mount(c.Name) }).WithTimeout(fixtures.Timeout).WithPolling(fixtures.Interval).Should(Succeed())
+	})
+
+	It("refuses a pod that names a warm PVC, and lets other PVCs and pods without PVCs be", func() {
+		warm := create(claim.NewWarm(fpvc, ns, "h", ""))
+		refused(warm.Name, "is a warm PVC of FluentPVC \"mounts\"")
+
+		other := &corev1.PersistentVolumeClaim{}
+		other.Namespace, other.Name = ns, "data"
+		other.Spec.AccessModes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+		other.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
+		Expect(k8sClient.Create(ctx, other)).To(Succeed())
+		Expect(mount(other.Name)).To(Succeed())
+		Expect(k8sClient.Create(ctx, fixtures.MakePod("plain", ns).Obj(), client.DryRunAll)).To(Succeed())
+	})
+})
