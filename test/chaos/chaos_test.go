@@ -75,6 +75,10 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	user, err := userClient(kc.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	proxy, err := newAPIProxy(kc, filepath.Join(kc.Dir, "apiproxy"), faultRates{
 		Reset: 0.005, Throttle: 0.01, Fail: 0.01, Delay: 0.05, MaxDelay: time.Second, WatchCut: 0.2,
@@ -87,7 +91,7 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	reps, err := startReplicas(ctx, kc, 2, proxy.Kubeconfig, []string{
-		"--orphan-grace-period=10s", "--drain-backoff-base=1s", "--drain-backoff-max=5s",
+		"--orphan-grace-period=10s", "--allow-short-orphan-grace-period", "--drain-backoff-base=1s", "--drain-backoff-max=5s",
 	})
 	if err != nil {
 		t.Fatalf("replicas: %v (log %s)", err, logPath)
@@ -98,9 +102,11 @@ func TestChaos(t *testing.T) {
 		}
 	})
 
-	d := newDriver(m, c, logFile)
-	if err := c.Create(ctx, fluentPVC()); err != nil {
-		t.Fatal(err)
+	d := newDriver(m, c, user, kc, logFile)
+	for _, o := range []client.Object{nodeLocalClass(), fluentPVC(), localFluentPVC()} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for range m.Namespaces {
 		d.addNamespace(ctx)
@@ -122,12 +128,19 @@ func TestChaos(t *testing.T) {
 	every(loadCtx, &wg, m.StripEvery, d.stripBinding)
 	every(loadCtx, &wg, m.UnlabelEvery, d.removeLabel)
 	every(loadCtx, &wg, m.CopyEvery, d.copyPod)
+	every(loadCtx, &wg, m.DebugCopyEvery, d.debugCopy)
+	every(loadCtx, &wg, m.ClaimDeleteEvery, d.deleteClaim)
+	every(loadCtx, &wg, m.BindingRefusalEvery, d.refuseBindings)
+	every(loadCtx, &wg, m.BindingQuotaEvery, d.bindingQuota)
+	every(loadCtx, &wg, m.DrainRefusalEvery, d.refuseDrainPods)
+	every(loadCtx, &wg, m.NodeEvery, d.deleteNode)
 	<-loadCtx.Done()
 	wg.Wait()
 	stopLoad()
 	proxy.enabled.Store(false)
 	loadEnd := time.Now()
 	d.logf("load stopped; settling")
+	d.waitLater()
 
 	// Settle: both replicas up, every load pod gone, and then every claim
 	// drained or released.
@@ -148,7 +161,7 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	report := oracle.Check(events, final, oracle.Options{StuckAfter: 2 * time.Minute})
+	report := oracle.Check(events, final, oracle.Options{StuckAfter: 2 * time.Minute, Users: []string{chaosUser}})
 
 	res := results{
 		Mode: m.Name, Start: start, Setup: loadStart.Sub(start), Load: loadEnd.Sub(loadStart), Settle: settleEnd.Sub(loadEnd), Settled: settled,
@@ -285,6 +298,7 @@ func (r results) Markdown() string {
 	row := func(k string, v any) { fmt.Fprintf(&b, "| %s | %v |\n", k, v) }
 	row("labelled pods created (audit log)", r.Report.Stats.PodsCreated)
 	row("bare pods created by the driver (the rest from Deployments)", t.BarePods.Load())
+	row("bare pods with node-local claims", t.LocalPods.Load())
 	row("pods whose sidecar failed", t.SidecarFailPods.Load())
 	row("Deployment scalings", t.Scales.Load())
 	row("replica SIGKILLs (each restarted)", t.ReplicaKills.Load())
@@ -304,6 +318,18 @@ func (r results) Markdown() string {
 	row("opt-in labels removed from running pods", t.LabelsRemoved.Load())
 	row("copied manifests denied", t.CopiesDenied.Load())
 	row("copied manifests admitted", t.CopiesAdmitted.Load())
+	row("unlabelled copies (kubectl debug --copy-to) denied", t.DebugCopiesDenied.Load())
+	row("unlabelled copies admitted (deleted after 3-6 s)", t.DebugCopiesAdmitted.Load())
+	row("unlabelled pods created that mount a claim (audit log)", r.Report.Stats.UnlabelledClaimPods)
+	row("users' deletions of held claims denied", t.ClaimDeletesDenied.Load())
+	row("users' deletions of held claims admitted (a third are tried with the claim webhook unreachable)", t.ClaimDeletesAdmitted.Load())
+	row("deleted claims whose binding reported DrainBlocked ClaimDeleting", t.ClaimDeletingReported.Load())
+	row("deleted claims given up (pvc-protection removed by the user)", t.ClaimsGivenUp.Load())
+	row("windows of refused binding writes (ValidatingAdmissionPolicy)", t.BindingRefusals.Load())
+	row("unrecorded pods deleted and stripped of pod-protection", t.PodFinalizersStripped.Load())
+	row("windows of a zero quota on bindings", t.BindingQuotas.Load())
+	row("windows of refused drain Job pods (ValidatingAdmissionPolicy)", t.DrainPodRefusals.Load())
+	row("nodes with node-local claims deleted (made again 30-60 s later)", t.NodesDeleted.Load())
 	row("unexpected driver errors", t.Errors.Load())
 	fmt.Fprintf(&b, "\n## Invariants\n\n")
 	for _, inv := range oracle.Invariants {

@@ -20,6 +20,13 @@ type mode struct {
 	MinPods int
 	// Every fault strikes at a random time within its interval.
 	KillEvery, NamespaceEvery, FluentPVCEvery, StripEvery, UnlabelEvery, CopyEvery, ScaleEvery [2]time.Duration
+	// And those of faults.go: unlabelled copies, users' deletions of held
+	// claims, refused binding writes, quotas on bindings, refused drain
+	// pods, deleted nodes.
+	DebugCopyEvery, ClaimDeleteEvery, BindingRefusalEvery, BindingQuotaEvery, DrainRefusalEvery, NodeEvery [2]time.Duration
+	// Window is how long a refusal or quota lasts; NodeDown how long a
+	// deleted node stays away.
+	Window, NodeDown [2]time.Duration
 	// Settle bounds the wait for the system to settle after the load.
 	Settle time.Duration
 }
@@ -32,6 +39,10 @@ var (
 		FluentPVCEvery: [2]time.Duration{8 * time.Second, 15 * time.Second}, StripEvery: [2]time.Duration{4 * time.Second, 8 * time.Second},
 		UnlabelEvery: [2]time.Duration{6 * time.Second, 12 * time.Second}, CopyEvery: [2]time.Duration{5 * time.Second, 10 * time.Second},
 		ScaleEvery: [2]time.Duration{2 * time.Second, 5 * time.Second}, Settle: 4 * time.Minute,
+		DebugCopyEvery: [2]time.Duration{6 * time.Second, 12 * time.Second}, ClaimDeleteEvery: [2]time.Duration{6 * time.Second, 12 * time.Second},
+		BindingRefusalEvery: [2]time.Duration{5 * time.Second, 20 * time.Second}, BindingQuotaEvery: [2]time.Duration{10 * time.Second, 25 * time.Second},
+		DrainRefusalEvery: [2]time.Duration{10 * time.Second, 25 * time.Second}, NodeEvery: [2]time.Duration{10 * time.Second, 20 * time.Second},
+		Window: [2]time.Duration{15 * time.Second, 25 * time.Second}, NodeDown: [2]time.Duration{30 * time.Second, 60 * time.Second},
 	}
 	full = mode{
 		Name: "full", Load: 8 * time.Minute, Namespaces: 4,
@@ -40,6 +51,10 @@ var (
 		FluentPVCEvery: [2]time.Duration{10 * time.Second, 25 * time.Second}, StripEvery: [2]time.Duration{5 * time.Second, 12 * time.Second},
 		UnlabelEvery: [2]time.Duration{8 * time.Second, 15 * time.Second}, CopyEvery: [2]time.Duration{6 * time.Second, 12 * time.Second},
 		ScaleEvery: [2]time.Duration{2 * time.Second, 6 * time.Second}, Settle: 5 * time.Minute,
+		DebugCopyEvery: [2]time.Duration{8 * time.Second, 15 * time.Second}, ClaimDeleteEvery: [2]time.Duration{10 * time.Second, 20 * time.Second},
+		BindingRefusalEvery: [2]time.Duration{30 * time.Second, 60 * time.Second}, BindingQuotaEvery: [2]time.Duration{40 * time.Second, 80 * time.Second},
+		DrainRefusalEvery: [2]time.Duration{40 * time.Second, 80 * time.Second}, NodeEvery: [2]time.Duration{60 * time.Second, 120 * time.Second},
+		Window: [2]time.Duration{15 * time.Second, 25 * time.Second}, NodeDown: [2]time.Duration{30 * time.Second, 60 * time.Second},
 	}
 )
 

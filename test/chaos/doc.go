@@ -8,11 +8,23 @@
 // deleted under running pods, the FluentPVC's templates and pool size
 // change, bindings lose their finalizers and are deleted, opt-in labels
 // are removed from running pods, and pods are created from copied
-// manifests.
+// manifests. Users copy running pods without their labels (as `kubectl
+// debug --copy-to` does) and delete held claims, sometimes while the claim
+// webhook is unreachable, then give up an admitted one's data as the
+// operations guide says. For a window in one namespace, a
+// ValidatingAdmissionPolicy refuses every write of FluentPVCBindings while
+// pods are created there, some of which are deleted and stripped of their
+// pod-protection finalizer before they are recorded; a ResourceQuota
+// allows no bindings; or a policy refuses the drain Jobs' pods. A second
+// FluentPVC takes node-local claims, and a node holding some is deleted
+// and made again 30-60 s later.
 //
 // The judge is independent of the operator: after the load stops and the
 // system settles, the oracle package reads only the kube-apiserver audit
 // log and the final state, and counts violations of the invariants I1-I4.
+// Every pod that mounts a claim counts, labelled or not; a release that
+// follows a user's deletion of the claim is excused, as is one that
+// follows its namespace's deletion.
 //
 // Run it with `make chaos` (the full run, CHAOS=full, at least 300 pods,
 // results in test/chaos/results/latest.md); `make test` runs a reduced run

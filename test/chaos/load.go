@@ -32,27 +32,36 @@ const deploymentsPerNamespace = 2
 
 // tally counts what the driver did, for the results.
 type tally struct {
-	BarePods, SidecarFailPods, ReplicaKills, ReplicaExits, NamespacesDeleted, PoolChanges, TemplateChanges,
+	BarePods, LocalPods, SidecarFailPods, ReplicaKills, ReplicaExits, NamespacesDeleted, PoolChanges, TemplateChanges,
 	BindingsStripped, LabelsRemoved, CopiesDenied, CopiesAdmitted, Scales, Errors atomic.Int64
+	// The faults of faults.go.
+	DebugCopiesDenied, DebugCopiesAdmitted, ClaimDeletesDenied, ClaimDeletesAdmitted, ClaimDeletingReported, ClaimsGivenUp,
+	BindingRefusals, PodFinalizersStripped, BindingQuotas, DrainPodRefusals, NodesDeleted atomic.Int64
 }
 
 // driver runs the load and the faults.
 type driver struct {
-	m   mode
-	c   client.Client
-	log io.Writer
+	m mode
+	c client.Client
+	// user is c as chaosUser.
+	user client.Client
+	kc   *cluster.Cluster
+	log  io.Writer
 
 	mu         sync.Mutex
 	namespaces []string
 	nsSeq      int
+	faultSeq   int
 	// bare are the bare pods alive, with when each is to be deleted.
 	bare map[types.NamespacedName]time.Time
+	// after tracks the recoveries that outlive their faults (later).
+	after sync.WaitGroup
 
 	t tally
 }
 
-func newDriver(m mode, c client.Client, log io.Writer) *driver {
-	return &driver{m: m, c: c, log: log, bare: map[types.NamespacedName]time.Time{}}
+func newDriver(m mode, c, user client.Client, kc *cluster.Cluster, log io.Writer) *driver {
+	return &driver{m: m, c: c, user: user, kc: kc, log: log, bare: map[types.NamespacedName]time.Time{}}
 }
 
 func (d *driver) logf(format string, args ...any) {
@@ -65,7 +74,7 @@ func (d *driver) fail(what string, err error) {
 	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
 		return
 	}
-	if strings.Contains(err.Error(), "being terminated") || strings.Contains(err.Error(), "is being deleted") {
+	if strings.Contains(err.Error(), "being terminated") || strings.Contains(err.Error(), "is being deleted") || strings.Contains(err.Error(), refusalMessage) {
 		return
 	}
 	d.t.Errors.Add(1)
@@ -76,7 +85,16 @@ func (d *driver) fail(what string, err error) {
 // its pod when it fails, and drain Jobs that fail one time in four (the
 // flaky stages) without retries inside the Job.
 func fluentPVC() *v1alpha1.FluentPVC {
-	return fixtures.MakeFluentPVC(fluentPVCName).PoolSize(4).DeletePodOnSidecarFailure(true).
+	return loadFluentPVC(fixtures.MakeFluentPVC(fluentPVCName).PoolSize(4))
+}
+
+// localFluentPVC is fluentPVC with node-local claims and a pool of 2.
+func localFluentPVC() *v1alpha1.FluentPVC {
+	return loadFluentPVC(fixtures.MakeFluentPVC(localFluentPVCName).PoolSize(2).StorageClass(localStorageClass))
+}
+
+func loadFluentPVC(w *fixtures.FluentPVCWrapper) *v1alpha1.FluentPVC {
+	return w.DeletePodOnSidecarFailure(true).
 		Mutate(func(f *v1alpha1.FluentPVC) {
 			f.Spec.CommonVolumes, f.Spec.CommonVolumeMounts = nil, nil
 			f.Spec.PVCFinalizerJobSpecTemplate.BackoffLimit = ptr.To[int32](0)
@@ -145,14 +163,22 @@ func every(ctx context.Context, wg *sync.WaitGroup, interval [2]time.Duration, f
 	}()
 }
 
-// createBarePod creates a labelled pod that lives for a random time; one
-// in ten has a sidecar that fails.
+// createBarePod creates a labelled pod in a random namespace.
 func (d *driver) createBarePod(ctx context.Context) {
-	ns := d.randomNamespace()
-	if ns == "" {
-		return
+	if ns := d.randomNamespace(); ns != "" {
+		d.createBarePodIn(ctx, ns)
 	}
-	w := fixtures.MakePod("", ns).GenerateName("bare-").FluentPVC(fluentPVCName)
+}
+
+// createBarePodIn creates a labelled pod in ns that lives for a random
+// time, and returns it (nil on error); one in ten has a sidecar that
+// fails, one in four opts into the FluentPVC of node-local claims.
+func (d *driver) createBarePodIn(ctx context.Context, ns string) *corev1.Pod {
+	fpvc := fluentPVCName
+	if rand.N(4) == 0 {
+		fpvc = localFluentPVCName
+	}
+	w := fixtures.MakePod("", ns).GenerateName("bare-").FluentPVC(fpvc)
 	sidecarFails := rand.N(10) == 0
 	if sidecarFails {
 		w = w.Label(cluster.SidecarFailLabelKey, "true")
@@ -160,16 +186,19 @@ func (d *driver) createBarePod(ctx context.Context) {
 	pod := w.Obj()
 	if err := d.c.Create(ctx, pod); err != nil {
 		d.fail("creating a bare pod", err)
-		return
+		return nil
 	}
 	d.t.BarePods.Add(1)
+	if fpvc == localFluentPVCName {
+		d.t.LocalPods.Add(1)
+	}
 	if sidecarFails {
 		d.t.SidecarFailPods.Add(1)
 	}
-	life := d.m.BarePodLife[0] + rand.N(d.m.BarePodLife[1]-d.m.BarePodLife[0])
 	d.mu.Lock()
-	d.bare[client.ObjectKeyFromObject(pod)] = time.Now().Add(life)
+	d.bare[client.ObjectKeyFromObject(pod)] = time.Now().Add(between(d.m.BarePodLife))
 	d.mu.Unlock()
+	return pod
 }
 
 // reapBarePods deletes the bare pods whose time is up.
@@ -358,7 +387,7 @@ func (d *driver) copyPod(ctx context.Context) {
 		d.mu.Lock()
 		d.bare[client.ObjectKeyFromObject(cp)] = time.Now().Add(10 * time.Second)
 		d.mu.Unlock()
-	case apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) || strings.Contains(err.Error(), "denied the request"):
+	case denied(err):
 		d.t.CopiesDenied.Add(1)
 	default:
 		d.fail("creating a copied pod", err)

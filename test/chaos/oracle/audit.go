@@ -31,6 +31,8 @@ type Event struct {
 	Verb string `json:"verb"`
 	// User is who made the request.
 	User UserInfo `json:"user"`
+	// ImpersonatedUser is whom User acted as, if anyone.
+	ImpersonatedUser *UserInfo `json:"impersonatedUser,omitempty"`
 	// ObjectRef names the object the request was about, if any.
 	ObjectRef *ObjectRef `json:"objectRef,omitempty"`
 	// ResponseStatus holds the HTTP code of the response.
@@ -97,9 +99,18 @@ func (e *Event) is(group, resource, subresource string) bool {
 	return r != nil && r.APIGroup == group && r.Resource == resource && r.Subresource == subresource
 }
 
+// Username is whom the request acted as: the impersonated user, if any,
+// else the authenticated one.
+func (e *Event) Username() string {
+	if e.ImpersonatedUser != nil && e.ImpersonatedUser.Username != "" {
+		return e.ImpersonatedUser.Username
+	}
+	return e.User.Username
+}
+
 // where is a short, human-readable place of the event in the log.
 func (e *Event) where() string {
-	return fmt.Sprintf("%s by %s (audit %s)", e.StageTimestamp.UTC().Format("2006-01-02T15:04:05.000000Z"), e.User.Username, e.AuditID)
+	return fmt.Sprintf("%s by %s (audit %s)", e.StageTimestamp.UTC().Format("2006-01-02T15:04:05.000000Z"), e.Username(), e.AuditID)
 }
 
 // ReadAudit reads a JSON-lines audit log and returns its ResponseComplete

@@ -138,6 +138,13 @@ func (l *auditLog) deletePVC(pvc *corev1.PersistentVolumeClaim) {
 	l.write("delete", "", "persistentvolumeclaims", "", pvc)
 }
 
+// deletePVCAs logs a delete of pvc that the admin requested as user
+// (impersonation).
+func (l *auditLog) deletePVCAs(pvc *corev1.PersistentVolumeClaim, user string) {
+	l.deletePVC(pvc)
+	l.events[len(l.events)-1].ImpersonatedUser = &UserInfo{Username: user}
+}
+
 // deleteCollection logs a deletecollection of PVCs answered with pvcs:
 // each removed at once without finalizers, otherwise marked.
 func (l *auditLog) deleteCollection(ns string, pvcs ...*corev1.PersistentVolumeClaim) {
@@ -171,6 +178,27 @@ func (l *auditLog) deleteAnsweredByStatus(pvc *corev1.PersistentVolumeClaim) {
 func (l *auditLog) pod(ns, name, claim string, more ...string) {
 	pod := labelledPod(ns, name, claim, more...)
 	pod.UID = l.uid(name)
+	l.write("create", "", "pods", "", pod)
+}
+
+// unlabelledPod logs the create of a pod without the opt-in and binding
+// labels that mounts the PVCs claims, as a copy made by kubectl debug
+// --copy-to does.
+func (l *auditLog) unlabelledPod(ns, name string, claims ...string) {
+	pod := labelledPod(ns, name, claims[0], claims[1:]...)
+	pod.Labels = map[string]string{"app": "debug"}
+	pod.UID = l.uid(name)
+	l.write("create", "", "pods", "", pod)
+}
+
+// drainPod logs the Job controller's create of the pod of drain Job job.
+func (l *auditLog) drainPod(job *batchv1.Job) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: job.Namespace, Name: job.Name + "-x", UID: l.uid(job.Name + "-x"), Labels: map[string]string{
+			v1alpha1.ComponentLabelKey: v1alpha1.ComponentDrain,
+		}},
+		Spec: job.Spec.Template.Spec,
+	}
 	l.write("create", "", "pods", "", pod)
 }
 

@@ -14,11 +14,12 @@ import (
 
 // The invariants Check counts violations of.
 const (
-	// InvariantSharedClaim (I1): two created pods used one claim (one PVC
-	// UID) with no drain of it between them.
+	// InvariantSharedClaim (I1): two created pods, labelled or not, used
+	// one claim (one PVC UID) with no drain of it between them.
 	InvariantSharedClaim = "I1"
 	// InvariantUndrainedRelease (I2): a claim a created pod used was let go
-	// of before a drain of it succeeded.
+	// of before a drain of it succeeded, unless its namespace's deletion or
+	// a user's deletion of the claim was requested first.
 	InvariantUndrainedRelease = "I2"
 	// InvariantLeftover (I3): the settled final state still holds a claim,
 	// binding, drain or binder Job, or pod the operator should have removed.
@@ -31,7 +32,7 @@ const (
 // Invariants lists the invariants in report order with a one-line title.
 var Invariants = []struct{ ID, Title string }{
 	{InvariantSharedClaim, "a claim serves one pod until it is drained"},
-	{InvariantUndrainedRelease, "a used claim is let go of only after a drain succeeded (or its namespace is deleted)"},
+	{InvariantUndrainedRelease, "a used claim is let go of only after a drain succeeded (or its namespace, or the claim by a user, is deleted)"},
 	{InvariantLeftover, "nothing of the operator's is left once the load is gone"},
 	{InvariantStuckTerminating, "no pod is stuck Terminating"},
 }
@@ -50,6 +51,12 @@ type Options struct {
 	// it, which on kube-apiserver with etcd3 is the commit order; set this
 	// for an API server where that does not hold.
 	OrderByTime bool
+	// Users are the usernames of the cluster's users, as opposed to the
+	// operator's: a deletion of a claim one of them requested excuses the
+	// claim's later release without a drain, as the documented way out of
+	// a claim deleted while held gives up its data. Empty: no user's
+	// deletion excuses anything.
+	Users []string
 }
 
 func (o Options) stuckAfter() time.Duration {
@@ -82,14 +89,18 @@ type Violation struct {
 }
 
 // Excuse is a release of a used claim without a drain that its
-// namespace's deletion excuses.
+// namespace's deletion, or a user's deletion of the claim, excuses.
 type Excuse struct {
 	// Claim names the claim, as "namespace/name (uid ...)".
 	Claim string
 	// Release says when and by whom the claim was let go of.
 	Release string
-	// NamespaceDeleted says when the deletion of the namespace was requested.
+	// NamespaceDeleted says when the deletion of the namespace was
+	// requested; empty when ClaimDeleted excuses the release.
 	NamespaceDeleted string
+	// ClaimDeleted says when and by which user the deletion of the claim
+	// was requested; empty when NamespaceDeleted excuses the release.
+	ClaimDeleted string
 	// Warned: a ClaimAbandoned Warning event about the claim was created.
 	Warned bool
 }
@@ -103,6 +114,9 @@ type Stats struct {
 	Undecodable int
 	// PodsCreated counts successful creates of labelled pods.
 	PodsCreated int
+	// UnlabelledClaimPods counts successful creates of pods without the
+	// opt-in label (nor the operator's) that mount a claim.
+	UnlabelledClaimPods int
 	// ClaimsReferenced counts the distinct claims (PVC UIDs) they used.
 	ClaimsReferenced int
 	// UnresolvedClaims counts claim references of created pods to a name
@@ -115,6 +129,9 @@ type Stats struct {
 	// ReleasesExcused counts the distinct releases excused by their
 	// namespace's deletion.
 	ReleasesExcused int
+	// ReleasesExcusedByUser counts the distinct releases excused by a
+	// user's deletion of the claim.
+	ReleasesExcusedByUser int
 	// NotReleased counts (pod, claim) pairs whose claim the log never shows
 	// let go of (the final-state checks cover them).
 	NotReleased int
@@ -149,7 +166,7 @@ func (r Report) OK() bool { return len(r.Violations) == 0 }
 // Check counts the violations of I1 and I2 in the audit log events (in log
 // order, as ReadAudit returns them) and of I3 and I4 in the final state.
 func Check(events []Event, final State, opts Options) Report {
-	h := buildHistory(events, ordering{byTime: opts.OrderByTime})
+	h := buildHistory(events, ordering{byTime: opts.OrderByTime}, opts.Users)
 	uses := h.claimUses()
 	var r Report
 	r.Violations = append(r.Violations, h.checkShared(uses)...)
@@ -163,10 +180,18 @@ func Check(events []Event, final State, opts Options) Report {
 	r.Stats = stats
 	r.Stats.AuditEvents = len(events)
 	r.Stats.Undecodable = h.undecodable
-	r.Stats.PodsCreated = len(h.pods)
+	for i := range h.pods {
+		if h.pods[i].labelled {
+			r.Stats.PodsCreated++
+		}
+	}
 	r.Stats.AbandonWarnings = len(h.warnings)
 	claims := map[types.UID]bool{}
+	unlabelled := map[*podCreate]bool{}
 	for _, u := range uses {
+		if !u.pod.labelled {
+			unlabelled[u.pod] = true
+		}
 		if u.claim == nil {
 			r.Stats.UnresolvedClaims++
 		} else {
@@ -174,6 +199,7 @@ func Check(events []Event, final State, opts Options) Report {
 		}
 	}
 	r.Stats.ClaimsReferenced = len(claims)
+	r.Stats.UnlabelledClaimPods = len(unlabelled)
 	for _, j := range h.jobs {
 		if j.drain && j.hasSuccess {
 			r.Stats.DrainsSucceeded++
@@ -199,16 +225,17 @@ type claimUse struct {
 	claim *claimLife
 }
 
-// claimUses are the claims of the created pods: the PVC the pod's binding
-// label names, and any other PVC it mounts that carried the claim-role
-// label when the pod was created. Other PVCs a pod mounts are the user's.
+// claimUses are the claims of the created pods: the PVC a labelled pod's
+// binding label names, and any other PVC a pod, labelled or not, mounts
+// that carried the claim-role label when the pod was created. Other PVCs a
+// pod mounts are the user's.
 func (h *history) claimUses() []claimUse {
 	var uses []claimUse
 	for i := range h.pods {
 		p := &h.pods[i]
 		for _, name := range p.volumes {
 			c := h.claimAt(p.pod.Namespace, name, p.pos)
-			isClaim := name == p.binding
+			isClaim := p.labelled && name == p.binding
 			if c != nil && !isClaim {
 				st := h.stateBefore(c, p.pos)
 				isClaim = st != nil && st.role != ""
@@ -258,8 +285,9 @@ func (h *history) sortedUses(uses []claimUse) []claimUse {
 // checkReleases (I2): every claim of a created pod must be held by the
 // operator when the pod is created, and the first write after that which
 // lets it go must come after a drain Job of it, created after the pod,
-// succeeded; unless the claim's namespace was being deleted. A claim the
-// log never shows let go of must still be in the final state.
+// succeeded; unless the claim's namespace was being deleted or a user had
+// asked to delete the claim. A claim the log never shows let go of must
+// still be in the final state.
 func (h *history) checkReleases(uses []claimUse, final State) ([]Violation, []Excuse, Stats) {
 	var (
 		out     []Violation
@@ -308,6 +336,19 @@ func (h *history) checkReleases(uses []claimUse, final State) ([]Violation, []Ex
 					Release:          releaseKind(rel) + " " + rel.ev.where(),
 					NamespaceDeleted: ns.ev.where(),
 					Warned:           h.warned(c, st.binding),
+				})
+			}
+			continue
+		}
+		if del := h.userDeletedBefore(c, rel.pos); del != nil {
+			if !seenExcuse[rel] {
+				seenExcuse[rel] = true
+				stats.ReleasesExcusedByUser++
+				excused = append(excused, Excuse{
+					Claim:        c.ref.String(),
+					Release:      releaseKind(rel) + " " + rel.ev.where(),
+					ClaimDeleted: del.ev.where(),
+					Warned:       h.warned(c, st.binding),
 				})
 			}
 			continue

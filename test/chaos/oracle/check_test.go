@@ -166,6 +166,98 @@ func TestCheckAudit(t *testing.T) {
 			want: counts{},
 		},
 		{
+			name: "I1 violation: an unlabelled pod mounts a claim another pod uses, before a drain",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.unlabelledPod("ns", "a-debug", "c")
+				l.drainAndDelete(c, 1)
+			},
+			want: counts{InvariantSharedClaim: 1},
+			check: func(t *testing.T, r Report) {
+				if r.Stats.PodsCreated != 1 || r.Stats.UnlabelledClaimPods != 1 {
+					t.Errorf("stats = %+v", r.Stats)
+				}
+				if d := r.Violations[0].Detail; !strings.Contains(d, "ns/a-debug") {
+					t.Errorf("I1 detail does not name the unlabelled pod: %s", d)
+				}
+			},
+		},
+		{
+			name: "I1 and I2 violations: an unlabelled pod mounts a claim while its drain runs",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				j := l.drainJob(c, 1)
+				l.unlabelledPod("ns", "a-debug", "c")
+				l.complete(j)
+				l.release(c)
+				l.deletePVC(c)
+			},
+			want: counts{InvariantSharedClaim: 1, InvariantUndrainedRelease: 1},
+		},
+		{
+			name: "I1 ok: an unlabelled pod that mounts only the user's PVC, and a drain Job's pod, use no claim",
+			log: func(l *auditLog) {
+				l.userPVC("ns", "data")
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.unlabelledPod("ns", "b", "data")
+				j := l.drainJob(c, 1)
+				l.drainPod(j)
+				l.complete(j)
+				l.release(c)
+				l.deletePVC(c)
+			},
+			want: counts{},
+			check: func(t *testing.T, r Report) {
+				if r.Stats.UnlabelledClaimPods != 0 {
+					t.Errorf("stats = %+v", r.Stats)
+				}
+			},
+		},
+		{
+			name: "I2 excused: a user deleted the held claim, then gave up its data",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.deletePVCAs(c, "alice")
+				l.release(c)
+			},
+			opts: Options{Users: []string{"alice"}},
+			want: counts{},
+			check: func(t *testing.T, r Report) {
+				if r.Stats.ReleasesExcusedByUser != 1 || r.Stats.ReleasesExcused != 0 {
+					t.Errorf("stats = %+v", r.Stats)
+				}
+				if len(r.Excused) != 1 || !strings.Contains(r.Excused[0].ClaimDeleted, "alice") || r.Excused[0].NamespaceDeleted != "" {
+					t.Errorf("excused = %+v", r.Excused)
+				}
+			},
+		},
+		{
+			name: "I2 violation: a deletion by someone not among the users excuses nothing",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.deletePVC(c) // by system:test, not impersonating anyone
+				l.release(c)
+			},
+			opts: Options{Users: []string{"alice"}},
+			want: counts{InvariantUndrainedRelease: 1},
+		},
+		{
+			name: "I2 violation: a user's deletion after the release excuses nothing",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.release(c)
+				l.deletePVCAs(c, "alice")
+			},
+			opts: Options{Users: []string{"alice"}},
+			want: counts{InvariantUndrainedRelease: 1},
+		},
+		{
 			name: "I2 violation: finalizer removed before the drain succeeded",
 			log: func(l *auditLog) {
 				c := l.claim("ns", "c")

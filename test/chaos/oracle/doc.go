@@ -4,10 +4,13 @@
 // violations of the operator's safety invariants:
 //
 //   - I1: a claim (one PVC object: namespace, name and UID) is used by two
-//     created pods with no drain of it in between;
+//     created pods with no drain of it in between. Every pod that mounts a
+//     claim counts, labelled or not (a copy made by kubectl debug
+//     --copy-to), but the operator's drain and binder Job pods;
 //   - I2: a claim a created pod used is let go of (its pvc-protection
 //     finalizer removed, turned warm, or deleted) before a drain Job of it
-//     succeeded, unless its namespace's deletion was requested first;
+//     succeeded, unless its namespace's deletion, or a deletion of the
+//     claim by one of Options.Users, was requested first;
 //   - I3: the settled final state still holds claims, bindings, drain or
 //     binder Jobs and pods, or pods with the pod-protection finalizer;
 //   - I4: a pod of the final state is stuck Terminating.

@@ -48,11 +48,14 @@ func (r objRef) String() string {
 	return s
 }
 
-// podCreate is a successful create of a labelled pod.
+// podCreate is a successful create of a pod that is not one of the
+// operator's own (drain or binder) pods.
 type podCreate struct {
 	ev  *Event
 	pos position
 	pod objRef
+	// labelled: the pod carries the opt-in label.
+	labelled bool
 	// binding is the pod's binding label: the name of its claim.
 	binding string
 	// volumes are the names of the PVCs the pod's volumes mount.
@@ -71,6 +74,8 @@ type claimWrite struct {
 	finalizer bool
 	// role is the claim-role label ("" when absent); binding the binding label.
 	role, binding string
+	// userDelete: the write is a delete one of Options.Users requested.
+	userDelete bool
 }
 
 // claimLife is one PVC object (one UID) as the log shows it.
@@ -113,7 +118,9 @@ type warning struct {
 
 // history is what the audit log says happened, per object.
 type history struct {
-	order      ordering
+	order ordering
+	// users are the usernames of Options.Users.
+	users      map[string]bool
 	pods       []podCreate
 	claims     map[types.UID]*claimLife
 	claimNames map[string][]*claimLife // by "namespace/name"
@@ -127,15 +134,20 @@ type history struct {
 	undecodable int
 }
 
-// buildHistory reads the successful, non-dry-run writes of events into a history.
-func buildHistory(events []Event, order ordering) *history {
+// buildHistory reads the successful, non-dry-run writes of events into a
+// history; users are the usernames whose deletes are the users'.
+func buildHistory(events []Event, order ordering, users []string) *history {
 	h := &history{
 		order:      order,
+		users:      map[string]bool{},
 		claims:     map[types.UID]*claimLife{},
 		claimNames: map[string][]*claimLife{},
 		jobs:       map[types.UID]*jobLife{},
 		namespaces: map[string][]nsChange{},
 		drains:     map[types.UID][]*jobLife{},
+	}
+	for _, u := range users {
+		h.users[u] = true
 	}
 	for i := range events {
 		e := &events[i]
@@ -171,24 +183,23 @@ func buildHistory(events []Event, order ordering) *history {
 	return h
 }
 
-// addPod records the create of a labelled pod that is not one of the
-// operator's own (drain or binder) pods.
+// addPod records the create of a pod, labelled or not, that is not one
+// of the operator's own (drain or binder) pods: any pod that mounts a
+// claim can read or write its data.
 func (h *history) addPod(e *Event, line int) bool {
 	var pod corev1.Pod
 	if !decode(e.ResponseObject, &pod) {
 		return false
 	}
-	if pod.Labels[v1alpha1.FluentPVCNameLabelKey] == "" {
-		return true
-	}
 	if c := pod.Labels[v1alpha1.ComponentLabelKey]; c == v1alpha1.ComponentDrain || c == v1alpha1.ComponentBinder {
 		return true
 	}
 	p := podCreate{
-		ev:      e,
-		pos:     positionOf(e, line, pod.ResourceVersion),
-		pod:     objRef{Namespace: orElse(pod.Namespace, e.ObjectRef.Namespace), Name: pod.Name, UID: pod.UID},
-		binding: pod.Labels[v1alpha1.BindingNameLabelKey],
+		ev:       e,
+		pos:      positionOf(e, line, pod.ResourceVersion),
+		pod:      objRef{Namespace: orElse(pod.Namespace, e.ObjectRef.Namespace), Name: pod.Name, UID: pod.UID},
+		labelled: pod.Labels[v1alpha1.FluentPVCNameLabelKey] != "",
+		binding:  pod.Labels[v1alpha1.BindingNameLabelKey],
 	}
 	for _, v := range pod.Spec.Volumes {
 		if v.PersistentVolumeClaim != nil && !slices.Contains(p.volumes, v.PersistentVolumeClaim.ClaimName) {
@@ -255,13 +266,14 @@ func (h *history) addClaimState(e *Event, line int, pvc *corev1.PersistentVolume
 	fin := slices.Contains(pvc.Finalizers, v1alpha1.PVCProtectionFinalizer)
 	role := pvc.Labels[v1alpha1.ClaimRoleLabelKey]
 	w := claimWrite{
-		ev:        e,
-		pos:       positionOf(e, line, pvc.ResourceVersion),
-		gone:      gone,
-		finalizer: fin,
-		held:      !gone && fin && role != v1alpha1.ClaimRoleWarm,
-		role:      role,
-		binding:   pvc.Labels[v1alpha1.BindingNameLabelKey],
+		ev:         e,
+		pos:        positionOf(e, line, pvc.ResourceVersion),
+		gone:       gone,
+		finalizer:  fin,
+		held:       !gone && fin && role != v1alpha1.ClaimRoleWarm,
+		role:       role,
+		binding:    pvc.Labels[v1alpha1.BindingNameLabelKey],
+		userDelete: e.Verb == "delete" && h.users[e.Username()],
 	}
 	c := h.claimLife(objRef{Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID})
 	c.writes = append(c.writes, w)
@@ -472,6 +484,17 @@ func (h *history) namespaceDeletedBefore(ns string, p position) *nsChange {
 	}
 	if last != nil && last.deleted {
 		return last
+	}
+	return nil
+}
+
+// userDeletedBefore is the first delete of claim c that one of
+// Options.Users requested before p, or nil.
+func (h *history) userDeletedBefore(c *claimLife, p position) *claimWrite {
+	for i := range c.writes {
+		if c.writes[i].userDelete && h.order.before(c.writes[i].pos, p) {
+			return &c.writes[i]
+		}
 	}
 	return nil
 }

@@ -22,11 +22,13 @@ func (r Report) Markdown() []string {
 		{"audit events (ResponseComplete)", s.AuditEvents},
 		{"writes whose object did not decode", s.Undecodable},
 		{"labelled pods created", s.PodsCreated},
+		{"unlabelled pods created that mount a claim", s.UnlabelledClaimPods},
 		{"claims (PVC UIDs) they used", s.ClaimsReferenced},
 		{"claim references to no live PVC", s.UnresolvedClaims},
 		{"drain Jobs succeeded", s.DrainsSucceeded},
 		{"releases checked (per pod)", s.ReleasesChecked},
 		{"releases excused by namespace deletion", s.ReleasesExcused},
+		{"releases excused by a user's deletion of the claim", s.ReleasesExcusedByUser},
 		{"claims never let go of in the log", s.NotReleased},
 		{"ClaimAbandoned Warning events", s.AbandonWarnings},
 		{"namespaces deleted", s.NamespacesDeleted},
@@ -40,14 +42,17 @@ func (r Report) Markdown() []string {
 		}
 	}
 	if len(r.Excused) > 0 {
-		lines = append(lines, "", "Releases without a drain excused by their namespace's deletion:", "")
+		lines = append(lines, "", "Releases without a drain excused by their namespace's deletion or a user's deletion of the claim:", "")
 		for _, e := range r.Excused {
 			warned := "no ClaimAbandoned Warning about it"
 			if e.Warned {
 				warned = "a ClaimAbandoned Warning was recorded"
 			}
-			lines = append(lines, fmt.Sprintf("- `%s` %s; namespace deletion requested %s; %s",
-				e.Claim, e.Release, e.NamespaceDeleted, warned))
+			cause := "namespace deletion requested " + e.NamespaceDeleted
+			if e.ClaimDeleted != "" {
+				cause = "claim deletion requested " + e.ClaimDeleted
+			}
+			lines = append(lines, fmt.Sprintf("- `%s` %s; %s; %s", e.Claim, e.Release, cause, warned))
 		}
 	}
 	return lines
