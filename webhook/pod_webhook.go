@@ -166,6 +166,13 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	if name == "" {
 		return admission.Allowed("the pod does not opt into a FluentPVC"), resultSkipped, reasonNone
 	}
+	if c := pod.Labels[v1alpha1.ComponentLabelKey]; c == v1alpha1.ComponentDrain || c == v1alpha1.ComponentBinder {
+		// A drain or binder pod of the operator's, which a namespace policy
+		// labelled: it mounts the claim it serves, and needs none of its own
+		// (a drain pod would be denied as a copy of the claim's pod). The
+		// mount webhook still checks which claim it mounts.
+		return admission.Allowed("the operator's own " + c + " pod"), resultSkipped, reasonNone
+	}
 	// Labels are validated after the mutating webhooks: a value that can
 	// name no object is a user's error, not the operator's.
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {

@@ -23,8 +23,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 	"github.com/st-tech/fluent-pvc-operator/webhook"
 )
@@ -313,6 +315,23 @@ var _ = Describe("Pod admission", func() {
 			Expect(err).To(MatchError(ContainSubstring(claimName)))
 		}
 		Expect(claims()).To(HaveLen(1))
+	})
+
+	It("lets the operator's own drain and binder pods through unchanged when a namespace policy gives them the opt-in label", func() {
+		held := claim.NewClaimed(fpvc, ns, claim.Name(fpvc.Name), "h", v1alpha1.CheckoutMiss, claim.NewCheckoutID(), "", fixtures.Epoch)
+		Expect(claim.Execute(ctx, k8sClient, held)).To(Succeed())
+		job := objects.DrainJob(fpvc, claim.Binding(held.Object, fpvc.UID), 1)
+		binder := pool.BinderJob(fpvc, fixtures.Returned(held.Object), "pause")
+		for name, tmpl := range map[string]corev1.PodTemplateSpec{"a drain pod": job.Spec.Template, "a binder pod": binder.Spec.Template} {
+			By(name)
+			pod := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
+			pod.Namespace, pod.Name = ns, "own"
+			pod.Labels[v1alpha1.FluentPVCNameLabelKey] = fpvc.Name // the policy's
+			resp := mutator.Handle(ctx, createRequest(pod, false))
+			Expect(resp.Allowed).To(BeTrue(), "%s", resp.Result)
+			Expect(resp.Patches).To(BeEmpty())
+		}
+		Expect(claims()).To(HaveLen(1), "no claim for the operator's own pods")
 	})
 
 	It("admits a pod whose FluentPVC was applied with it, before the cache has seen it", func() {
