@@ -227,7 +227,7 @@ func TestReconcileCopyMountsClaim(t *testing.T) {
 	for name, tc := range map[string]struct {
 		drained bool
 	}{
-		"the pod is gone: no Job yet":       {},
+		"the pod is gone: no Job yet":      {},
 		"the drain succeeded: no deletion": {drained: true},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -415,15 +415,16 @@ func decideOrphan(o observed, now time.Time, opts Options, p *plan) {
 func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 	b := o.binding
 	gen := b.Generation
-	setDrained := func(status metav1.ConditionStatus, reason, msg string) {
-		setCondition(&p.status, v1alpha1.BindingConditionDrained, status, reason, msg, gen, now)
+	// Until a Job succeeds (markDrained), the claim is not drained.
+	setDrained := func(reason, msg string) {
+		setCondition(&p.status, v1alpha1.BindingConditionDrained, metav1.ConditionFalse, reason, msg, gen, now)
 	}
 
 	if j := succeededJob(o.jobs); j != nil {
 		if o.mountedBy != nil {
 			// What that pod writes after the drain would go with the claim.
 			p.status.Phase = v1alpha1.BindingPhaseDraining
-			setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonRunning, fmt.Sprintf(
+			setDrained(v1alpha1.DrainedReasonRunning, fmt.Sprintf(
 				"finalizer Job %s succeeded, but pod %s mounts the claim: it is deleted once that pod is gone", j.Name, o.mountedBy.Name))
 			waitForMount(o, now, p)
 			return
@@ -458,7 +459,7 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 		// made it: one decided from an older cached binding may not have.)
 		meta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.BindingConditionDrainJobRejected)
 		p.status.DrainJobName = current.Name
-		setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonRunning, fmt.Sprintf("finalizer Job %s (attempt %d) runs", current.Name, attempts))
+		setDrained(v1alpha1.DrainedReasonRunning, fmt.Sprintf("finalizer Job %s (attempt %d) runs", current.Name, attempts))
 		decideBlocked(o, now, p)
 		return
 	default:
@@ -474,7 +475,7 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 		}
 		if left > 0 {
 			p.status.DrainJobName = current.Name
-			setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonBackoff, fmt.Sprintf("finalizer Job %s (attempt %d) failed; retrying in %s", current.Name, attempts, left.Round(time.Second)))
+			setDrained(v1alpha1.DrainedReasonBackoff, fmt.Sprintf("finalizer Job %s (attempt %d) failed; retrying in %s", current.Name, attempts, left.Round(time.Second)))
 			p.requeueAfter = left
 			return
 		}
@@ -484,7 +485,7 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 	if o.mountedBy != nil {
 		// A drain under another writer would miss what it writes next.
 		p.createJob, p.deleteJobs = 0, nil
-		setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonNotStarted, fmt.Sprintf(
+		setDrained(v1alpha1.DrainedReasonNotStarted, fmt.Sprintf(
 			"pod %s mounts the claim: the drain starts once that pod is gone", o.mountedBy.Name))
 		waitForMount(o, now, p)
 		return
@@ -497,7 +498,7 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 	}
 	p.status.DrainAttempts = p.createJob
 	p.status.DrainJobName = objects.DrainJobName(b.Name, p.createJob)
-	setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonRunning, fmt.Sprintf("finalizer Job %s (attempt %d) runs", p.status.DrainJobName, p.createJob))
+	setDrained(v1alpha1.DrainedReasonRunning, fmt.Sprintf("finalizer Job %s (attempt %d) runs", p.status.DrainJobName, p.createJob))
 	p.tell(outcomeDrainStarted, fmt.Sprintf("started finalizer Job %s (attempt %d) for claim %s", p.status.DrainJobName, p.createJob, b.Spec.PVC.Name))
 	decideBlocked(o, now, p)
 }

@@ -170,8 +170,8 @@ func TestDecide(t *testing.T) {
 				blocked: v1alpha1.DrainBlockedReasonClaimDeleting, events: []string{v1alpha1.EventReasonDrainBlocked}},
 		},
 		"pod gone, but a copy mounts the claim: no Job while it exists, say so and look again": {
-			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, mountedBy: copyPod},
-			now:  admitted.Add(time.Hour),
+			obs: observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, mountedBy: copyPod},
+			now: admitted.Add(time.Hour),
 			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonNotStarted, requeueAfter: uncachedPodRecheck,
 				blocked: v1alpha1.DrainBlockedReasonMountedByOtherPod, events: []string{v1alpha1.EventReasonDrainBlocked}},
 		},

@@ -86,10 +86,9 @@ func (l *auditLog) warmPVC(ns, name string) *corev1.PersistentVolumeClaim {
 }
 
 // userPVC logs the create of a PVC that is not the operator's.
-func (l *auditLog) userPVC(ns, name string) *corev1.PersistentVolumeClaim {
+func (l *auditLog) userPVC(ns, name string) {
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: l.uid(name)}}
 	l.write("create", "", "persistentvolumeclaims", "", pvc)
-	return pvc
 }
 
 // checkout logs the webhook's checkout of warm PVC pvc.
