@@ -85,7 +85,7 @@ func (v *MountValidator) objection(ctx context.Context, pod *corev1.Pod, name st
 	case err != nil:
 		return "", "", fmt.Errorf("reading PVC %s: %w", key, err)
 	}
-	if claim.MountObjection(pod, pvc) == "" {
+	if claim.MountObjection(pod, pvc) == "" || checkedOutNow(pod, pvc) {
 		return "", "", nil
 	}
 	switch err := v.APIReader.Get(ctx, key, pvc); {
@@ -95,6 +95,18 @@ func (v *MountValidator) objection(ctx context.Context, pod *corev1.Pod, name st
 		return "", "", fmt.Errorf("reading PVC %s: %w", key, err)
 	}
 	return claim.MountObjection(pod, pvc), pvc.Labels[v1alpha1.FluentPVCNameLabelKey], nil
+}
+
+// checkedOutNow is true when warm PVC pvc, as cached, is the one the pod
+// webhook has just checked out for pod, and the cache has not seen the
+// checkout yet: pod carries its opt-in and binding labels. Every pod with
+// the opt-in label passes the pod webhook first (failure policy Fail),
+// which hands it a claim or denies a pod that names one not handed out
+// for it; a pod admitted with a warm PVC's name therefore got it now. This
+// spares a pool hit the live read.
+func checkedOutNow(pod *corev1.Pod, pvc *corev1.PersistentVolumeClaim) bool {
+	return claim.StateOf(pvc) == claim.Warm && pod.Labels[v1alpha1.BindingNameLabelKey] == pvc.Name &&
+		pod.Labels[v1alpha1.FluentPVCNameLabelKey] == pvc.Labels[v1alpha1.FluentPVCNameLabelKey]
 }
 
 var _ admission.Handler = &MountValidator{}
