@@ -37,7 +37,7 @@ const operatorStopTimeout = 40 * time.Second
 
 // OperatorOptions configure RunOperator.
 type OperatorOptions struct {
-	// Args are extra flags of the manager, e.g. "--orphan-grace-period=10s".
+	// Args are extra flags of the manager, e.g. "--drain-backoff-base=1s".
 	Args []string
 	// ReadyTimeout bounds the wait for /readyz; 60s if zero.
 	ReadyTimeout time.Duration
