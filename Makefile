@@ -45,6 +45,9 @@ CONTROL_PLANE_BINS := $(addprefix $(BIN)/,$(CONTROL_PLANE))
 # The real-node tier adds a kubelet beside kwok's fake nodes.
 REAL_NODE := kubelet
 REAL_NODE_BINS := $(addprefix $(BIN)/,$(REAL_NODE))
+# The kubernetes-csi sidecars in front of test/csidriver.
+CSI := csi-provisioner csi-attacher
+CSI_BINS := $(addprefix $(BIN)/,$(CSI))
 # One real node runs on a machine at a time; its runs take this lock.
 REAL_NODE_LOCK := /tmp/fpvc-realnode.lock
 
@@ -153,6 +156,9 @@ bins: $(CONTROL_PLANE_BINS) ## Build the control-plane binaries into bin/ (only 
 .PHONY: real-node-bins
 real-node-bins: $(REAL_NODE_BINS) ## Build the kubelet of the real-node tier into bin/ and install its Debian packages when missing (containerd, runc, CNI plugins; needs root and apt-get).
 	@hack/real-node-deps.sh
+
+.PHONY: csi-bins
+csi-bins: $(CSI_BINS) ## Build the kubernetes-csi external-provisioner and external-attacher into bin/ (only the missing ones).
 
 .PHONY: images
 images: ## Write the operator, busybox and pause images (no Docker) to bin/images.tar, for `ctr -n k8s.io images import`.

@@ -56,6 +56,13 @@ case "$name" in
     GOBIN="$bin/.gobin" CGO_ENABLED=0 go install "sigs.k8s.io/kwok/cmd/$name@$KWOK_VERSION"
     mv "$bin/.gobin/$name" "$out.tmp"
     ;;
+  csi-provisioner|csi-attacher)
+    # The kubernetes-csi sidecars, each with its go.mod's replace directives
+    # (hack/tools/$name), at the version that module requires.
+    mod=$(cd "$root/hack/tools/$name" && go list -m -f '{{.Path}} {{.Version}}' all | grep "^github.com/kubernetes-csi/external-${name#csi-}/")
+    (cd "$root/hack/tools/$name" && CGO_ENABLED=0 go build -trimpath \
+      -ldflags "-s -w -X main.version=${mod##* }" -o "$out.tmp" "${mod%% *}/cmd/$name")
+    ;;
   *)
     echo "unknown binary $name" >&2; exit 2 ;;
 esac
