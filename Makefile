@@ -170,10 +170,11 @@ $(BIN)/%:
 	@hack/build-bin.sh $*
 
 .PHONY: test
-test: bins vet $(HELM) ## Run every suite: unit, integration (envtest), end-to-end (kwok), a reduced fault-injection run, the real-node smoke test and end-to-end suite, and a reduced benchmark.
+test: bins vet $(HELM) ## Run every suite: unit, integration (envtest), end-to-end (kwok), the CSI smoke test, a reduced fault-injection run, the real-node smoke test and end-to-end suite, and a reduced benchmark.
 	$(MAKE) test-unit
 	$(MAKE) test-integration
 	$(MAKE) test-e2e
+	$(MAKE) test-csi
 	$(MAKE) chaos-reduced
 	$(MAKE) test-real-node
 	$(MAKE) test-e2e-real
@@ -192,6 +193,10 @@ test-integration: bins ## Run the envtest suites (a real kube-apiserver and etcd
 .PHONY: test-e2e
 test-e2e: bins ## Run the end-to-end suite on a simulated cluster (kwok).
 	go test ./test/e2e -count=1 -timeout 30m -v -run '^TestE2E$$' $(GINKGO_FLAGS)
+
+.PHONY: test-csi
+test-csi: bins csi-bins ## Run the CSI smoke test on a simulated cluster: test/csidriver behind the real external-provisioner and external-attacher (provision in the pod's zone, attach, detach, delete).
+	CSI_CLUSTER=1 go test ./test/cluster -count=1 -timeout 10m -v -run '^TestCSISmoke$$'
 
 .PHONY: test-real-node
 test-real-node: bins ## Run the real-node tier: a kubelet with containerd beside kwok's nodes, real containers from images built here (skipped, with its reason, where the machine cannot).

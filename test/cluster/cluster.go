@@ -523,13 +523,17 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 }
 
 // PIDs are the processes of the cluster: the control plane's (from
-// kwokctl's PID files), the provisioner's and the operator's. Down ends them
+// kwokctl's PID files), the provisioner's, the CSI storage's and the
+// operator's. Down ends them
 // all; tests use PIDs to check that.
 func (c *Cluster) PIDs() map[string]int {
 	pids := map[string]int{}
 	files, _ := filepath.Glob(filepath.Join(c.KwokctlDir(), "pids", "*.pid"))
 	operators, _ := filepath.Glob(filepath.Join(c.Dir, "operator*.pid"))
 	files = append(append(files, c.provisionerPIDFile()), operators...)
+	for _, name := range csiProcesses {
+		files = append(files, filepath.Join(c.Dir, name+".pid"))
+	}
 	for _, f := range files {
 		if p := processFromPIDFile(f, ""); p != nil {
 			pids[strings.TrimSuffix(filepath.Base(f), ".pid")] = p.pid
@@ -538,8 +542,8 @@ func (c *Cluster) PIDs() map[string]int {
 	return pids
 }
 
-// Down stops the operators (any RunOperator started) and the provisioner
-// by their PIDs, deletes the cluster with kwokctl, and removes its state
+// Down stops the operators (any RunOperator started), the CSI storage
+// (StartCSI) and the provisioner by their PIDs, deletes the cluster with kwokctl, and removes its state
 // (<Dir> and kwokctl's directory). It is safe to call more than once.
 func (c *Cluster) Down() error {
 	start := time.Now()
@@ -551,6 +555,7 @@ func (c *Cluster) Down() error {
 			errs = append(errs, p.stop(operatorStopTimeout))
 		}
 	}
+	errs = append(errs, c.stopCSI()...)
 	errs = append(errs, c.downRealNode())
 	p := c.provisioner
 	if p == nil {

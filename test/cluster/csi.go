@@ -1,0 +1,184 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/st-tech/fluent-pvc-operator/test/csidriver"
+)
+
+// The CSI storage of a cluster (StartCSI).
+const (
+	// CSIDriverName is test/csidriver's name, the provisioner of
+	// StorageClassCSI.
+	CSIDriverName = csidriver.DefaultName
+	// CSITopologyKey is the driver's zone key, which StartCSI labels every
+	// node with.
+	CSITopologyKey = csidriver.DefaultTopologyKey
+	// StorageClassCSI is the WaitForFirstConsumer class of the CSI driver.
+	StorageClassCSI = "csi-disk"
+)
+
+// CSIOptions are the delays of test/csidriver, like a cloud disk's.
+type CSIOptions struct {
+	CreateDelay, AttachDelay, FormatDelay time.Duration
+}
+
+// csiProcesses are the processes StartCSI starts, by PID file name under
+// <Dir>: the driver's controller and the kubernetes-csi sidecars in front of it.
+var csiProcesses = []string{"csi-driver", "csi-provisioner", "csi-attacher"}
+
+func (c *Cluster) csiDir() string { return filepath.Join(c.Dir, "csi") }
+
+// StartCSI gives the cluster CSI storage as a cloud gives it:
+// test/csidriver's controller behind the real external-provisioner and
+// external-attacher (bin/, `make csi-bins`), a CSIDriver that requires
+// attachment, so that kube-controller-manager's attach/detach controller
+// makes VolumeAttachments, CSINode objects for the fake nodes (which run
+// no node plugin; kwok does not wait for attachment before a pod runs),
+// and StorageClassCSI. Down stops the processes by their PIDs.
+func (c *Cluster) StartCSI(ctx context.Context, o CSIOptions) error {
+	for _, name := range []string{"csi-provisioner", "csi-attacher"} {
+		if _, err := os.Stat(c.bin(name)); err != nil {
+			return fmt.Errorf("bin/%s is missing: run make csi-bins", name)
+		}
+	}
+	driverBin := c.bin("csidriver")
+	if _, err := ensureBuilt(ctx, c.RepoRoot, driverBin, "./test/csidriver/cmd/csidriver", filepath.Join(c.RepoRoot, "test", "csidriver")); err != nil {
+		return err
+	}
+	nodes, err := c.Clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	var known []string
+	zones := map[string]bool{}
+	for _, n := range nodes.Items {
+		zone := n.Labels[corev1.LabelTopologyZone]
+		zones[zone] = true
+		known = append(known, n.Name+"="+zone)
+		if err := c.csiNode(ctx, &n, zone); err != nil {
+			return err
+		}
+	}
+	var zoneList []string
+	for z := range zones {
+		zoneList = append(zoneList, z)
+	}
+	if err := c.csiObjects(ctx); err != nil {
+		return err
+	}
+	dir := c.csiDir()
+	for _, d := range []string{"data", "state"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	sock := filepath.Join(dir, "controller.sock")
+	args := map[string][]string{
+		"csi-driver": {"--controller-socket", sock, "--data-dir", filepath.Join(dir, "data"), "--state-dir", filepath.Join(dir, "state"),
+			"--zones", strings.Join(zoneList, ","), "--known-nodes", strings.Join(known, ","),
+			"--create-delay", o.CreateDelay.String(), "--attach-delay", o.AttachDelay.String(), "--format-delay", o.FormatDelay.String()},
+		"csi-provisioner": {"--csi-address", sock, "--kubeconfig", c.Kubeconfig, "--extra-create-metadata",
+			"--timeout", (o.CreateDelay + 10*time.Second).String()},
+		"csi-attacher": {"--csi-address", sock, "--kubeconfig", c.Kubeconfig, "--timeout", (o.AttachDelay + 10*time.Second).String()},
+	}
+	for _, name := range csiProcesses {
+		path := c.bin(name)
+		if name == "csi-driver" {
+			path = driverBin
+		}
+		if _, err := startBackground(path, args[name], filepath.Join(c.Dir, name+".log"), filepath.Join(c.Dir, name+".pid")); err != nil {
+			return err
+		}
+		if name == "csi-driver" {
+			if err := waitFile(ctx, sock); err != nil {
+				return fmt.Errorf("the CSI driver did not listen on %s (see %s): %w", sock, filepath.Join(c.Dir, "csi-driver.log"), err)
+			}
+		}
+	}
+	return nil
+}
+
+// controllerManagedAttachDetach is the annotation by which a node leaves
+// its volumes' attachment to kube-controller-manager.
+const controllerManagedAttachDetach = "volumes.kubernetes.io/controller-managed-attach-detach"
+
+// csiNode labels node n with the driver's topology key, annotates it as a
+// kubelet would for the attach/detach controller, and gives it the CSINode
+// that a node plugin's registration would make.
+func (c *Cluster) csiNode(ctx context.Context, n *corev1.Node, zone string) error {
+	// The attach/detach controller attaches volumes only to nodes that say,
+	// as a kubelet does by default, that it manages their attachments.
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q},"annotations":{%q:"true"}}}`, CSITopologyKey, zone, controllerManagedAttachDetach)
+	if _, err := c.Clientset.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("labelling node %s: %w", n.Name, err)
+	}
+	csiNode := &storagev1.CSINode{
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name, OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}}},
+		Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{{
+			Name: CSIDriverName, NodeID: n.Name, TopologyKeys: []string{CSITopologyKey},
+		}}},
+	}
+	if _, err := c.Clientset.StorageV1().CSINodes().Create(ctx, csiNode, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating the CSINode of %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// csiObjects creates the CSIDriver and StorageClassCSI.
+func (c *Cluster) csiObjects(ctx context.Context) error {
+	driver := &storagev1.CSIDriver{
+		ObjectMeta: metav1.ObjectMeta{Name: CSIDriverName},
+		Spec:       storagev1.CSIDriverSpec{AttachRequired: ptr.To(true), PodInfoOnMount: ptr.To(false)},
+	}
+	if _, err := c.Clientset.StorageV1().CSIDrivers().Create(ctx, driver, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating CSIDriver %s: %w", CSIDriverName, err)
+	}
+	sc := &storagev1.StorageClass{
+		ObjectMeta:        metav1.ObjectMeta{Name: StorageClassCSI},
+		Provisioner:       CSIDriverName,
+		ReclaimPolicy:     ptr.To(corev1.PersistentVolumeReclaimDelete),
+		VolumeBindingMode: ptr.To(storagev1.VolumeBindingWaitForFirstConsumer),
+	}
+	if _, err := c.Clientset.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating StorageClass %s: %w", StorageClassCSI, err)
+	}
+	return nil
+}
+
+// stopCSI stops what StartCSI started, sidecars first.
+func (c *Cluster) stopCSI() []error {
+	var errs []error
+	for i := len(csiProcesses) - 1; i >= 0; i-- {
+		name := csiProcesses[i]
+		path := c.bin(name)
+		if name == "csi-driver" {
+			path = c.bin("csidriver")
+		}
+		if p := processFromPIDFile(filepath.Join(c.Dir, name+".pid"), path); p != nil {
+			errs = append(errs, p.stop(10*time.Second))
+		}
+	}
+	return errs
+}
+
+// waitFile waits, up to 30 s, until path exists.
+func waitFile(ctx context.Context, path string) error {
+	return wait.PollUntilContextTimeout(ctx, poll, 30*time.Second, true, func(context.Context) (bool, error) {
+		_, err := os.Stat(path)
+		return err == nil, nil
+	})
+}
