@@ -195,8 +195,14 @@ test-e2e: bins ## Run the end-to-end suite on a simulated cluster (kwok).
 	go test ./test/e2e -count=1 -timeout 30m -v -run '^TestE2E$$' $(GINKGO_FLAGS)
 
 .PHONY: test-csi
-test-csi: bins csi-bins ## Run the CSI smoke test on a simulated cluster: test/csidriver behind the real external-provisioner and external-attacher (provision in the pod's zone, attach, detach, delete).
+test-csi: bins csi-bins ## Run the CSI tests: test/csidriver behind the real external-provisioner and external-attacher on a simulated cluster (provision in the pod's zone, attach, detach, delete), then on the real node (the kubelet registers the driver, stages and publishes a volume for a real container) where the machine can run one.
 	CSI_CLUSTER=1 go test ./test/cluster -count=1 -timeout 10m -v -run '^TestCSISmoke$$'
+	@if hack/real-node-deps.sh; then \
+		$(MAKE) real-node-bins images && \
+		CSI_CLUSTER=1 REAL_NODE=1 flock $(REAL_NODE_LOCK) go test ./test/cluster -count=1 -timeout 10m -v -run '^TestCSIRealNode$$'; \
+	else \
+		echo "CSI real-node test skipped: see the line above"; \
+	fi
 
 .PHONY: test-real-node
 test-real-node: bins ## Run the real-node tier: a kubelet with containerd beside kwok's nodes, real containers from images built here (skipped, with its reason, where the machine cannot).

@@ -37,8 +37,9 @@ type CSIOptions struct {
 }
 
 // csiProcesses are the processes StartCSI starts, by PID file name under
-// <Dir>: the driver's controller and the kubernetes-csi sidecars in front of it.
-var csiProcesses = []string{"csi-driver", "csi-provisioner", "csi-attacher"}
+// <Dir>: the driver's controller, the kubernetes-csi sidecars in front of
+// it, and the driver's node plugin of the real node, if the cluster has one.
+var csiProcesses = []string{"csi-driver", "csi-provisioner", "csi-attacher", "csi-node"}
 
 func (c *Cluster) csiDir() string { return filepath.Join(c.Dir, "csi") }
 
@@ -48,7 +49,10 @@ func (c *Cluster) csiDir() string { return filepath.Join(c.Dir, "csi") }
 // attachment, so that kube-controller-manager's attach/detach controller
 // makes VolumeAttachments, CSINode objects for the fake nodes (which run
 // no node plugin; kwok does not wait for attachment before a pod runs),
-// and StorageClassCSI. Down stops the processes by their PIDs.
+// and StorageClassCSI. On a cluster with the real node, the driver's node
+// plugin runs too and registers with that node's kubelet, which stages
+// and publishes volumes through it. Down stops the processes by their
+// PIDs.
 func (c *Cluster) StartCSI(ctx context.Context, o CSIOptions) error {
 	for _, name := range []string{"csi-provisioner", "csi-attacher"} {
 		if _, err := os.Stat(c.bin(name)); err != nil {
@@ -65,9 +69,15 @@ func (c *Cluster) StartCSI(ctx context.Context, o CSIOptions) error {
 	}
 	var known []string
 	zones := map[string]bool{}
+	realZone := ""
 	for _, n := range nodes.Items {
 		zone := n.Labels[corev1.LabelTopologyZone]
 		zones[zone] = true
+		if n.Name == RealNodeName {
+			// Its kubelet registers the node plugin itself.
+			realZone = zone
+			continue
+		}
 		known = append(known, n.Name+"="+zone)
 		if err := c.csiNode(ctx, &n, zone); err != nil {
 			return err
@@ -95,9 +105,19 @@ func (c *Cluster) StartCSI(ctx context.Context, o CSIOptions) error {
 			"--timeout", (o.CreateDelay + 10*time.Second).String()},
 		"csi-attacher": {"--csi-address", sock, "--kubeconfig", c.Kubeconfig, "--timeout", (o.AttachDelay + 10*time.Second).String()},
 	}
+	if realZone != "" {
+		// The node plugin of the real node, which registers with its
+		// kubelet (plugins_registry) and bind-mounts volumes for its pods.
+		args["csi-node"] = []string{"--node-socket", filepath.Join(dir, "node.sock"), "--node-id", RealNodeName, "--zone", realZone,
+			"--registration-dir", c.realDir("kubelet", "root", "plugins_registry"),
+			"--data-dir", filepath.Join(dir, "data"), "--state-dir", filepath.Join(dir, "state"), "--format-delay", o.FormatDelay.String()}
+	}
 	for _, name := range csiProcesses {
+		if args[name] == nil {
+			continue
+		}
 		path := c.bin(name)
-		if name == "csi-driver" {
+		if name == "csi-driver" || name == "csi-node" {
 			path = driverBin
 		}
 		if _, err := startBackground(path, args[name], filepath.Join(c.Dir, name+".log"), filepath.Join(c.Dir, name+".pid")); err != nil {
@@ -165,7 +185,7 @@ func (c *Cluster) stopCSI() []error {
 	for i := len(csiProcesses) - 1; i >= 0; i-- {
 		name := csiProcesses[i]
 		path := c.bin(name)
-		if name == "csi-driver" {
+		if name == "csi-driver" || name == "csi-node" {
 			path = c.bin("csidriver")
 		}
 		if p := processFromPIDFile(filepath.Join(c.Dir, name+".pid"), path); p != nil {

@@ -133,3 +133,99 @@ func TestCSISmoke(t *testing.T) {
 		g.Expect(running(pid)).To(BeFalse(), "%s (PID %d) still runs after Down", name, pid)
 	}
 }
+
+// TestCSIRealNode brings the real node up with CSI storage: the driver's
+// node plugin registers with the real kubelet, which stages and publishes
+// an attached volume for a real container; what the container writes
+// lands in the volume's directory, and deleting the pod unpublishes,
+// unstages and detaches it. It runs only with REAL_NODE=1 and
+// CSI_CLUSTER=1 (after make real-node-bins images csi-bins).
+func TestCSIRealNode(t *testing.T) {
+	if os.Getenv("CSI_CLUSTER") != "1" || os.Getenv("REAL_NODE") != "1" {
+		t.Skip("set CSI_CLUSTER=1 and REAL_NODE=1 (after make real-node-bins images csi-bins) to bring up the real node with CSI storage")
+	}
+	if why := cluster.RealNodeUnavailable(cluster.RepoRoot()); why != "" {
+		t.Skip(why)
+	}
+	g := NewWithT(t)
+	g.SetDefaultEventuallyTimeout(fixtures.LongTimeout)
+	g.SetDefaultEventuallyPollingInterval(fixtures.Interval)
+	ctx := t.Context()
+
+	c, err := cluster.Up(ctx, cluster.Options{Name: "csi-real", RealNode: true, Out: testWriter{t}})
+	g.Expect(err).NotTo(HaveOccurred())
+	downed := false
+	t.Cleanup(func() {
+		if !downed {
+			_ = c.Down()
+		}
+	})
+	g.Expect(c.StartCSI(ctx, cluster.CSIOptions{CreateDelay: time.Second, AttachDelay: time.Second, FormatDelay: time.Second})).To(Succeed())
+	cs := c.Clientset
+
+	By := func(what string) { t.Log(what) }
+	By("the kubelet registers the node plugin")
+	g.Eventually(func(g Gomega) {
+		n, err := cs.StorageV1().CSINodes().Get(ctx, cluster.RealNodeName, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(n.Spec.Drivers).To(ContainElement(HaveField("Name", cluster.CSIDriverName)))
+	}).Should(Succeed())
+
+	ns := "default"
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "disk", Namespace: ns},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: ptr.To(cluster.StorageClassCSI),
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}
+	_, err = cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "writer", Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeSelector:                 map[string]string{cluster.NodeTypeLabelKey: cluster.RealNodeType},
+			AutomountServiceAccountToken: ptr.To(false),
+			RestartPolicy:                corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "c", Image: "fluent-pvc-operator.local/busybox:dev", ImagePullPolicy: corev1.PullNever,
+				Command:      []string{"sh", "-c", "echo through the kubelet > /data/out"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "d", MountPath: "/data"}},
+			}},
+			Volumes: []corev1.Volume{{Name: "d", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.Name}}}},
+		},
+	}
+	_, err = cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	By("the container writes through the kubelet's CSI mount into the volume")
+	g.Eventually(func(g Gomega) {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(p.Status.Phase).To(Equal(corev1.PodSucceeded), "%+v", p.Status)
+	}).Should(Succeed())
+	claim, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, pvc.Name, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	pv, err := cs.CoreV1().PersistentVolumes().Get(ctx, claim.Spec.VolumeName, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	out, err := os.ReadFile(filepath.Join(c.Dir, "csi", "data", pv.Spec.CSI.VolumeHandle, "data", "out"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(out)).To(Equal("through the kubelet\n"))
+
+	By("deleting the pod unpublishes, unstages and detaches the volume")
+	g.Expect(cs.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{})).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		l, err := cs.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(l.Items).To(BeEmpty())
+	}).Should(Succeed())
+
+	pids := c.PIDs()
+	g.Expect(pids).To(HaveKey("csi-node"))
+	g.Expect(c.Down()).To(Succeed())
+	downed = true
+	for name, pid := range pids {
+		g.Expect(running(pid)).To(BeFalse(), "%s (PID %d) still runs after Down", name, pid)
+	}
+}
