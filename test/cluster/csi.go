@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -30,6 +31,16 @@ const (
 	// StorageClassCSI is the WaitForFirstConsumer class of the CSI driver.
 	StorageClassCSI = "csi-disk"
 )
+
+// ErrCSISocketPathTooLong is StartCSI's error when the real node's
+// kubelet root dir (under the repository's checkout) is too deep for the
+// node plugin's registration socket: a unix socket's path has at most
+// 107 bytes.
+var ErrCSISocketPathTooLong = errors.New("the CSI registration socket's path is too long for a unix socket")
+
+// csiRegistrationSocket is the node plugin's registration socket's name:
+// short, to leave room for the kubelet root dir.
+const csiRegistrationSocket = "csi.sock"
 
 // CSIOptions are the delays of test/csidriver, like a cloud disk's.
 type CSIOptions struct {
@@ -108,8 +119,12 @@ func (c *Cluster) StartCSI(ctx context.Context, o CSIOptions) error {
 	if realZone != "" {
 		// The node plugin of the real node, which registers with its
 		// kubelet (plugins_registry) and bind-mounts volumes for its pods.
+		regDir := c.realDir("kubelet", "root", "plugins_registry")
+		if p := filepath.Join(regDir, csiRegistrationSocket); len(p) > csidriver.MaxSocketPath {
+			return fmt.Errorf("%w: %s is %d bytes, over %d", ErrCSISocketPathTooLong, p, len(p), csidriver.MaxSocketPath)
+		}
 		args["csi-node"] = []string{"--node-socket", filepath.Join(dir, "node.sock"), "--node-id", RealNodeName, "--zone", realZone,
-			"--registration-dir", c.realDir("kubelet", "root", "plugins_registry"),
+			"--registration-dir", regDir, "--registration-socket", csiRegistrationSocket,
 			"--data-dir", filepath.Join(dir, "data"), "--state-dir", filepath.Join(dir, "state"), "--format-delay", o.FormatDelay.String()}
 	}
 	for _, name := range csiProcesses {

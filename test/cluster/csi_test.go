@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -160,7 +161,11 @@ func TestCSIRealNode(t *testing.T) {
 			_ = c.Down()
 		}
 	})
-	g.Expect(c.StartCSI(ctx, cluster.CSIOptions{CreateDelay: time.Second, AttachDelay: time.Second, FormatDelay: time.Second})).To(Succeed())
+	err = c.StartCSI(ctx, cluster.CSIOptions{CreateDelay: time.Second, AttachDelay: time.Second, FormatDelay: time.Second})
+	if errors.Is(err, cluster.ErrCSISocketPathTooLong) {
+		t.Skipf("the checkout is too deep for the real node's CSI sockets: %v", err)
+	}
+	g.Expect(err).NotTo(HaveOccurred())
 	cs := c.Clientset
 
 	By := func(what string) { t.Log(what) }

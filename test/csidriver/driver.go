@@ -73,8 +73,13 @@ type Options struct {
 	NodeSocket string
 	// RegistrationDir is the kubelet's plugin-registration directory
 	// (<kubelet root dir>/plugins_registry), where the node service serves
-	// <Name>-reg.sock for the kubelet to find; "" registers nothing.
+	// RegistrationSocket for the kubelet to find; "" registers nothing.
 	RegistrationDir string
+	// RegistrationSocket is the registration socket's file name in
+	// RegistrationDir; defaults to <Name>-reg.sock. The kubelet finds it
+	// by its directory, whatever its name: a short one leaves room under
+	// the 107 bytes of a socket path for a deep kubelet root dir.
+	RegistrationSocket string
 
 	// DataDir holds the volumes' directories, <DataDir>/<volume ID>.
 	// Controller and node service must agree on it. Required.
@@ -155,8 +160,15 @@ func (o *Options) registrationSocket() string {
 	if o.RegistrationDir == "" {
 		return ""
 	}
-	return filepath.Join(o.RegistrationDir, o.Name+"-reg.sock")
+	name := o.RegistrationSocket
+	if name == "" {
+		name = o.Name + "-reg.sock"
+	}
+	return filepath.Join(o.RegistrationDir, name)
 }
+
+// MaxSocketPath is the longest path a unix socket can bind to.
+const MaxSocketPath = maxSocketPath
 
 // Driver is a running driver.
 type Driver struct {

@@ -52,6 +52,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&o.ControllerSocket, "controller-socket", "", "Unix socket of the identity and controller services; empty runs no controller.")
 	fs.StringVar(&o.NodeSocket, "node-socket", "", "Unix socket of the identity and node services; empty runs no node service.")
 	fs.StringVar(&o.RegistrationDir, "registration-dir", "", "The kubelet's plugin-registration directory (<kubelet root dir>/plugins_registry); empty registers nothing.")
+	fs.StringVar(&o.RegistrationSocket, "registration-socket", "", "The registration socket's file name in --registration-dir; <name>-reg.sock when empty.")
 	fs.StringVar(&o.DataDir, "data-dir", "", "Directory of the volumes' data (required).")
 	fs.StringVar(&o.StateDir, "state-dir", "", "Directory of the controller's state file and the node records (required).")
 	fs.StringVar(&o.NodeID, "node-id", "", "The node service's node ID, the Kubernetes node name (required with --node-socket).")
