@@ -131,7 +131,8 @@ func TestCSISmoke(t *testing.T) {
 	g.Expect(c.Down()).To(Succeed())
 	downed = true
 	for name, pid := range pids {
-		g.Expect(running(pid)).To(BeFalse(), "%s (PID %d) still runs after Down", name, pid)
+		// kwokctl's delete signals the control plane and returns.
+		g.Eventually(func() bool { return running(pid) }).WithTimeout(fixtures.Timeout).Should(BeFalse(), "%s (PID %d) still runs after Down", name, pid)
 	}
 }
 
@@ -231,6 +232,7 @@ func TestCSIRealNode(t *testing.T) {
 	g.Expect(c.Down()).To(Succeed())
 	downed = true
 	for name, pid := range pids {
-		g.Expect(running(pid)).To(BeFalse(), "%s (PID %d) still runs after Down", name, pid)
+		// kwokctl's delete signals the control plane and returns.
+		g.Eventually(func() bool { return running(pid) }).WithTimeout(fixtures.Timeout).Should(BeFalse(), "%s (PID %d) still runs after Down", name, pid)
 	}
 }
