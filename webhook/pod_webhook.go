@@ -88,16 +88,18 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if synced, ok := claims.(interface{ LastSyncResourceVersion() string }); ok {
 		m.PodsSince = synced.LastSyncResourceVersion
 	}
-	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: m})
-	mgr.GetWebhookServer().Register(FluentPVCPath, &admission.Webhook{Handler: &FluentPVCValidator{
-		Writer: mgr.GetClient(), Decoder: admission.NewDecoder(mgr.GetScheme()), Namespace: opts.Namespace,
-	}})
-	mgr.GetWebhookServer().Register(ClaimPath, &admission.Webhook{Handler: &ClaimDeletionValidator{
-		Decoder: admission.NewDecoder(mgr.GetScheme()), Reader: mgr.GetClient(),
-	}})
-	mgr.GetWebhookServer().Register(MountPath, &admission.Webhook{Handler: &MountValidator{
-		Decoder: admission.NewDecoder(mgr.GetScheme()), Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
-	}})
+	for path, h := range map[string]admission.Handler{
+		Path: m,
+		FluentPVCPath: &FluentPVCValidator{
+			Writer: mgr.GetClient(), Decoder: admission.NewDecoder(mgr.GetScheme()), Namespace: opts.Namespace,
+		},
+		ClaimPath: &ClaimDeletionValidator{Decoder: admission.NewDecoder(mgr.GetScheme()), Reader: mgr.GetClient()},
+		MountPath: &MountValidator{
+			Decoder: admission.NewDecoder(mgr.GetScheme()), Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		},
+	} {
+		mgr.GetWebhookServer().Register(path, &admission.Webhook{Handler: detached{h}})
+	}
 	return nil
 }
 
@@ -381,6 +383,25 @@ func (m *PodMutator) podsSince() string {
 		return ""
 	}
 	return m.PodsSince()
+}
+
+// detachedTimeout bounds an admission once it no longer ends with the
+// manager: the longest timeoutSeconds of the operator's webhooks.
+const detachedTimeout = 10 * time.Second
+
+// detached runs an admission to its end when the replica is told to stop.
+// The webhook server's requests carry the manager's context, which SIGTERM
+// cancels while the server still drains them: an admission in flight on a
+// replica that a rolling upgrade stops would fail ("context canceled")
+// although the server finishes it. The API server's own timeout for the
+// call, and detachedTimeout, still bound it.
+type detached struct{ admission.Handler }
+
+// Handle implements admission.Handler.
+func (d detached) Handle(ctx context.Context, req admission.Request) admission.Response {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), detachedTimeout)
+	defer cancel()
+	return d.Handler.Handle(ctx, req)
 }
 
 var _ admission.Handler = &PodMutator{}
