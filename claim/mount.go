@@ -3,8 +3,10 @@ package claim
 import (
 	"fmt"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
 
@@ -19,13 +21,19 @@ import (
 //   - a claim recording its pod, by that pod alone;
 //   - either of the last two, also by its own drain pods.
 //
+// The binder and drain pods are known by their controlling Job, job (as
+// read; nil when pod names none or it was not found): pod's controller
+// must be that Job, which must be the operator's for this PVC
+// (objects.BinderPodOf, objects.DrainPodOf). Their labels alone prove
+// nothing, since whoever creates a pod chooses them.
+//
 // A claim let go of (drained, abandoned, or kept for the user) is no
 // longer guarded: a person may mount it to read its data.
-func MountObjection(pod *corev1.Pod, pvc *corev1.PersistentVolumeClaim) string {
+func MountObjection(pod *corev1.Pod, pvc *corev1.PersistentVolumeClaim, job *batchv1.Job) string {
 	fpvc := pvc.Labels[v1alpha1.FluentPVCNameLabelKey]
 	switch StateOf(pvc) {
 	case Warm:
-		if pod.Labels[v1alpha1.ComponentLabelKey] == v1alpha1.ComponentBinder && pod.Labels[v1alpha1.WarmClaimLabelKey] == pvc.Name {
+		if objects.BinderPodOf(pod, job, pvc.Name) {
 			return ""
 		}
 		return fmt.Sprintf("PVC %s is a warm PVC of FluentPVC %q, kept for a pod that opts in: no pod may mount it by name. "+
@@ -34,7 +42,7 @@ func MountObjection(pod *corev1.Pod, pvc *corev1.PersistentVolumeClaim) string {
 	default:
 		return ""
 	}
-	if pod.Labels[v1alpha1.ComponentLabelKey] == v1alpha1.ComponentDrain && pod.Labels[v1alpha1.BindingNameLabelKey] == pvc.Labels[v1alpha1.BindingNameLabelKey] {
+	if objects.DrainPodOf(pod, job, pvc.Labels[v1alpha1.BindingNameLabelKey]) {
 		return ""
 	}
 	holder := "the pod being admitted with it"

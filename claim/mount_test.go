@@ -4,12 +4,15 @@ import (
 	"strings"
 	"testing"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apitypes "k8s.io/apimachinery/pkg/types"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -38,14 +41,41 @@ func TestMountObjection(t *testing.T) {
 	own := pod("app", "app-uid", map[string]string{v1alpha1.FluentPVCNameLabelKey: fpvc.Name, v1alpha1.BindingNameLabelKey: "f-abc"})
 	admitted := pod("app", "new-uid", map[string]string{v1alpha1.FluentPVCNameLabelKey: fpvc.Name, v1alpha1.BindingNameLabelKey: "f-abc"})
 	debugCopy := pod("app-debug", "copy-uid", nil)
-	drain := pod("f-abc-drain-1-x", "drain-uid", map[string]string{v1alpha1.ComponentLabelKey: v1alpha1.ComponentDrain, v1alpha1.BindingNameLabelKey: "f-abc"})
-	otherDrain := pod("f-xyz-drain-1-x", "drain2-uid", map[string]string{v1alpha1.ComponentLabelKey: v1alpha1.ComponentDrain, v1alpha1.BindingNameLabelKey: "f-xyz"})
-	binder := pod("f-abc-binder-x", "binder-uid", map[string]string{v1alpha1.ComponentLabelKey: v1alpha1.ComponentBinder, v1alpha1.WarmClaimLabelKey: "f-abc"})
 	otherFluentPVC := pod("app", "new-uid", map[string]string{v1alpha1.FluentPVCNameLabelKey: "g", v1alpha1.BindingNameLabelKey: "f-abc"})
+
+	// The operator's Jobs, and pods they control or that only look so.
+	binding := claim.Binding(handedOut, fpvc.UID)
+	binding.UID = "binding-uid"
+	drainJob := objects.DrainJob(fpvc, binding, 2)
+	drainJob.UID = "drain-job-uid"
+	otherBinding := binding.DeepCopy()
+	otherBinding.Name, otherBinding.UID = "f-xyz", "other-binding-uid"
+	otherDrainJob := objects.DrainJob(fpvc, otherBinding, 1)
+	otherDrainJob.UID = "other-drain-job-uid"
+	// A Job named as the claim's drain Job, made by someone else: no
+	// binding controls it.
+	lookalikeJob := drainJob.DeepCopy()
+	lookalikeJob.UID, lookalikeJob.OwnerReferences = "lookalike-uid", nil
+	binderJob := pool.BinderJob(fpvc, warm, "pause")
+	binderJob.UID = "binder-job-uid"
+	podOf := func(name string, job *batchv1.Job) *corev1.Pod {
+		p := pod(name, name+"-uid", job.Spec.Template.Labels)
+		p.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))}
+		return p
+	}
+	drain := podOf("f-abc-drain-2-x", drainJob)
+	otherDrain := podOf("f-xyz-drain-1-x", otherDrainJob)
+	lookalikeDrain := podOf("f-abc-drain-2-y", lookalikeJob)
+	// Labels copied from a drain pod, with no controller.
+	forgedDrain := pod("forged", "forged-uid", drainJob.Spec.Template.Labels)
+	binder := podOf("f-abc-bind-x", binderJob)
+	forgedBinder := pod("forged", "forged-uid", binderJob.Spec.Template.Labels)
 
 	cases := map[string]struct {
 		pod *corev1.Pod
 		pvc *corev1.PersistentVolumeClaim
+		// job is the pod's controlling Job as the webhook reads it.
+		job *batchv1.Job
 		// want is part of the objection; "" when the pod may mount the PVC.
 		want string
 	}{
@@ -56,16 +86,22 @@ func TestMountObjection(t *testing.T) {
 		"the recorded pod":                               {pod: own, pvc: used},
 		"kubectl debug --copy-to of the recorded pod":    {pod: debugCopy, pvc: used, want: "PVC f-abc is the claim of pod app"},
 		"a labelled copy of the recorded pod":            {pod: admitted, pvc: used, want: "the claim of pod app"},
-		"the claim's drain pod":                          {pod: drain, pvc: used},
-		"another claim's drain pod":                      {pod: otherDrain, pvc: used, want: "no other pod may mount it"},
-		"a warm PVC, by its binder pod":                  {pod: binder, pvc: warm},
+		"the claim's drain pod":                          {pod: drain, pvc: used, job: drainJob},
+		"the claim's drain pod, its Job not found":       {pod: drain, pvc: used, want: "no other pod may mount it"},
+		"a pod with a drain pod's labels, no controller": {pod: forgedDrain, pvc: used, want: "no other pod may mount it"},
+		"a pod naming the drain Job with another UID":    {pod: lookalikeDrain, pvc: used, job: drainJob, want: "no other pod may mount it"},
+		"a pod of a drain-named Job no binding controls": {pod: lookalikeDrain, pvc: used, job: lookalikeJob, want: "no other pod may mount it"},
+		"another claim's drain pod":                      {pod: otherDrain, pvc: used, job: otherDrainJob, want: "no other pod may mount it"},
+		"a warm PVC, by its binder pod":                  {pod: binder, pvc: warm, job: binderJob},
+		"a warm PVC, by a pod with binder labels":        {pod: forgedBinder, pvc: warm, want: "is a warm PVC of FluentPVC \"f\""},
+		"a warm PVC, by the claim's drain pod":           {pod: drain, pvc: warm, job: drainJob, want: "is a warm PVC"},
 		"a warm PVC, by name":                            {pod: debugCopy, pvc: warm, want: "is a warm PVC of FluentPVC \"f\""},
 		"a drained claim being deleted":                  {pod: debugCopy, pvc: released},
 		"a claim let go of and kept: a person drains it": {pod: debugCopy, pvc: kept},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := claim.MountObjection(tc.pod, tc.pvc)
+			got := claim.MountObjection(tc.pod, tc.pvc, tc.job)
 			switch {
 			case tc.want == "" && got != "":
 				t.Errorf("objection %q, want none", got)

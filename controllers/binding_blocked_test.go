@@ -221,14 +221,19 @@ func TestReconcileBindingRejected(t *testing.T) {
 // a drained claim is not deleted, while the copy exists; the binding says
 // which pod it waits for. Once the copy is gone, the drain goes on. Before,
 // the drain ran under the copy, and the claim was deleted once the copy
-// exited, with what it wrote after the drain.
+// exited, with what it wrote after the drain. A pod that carries a drain
+// pod's labels, with no drain Job for its controller, is such a copy too.
 func TestReconcileCopyMountsClaim(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
 	for name, tc := range map[string]struct {
 		drained bool
+		// drainLabels gives the copy a drain pod's labels.
+		drainLabels bool
 	}{
-		"the pod is gone: no Job yet":      {},
-		"the drain succeeded: no deletion": {drained: true},
+		"the pod is gone: no Job yet":                          {},
+		"the drain succeeded: no deletion":                     {drained: true},
+		"a copy with a drain pod's labels: no Job yet":         {drainLabels: true},
+		"a copy with a drain pod's labels: no deletion either": {drained: true, drainLabels: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			fpvc, pvc := claimFixture()
@@ -239,6 +244,9 @@ func TestReconcileCopyMountsClaim(t *testing.T) {
 			b.Status.Phase = v1alpha1.BindingPhaseInUse
 			copied := fixtures.MakePod("app-debug", "ns").Claim(pvc.Name).Obj()
 			copied.UID, copied.Status.Phase = "copy-uid", corev1.PodRunning
+			if tc.drainLabels {
+				copied.Labels = objects.DrainJob(fpvc, b, 1).Spec.Template.Labels
+			}
 			objs := []client.Object{fpvc, pvc, b, copied}
 			if tc.drained {
 				b.Status.Phase, b.Status.DrainAttempts = v1alpha1.BindingPhaseDraining, 1

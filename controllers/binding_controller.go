@@ -520,11 +520,13 @@ func (r *BindingReconciler) observeUncachedPod(ctx context.Context, o *observed,
 }
 
 // claimantPod is true when pod p may be the one claim was made for: it
-// mounts the claim and is not a finalizer Job's pod, which carries the
-// binding label and mounts the claim too. A pod carrying the binding label
-// of a claim it does not mount (the label was edited) is not the claim's.
+// mounts the claim and is not a finalizer Job's pod, which mounts the
+// claim too. A drain pod is known by its controlling Job, named as the
+// claim's drain Job, not by its labels: a pod that copies a drain pod's
+// labels still counts. A pod carrying the binding label of a claim it
+// does not mount (the label was edited) is not the claim's.
 func claimantPod(p *corev1.Pod, claim string) bool {
-	if p.Labels[v1alpha1.ComponentLabelKey] == v1alpha1.ComponentDrain {
+	if objects.ControlledByDrainJob(p, claim) {
 		return false
 	}
 	return slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool {

@@ -416,8 +416,10 @@ func TestReconcileDrainPodIsNotTheClaimsPod(t *testing.T) {
 	b.UID = "binding-uid"
 	b.Status.Phase = v1alpha1.BindingPhasePending
 	job := objects.DrainJob(fpvc, b, 1)
+	job.UID = "job-uid"
 	drainPod := fixtures.MakePod("f-abc-drain-1-x", "ns").Obj()
 	drainPod.Labels = job.Spec.Template.Labels
+	drainPod.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))}
 	drainPod.UID, drainPod.Status.Phase = "drain-pod-uid", corev1.PodRunning
 
 	live := fakeAPI(t, interceptor.Funcs{}, fpvc, claim, b, job, drainPod)

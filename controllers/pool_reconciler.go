@@ -522,7 +522,7 @@ func (r *PoolReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, np 
 	}
 	for _, name := range p.DeleteBinders {
 		ops = append(ops, func() error {
-			j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pool.BinderJobName(name)}}
+			j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: objects.BinderJobName(name)}}
 			if err := r.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 				return fmt.Errorf("deleting the binder of %s/%s: %w", ns, name, err)
 			}

@@ -14,11 +14,6 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
 
-// BinderJobName is the name of the binder Job of warm PVC claimName.
-func BinderJobName(claimName string) string {
-	return claimName + "-bind"
-}
-
 // BinderJob is a Job whose pod uses warm PVC claim, so that the scheduler
 // binds a WaitForFirstConsumer volume when it places the pod. The pod need
 // not run to completion: the Job is deleted as soon as the PVC is Bound. Its
@@ -33,7 +28,7 @@ func BinderJob(fpvc *v1alpha1.FluentPVC, claim *corev1.PersistentVolumeClaim, im
 	}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      BinderJobName(claim.Name),
+			Name:      objects.BinderJobName(claim.Name),
 			Namespace: claim.Namespace,
 			Labels: map[string]string{
 				v1alpha1.FluentPVCNameLabelKey: fpvc.Name,

@@ -6,8 +6,10 @@ import (
 	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -85,7 +87,14 @@ func (v *MountValidator) objection(ctx context.Context, pod *corev1.Pod, name st
 	case err != nil:
 		return "", "", fmt.Errorf("reading PVC %s: %w", key, err)
 	}
-	if claim.MountObjection(pod, pvc) == "" || checkedOutNow(pod, pvc) {
+	if claim.MountObjection(pod, pvc, nil) == "" || checkedOutNow(pod, pvc) {
+		return "", "", nil
+	}
+	job, err := controllingJob(ctx, v.Reader, v.APIReader, pod)
+	if err != nil {
+		return "", "", err
+	}
+	if claim.MountObjection(pod, pvc, job) == "" {
 		return "", "", nil
 	}
 	switch err := v.APIReader.Get(ctx, key, pvc); {
@@ -94,7 +103,33 @@ func (v *MountValidator) objection(ctx context.Context, pod *corev1.Pod, name st
 	case err != nil:
 		return "", "", fmt.Errorf("reading PVC %s: %w", key, err)
 	}
-	return claim.MountObjection(pod, pvc), pvc.Labels[v1alpha1.FluentPVCNameLabelKey], nil
+	return claim.MountObjection(pod, pvc, job), pvc.Labels[v1alpha1.FluentPVCNameLabelKey], nil
+}
+
+// controllingJob reads the Job that pod's controller reference names: from
+// the cache (which holds the operator's Jobs), else live, since the Job
+// controller creates a Job's pods as soon as it sees the Job. It is nil
+// when pod names no controlling Job or none of that name exists; which
+// Job it is, and whether it is the operator's, the caller checks
+// (objects.DrainPodOf, objects.BinderPodOf).
+func controllingJob(ctx context.Context, cached, live client.Reader, pod *corev1.Pod) (*batchv1.Job, error) {
+	ref := metav1.GetControllerOfNoCopy(pod)
+	if ref == nil || ref.Kind != "Job" || ref.APIVersion != batchv1.SchemeGroupVersion.String() {
+		return nil, nil
+	}
+	key := client.ObjectKey{Namespace: pod.Namespace, Name: ref.Name}
+	job := &batchv1.Job{}
+	err := cached.Get(ctx, key, job)
+	if apierrors.IsNotFound(err) {
+		err = live.Get(ctx, key, job)
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading Job %s, the controller of the pod: %w", key, err)
+	}
+	return job, nil
 }
 
 // checkedOutNow is true when warm PVC pvc, as cached, is the one the pod

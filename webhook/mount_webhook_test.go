@@ -5,12 +5,15 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
@@ -59,8 +62,19 @@ var _ = Describe("Mounting a claim", func() {
 		c = create(w)
 		refused(c.Name, "PVC "+c.Name+" is the claim of pod app")
 
-		By("its own drain pods may mount it")
-		Expect(mount(c.Name, v1alpha1.ComponentLabelKey, v1alpha1.ComponentDrain, v1alpha1.BindingNameLabelKey, c.Name)).To(Succeed())
+		By("a pod that carries a drain pod's labels may not mount it")
+		drainLabels := []string{v1alpha1.ComponentLabelKey, v1alpha1.ComponentDrain, v1alpha1.BindingNameLabelKey, c.Name}
+		refused(c.Name, "PVC "+c.Name+" is the claim of pod app", drainLabels...)
+
+		By("a pod of its drain Job may mount it")
+		b := claim.Binding(c, fpvc.UID)
+		b.UID = "binding-uid" // the Job's controller; envtest runs no garbage collector
+		job := objects.DrainJob(fpvc, b, 1)
+		Expect(k8sClient.Create(ctx, job)).To(Succeed())
+		drain := fixtures.MakePod(job.Name+"-x", ns).Claim(c.Name).Obj()
+		drain.Labels = job.Spec.Template.Labels
+		drain.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))}
+		Expect(k8sClient.Create(ctx, drain, client.DryRunAll)).To(Succeed())
 
 		By("once let go of, a person may mount it to read its data")
 		controllerutil.RemoveFinalizer(c, v1alpha1.PVCProtectionFinalizer)

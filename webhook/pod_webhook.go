@@ -168,12 +168,22 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	if name == "" {
 		return admission.Allowed("the pod does not opt into a FluentPVC"), resultSkipped, reasonNone
 	}
+	if pod.Namespace == "" {
+		pod.Namespace = req.Namespace
+	}
 	if c := pod.Labels[v1alpha1.ComponentLabelKey]; c == v1alpha1.ComponentDrain || c == v1alpha1.ComponentBinder {
 		// A drain or binder pod of the operator's, which a namespace policy
 		// labelled: it mounts the claim it serves, and needs none of its own
-		// (a drain pod would be denied as a copy of the claim's pod). The
-		// mount webhook still checks which claim it mounts.
-		return admission.Allowed("the operator's own " + c + " pod"), resultSkipped, reasonNone
+		// (a drain pod would be denied as a copy of the claim's pod). Only
+		// its controlling Job proves it the operator's; a pod that merely
+		// carries these labels is handled as any other.
+		job, err := controllingJob(ctx, m.Reader, m.APIReader, pod)
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
+		}
+		if objects.DrainPodOf(pod, job, pod.Labels[v1alpha1.BindingNameLabelKey]) || objects.BinderPodOf(pod, job, pod.Labels[v1alpha1.WarmClaimLabelKey]) {
+			return admission.Allowed("the operator's own " + c + " pod"), resultSkipped, reasonNone
+		}
 	}
 	// Labels are validated after the mutating webhooks: a value that can
 	// name no object is a user's error, not the operator's.
@@ -182,9 +192,6 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	}
 	if b, ok := pod.Labels[v1alpha1.BindingNameLabelKey]; ok && len(validation.IsDNS1123Subdomain(b)) > 0 {
 		return admission.Denied(fmt.Sprintf("the pod's label %s=%q names no claim: remove it, so that the pod gets a claim of its own", v1alpha1.BindingNameLabelKey, b)), resultDenied, reasonCopied
-	}
-	if pod.Namespace == "" {
-		pod.Namespace = req.Namespace
 	}
 
 	fpvc := &v1alpha1.FluentPVC{}

@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	admissionv1 "k8s.io/api/admission/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -320,15 +321,25 @@ var _ = Describe("Pod admission", func() {
 	It("lets the operator's own drain and binder pods through unchanged when a namespace policy gives them the opt-in label", func() {
 		held := claim.NewClaimed(fpvc, ns, claim.Name(fpvc.Name), "h", v1alpha1.CheckoutMiss, claim.NewCheckoutID(), "", fixtures.Epoch)
 		Expect(claim.Execute(ctx, k8sClient, held)).To(Succeed())
-		job := objects.DrainJob(fpvc, claim.Binding(held.Object, fpvc.UID), 1)
+		b := claim.Binding(held.Object, fpvc.UID)
+		b.UID = "binding-uid" // the drain Job's controller; envtest runs no garbage collector
+		job := objects.DrainJob(fpvc, b, 1)
 		binder := pool.BinderJob(fpvc, fixtures.Returned(held.Object), "pause")
-		for name, tmpl := range map[string]corev1.PodTemplateSpec{"a drain pod": job.Spec.Template, "a binder pod": binder.Spec.Template} {
+		for name, j := range map[string]*batchv1.Job{"a drain pod": job, "a binder pod": binder} {
 			By(name)
-			pod := &corev1.Pod{ObjectMeta: tmpl.ObjectMeta, Spec: tmpl.Spec}
+			Expect(k8sClient.Create(ctx, j)).To(Succeed())
+			pod := &corev1.Pod{ObjectMeta: *j.Spec.Template.ObjectMeta.DeepCopy(), Spec: j.Spec.Template.Spec}
 			pod.Namespace, pod.Name = ns, "own"
 			pod.Labels[v1alpha1.FluentPVCNameLabelKey] = fpvc.Name // the policy's
-			resp := mutator.Handle(ctx, createRequest(pod, false))
+			By(name + " that only carries its labels is handled as any labelled pod")
+			resp := mutator.Handle(ctx, createRequest(pod, true))
+			Expect(resp.Result).To(Or(BeNil(), HaveField("Message", Not(ContainSubstring("the operator's own")))))
+
+			By(name + " of the operator's Job")
+			pod.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(j, batchv1.SchemeGroupVersion.WithKind("Job"))}
+			resp = mutator.Handle(ctx, createRequest(pod, false))
 			Expect(resp.Allowed).To(BeTrue(), "%s", resp.Result)
+			Expect(resp.Result.Message).To(ContainSubstring("the operator's own"))
 			Expect(resp.Patches).To(BeEmpty())
 		}
 		Expect(claims()).To(HaveLen(1), "no claim for the operator's own pods")

@@ -1,13 +1,15 @@
-package objects
+package objects_test
 
 import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
@@ -35,7 +37,7 @@ func TestDrainJob(t *testing.T) {
 			f := fpvc.DeepCopy()
 			f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.RestartPolicy = tc.restartPolicy
 			f.Spec.PVCFinalizerJobSpecTemplate.TTLSecondsAfterFinished = tc.ttl
-			job := DrainJob(f, b, tc.attempt)
+			job := objects.DrainJob(f, b, tc.attempt)
 			if job.Spec.TTLSecondsAfterFinished != nil {
 				t.Errorf("ttlSecondsAfterFinished = %d, want unset", *job.Spec.TTLSecondsAfterFinished)
 			}
@@ -46,7 +48,7 @@ func TestDrainJob(t *testing.T) {
 			if ps.RestartPolicy != tc.wantRestart {
 				t.Errorf("restartPolicy = %q, want %q", ps.RestartPolicy, tc.wantRestart)
 			}
-			if diff := cmp.Diff([]corev1.Volume{ClaimVolume("fluent-pvc", "f-abc"), f.Spec.CommonVolumes[0]}, ps.Volumes); diff != "" {
+			if diff := cmp.Diff([]corev1.Volume{objects.ClaimVolume("fluent-pvc", "f-abc"), f.Spec.CommonVolumes[0]}, ps.Volumes); diff != "" {
 				t.Errorf("volumes (-want +got):\n%s", diff)
 			}
 			c := ps.Containers[0]
@@ -61,6 +63,38 @@ func TestDrainJob(t *testing.T) {
 			}
 			if f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Volumes != nil || f.Spec.PVCFinalizerJobSpecTemplate.Template.Spec.Containers[0].Env != nil {
 				t.Errorf("the FluentPVC's template was modified")
+			}
+		})
+	}
+}
+
+func TestControlledByDrainJob(t *testing.T) {
+	owned := func(kind, apiVersion, name string) *corev1.Pod {
+		p := fixtures.MakePod("p", "ns").Obj()
+		p.OwnerReferences = []metav1.OwnerReference{{Kind: kind, APIVersion: apiVersion, Name: name, UID: "uid", Controller: ptr.To(true)}}
+		return p
+	}
+	notController := owned("Job", "batch/v1", "f-abc-drain-1")
+	notController.OwnerReferences[0].Controller = nil
+	cases := map[string]struct {
+		pod  *corev1.Pod
+		want bool
+	}{
+		"a pod of the first drain Job":          {pod: owned("Job", "batch/v1", "f-abc-drain-1"), want: true},
+		"a pod of the twelfth drain Job":        {pod: owned("Job", "batch/v1", "f-abc-drain-12"), want: true},
+		"no owner":                              {pod: fixtures.MakePod("p", "ns").Obj()},
+		"an owner that is not its controller":   {pod: notController},
+		"a ReplicaSet of that name":             {pod: owned("ReplicaSet", "apps/v1", "f-abc-drain-1")},
+		"another claim's drain Job":             {pod: owned("Job", "batch/v1", "f-abcd-drain-1")},
+		"attempt zero":                          {pod: owned("Job", "batch/v1", "f-abc-drain-0")},
+		"an attempt that is not a number":       {pod: owned("Job", "batch/v1", "f-abc-drain-x")},
+		"an attempt with a leading zero":        {pod: owned("Job", "batch/v1", "f-abc-drain-01")},
+		"the claim's binder Job, not its drain": {pod: owned("Job", "batch/v1", objects.BinderJobName("f-abc"))},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := objects.ControlledByDrainJob(tc.pod, "f-abc"); got != tc.want {
+				t.Errorf("ControlledByDrainJob = %v, want %v", got, tc.want)
 			}
 		})
 	}

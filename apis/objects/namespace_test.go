@@ -1,6 +1,8 @@
-package objects
+package objects_test
 
 import (
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
+
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,7 +30,7 @@ func TestNamespaceSelected(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, err := NamespaceSelected(tc.selector, tc.labels)
+			got, err := objects.NamespaceSelected(tc.selector, tc.labels)
 			if got != tc.want || (err != nil) != tc.wantErr {
 				t.Errorf("NamespaceSelected = %v, %v; want %v, error %v", got, err, tc.want, tc.wantErr)
 			}

@@ -1,6 +1,8 @@
-package objects
+package objects_test
 
 import (
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
+
 	"fmt"
 	"slices"
 	"strings"
@@ -61,7 +63,7 @@ func TestPodConflicts(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			var gotPaths []string
-			for _, e := range PodConflicts(tc.pod, &fpvc.Spec) {
+			for _, e := range objects.PodConflicts(tc.pod, &fpvc.Spec) {
 				gotPaths = append(gotPaths, e.Field)
 				if !strings.Contains(e.Detail, "rename") {
 					t.Errorf("detail %q does not say how to fix it", e.Detail)
@@ -122,7 +124,7 @@ func TestInjectPod(t *testing.T) {
 		for name, tc := range cases {
 			t.Run(fmt.Sprintf("%s/mode %q", name, mode), func(t *testing.T) {
 				pod := tc.pod.DeepCopy()
-				InjectPod(pod, spec, "claim-1")
+				objects.InjectPod(pod, spec, "claim-1")
 
 				if got := pod.Labels[v1alpha1.BindingNameLabelKey]; got != "claim-1" {
 					t.Errorf("binding label = %q, want claim-1", got)
@@ -133,7 +135,7 @@ func TestInjectPod(t *testing.T) {
 				if diff := cmp.Diff([]string{v1alpha1.PodProtectionFinalizer}, pod.Finalizers); diff != "" {
 					t.Errorf("finalizers (-want +got):\n%s", diff)
 				}
-				wantVolumes := []corev1.Volume{ClaimVolume("fluent-pvc", "claim-1"), fpvc.Spec.CommonVolumes[0]}
+				wantVolumes := []corev1.Volume{objects.ClaimVolume("fluent-pvc", "claim-1"), fpvc.Spec.CommonVolumes[0]}
 				if diff := cmp.Diff(wantVolumes, pod.Spec.Volumes); diff != "" {
 					t.Errorf("volumes (-want +got):\n%s", diff)
 				}
@@ -187,13 +189,13 @@ func TestInjectPod(t *testing.T) {
 				if diff := cmp.Diff(tc.wantEnvs, gotEnvs); diff != "" {
 					t.Errorf("envs (-want +got):\n%s", diff)
 				}
-				if !PodInjected(pod, spec) {
+				if !objects.PodInjected(pod, spec) {
 					t.Errorf("PodInjected is false after Pod")
 				}
-				if PodInjected(tc.pod, spec) {
+				if objects.PodInjected(tc.pod, spec) {
 					t.Errorf("PodInjected is true before Pod")
 				}
-				if errs := PodConflicts(tc.pod, spec); len(errs) > 0 {
+				if errs := objects.PodConflicts(tc.pod, spec); len(errs) > 0 {
 					t.Errorf("unexpected conflicts: %v", errs)
 				}
 			})
@@ -213,7 +215,7 @@ func TestPodSidecar(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: tc.annotations}}
-			if got := PodSidecar(pod, "sidecar"); got != tc.want {
+			if got := objects.PodSidecar(pod, "sidecar"); got != tc.want {
 				t.Errorf("PodSidecar = %q, want %q", got, tc.want)
 			}
 		})
