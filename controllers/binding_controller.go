@@ -436,9 +436,9 @@ func (r *BindingReconciler) observeMounts(ctx context.Context, o *observed, now 
 	if b.Spec.Pod.UID == "" && graceStart(b).Add(r.opts.OrphanGracePeriod).After(now) {
 		return nil // still waiting for its pod
 	}
-	var pods corev1.PodList
-	if err := r.apiReader.List(ctx, &pods, client.InNamespace(b.Namespace)); err != nil {
-		return fmt.Errorf("listing the pods of namespace %s for claim %s: %w", b.Namespace, b.Spec.PVC.Name, err)
+	pods, err := r.namespacePods(ctx, o)
+	if err != nil {
+		return err
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
@@ -448,6 +448,21 @@ func (r *BindingReconciler) observeMounts(ctx context.Context, o *observed, now 
 		}
 	}
 	return nil
+}
+
+// namespacePods lists the pods of the binding's namespace live, once per
+// reconcile: a later call returns the first call's list.
+func (r *BindingReconciler) namespacePods(ctx context.Context, o *observed) (*corev1.PodList, error) {
+	if o.namespacePods != nil {
+		return o.namespacePods, nil
+	}
+	b := o.binding
+	pods := &corev1.PodList{}
+	if err := r.apiReader.List(ctx, pods, client.InNamespace(b.Namespace)); err != nil {
+		return nil, fmt.Errorf("listing the pods of namespace %s for claim %s: %w", b.Namespace, b.Spec.PVC.Name, err)
+	}
+	o.namespacePods = pods
+	return pods, nil
 }
 
 // observeNamespace reads, live, whether a deleted binding's namespace is
@@ -494,9 +509,9 @@ func (r *BindingReconciler) observeUncachedPod(ctx context.Context, o *observed,
 	if o.pvc == nil || graceStart(b).Add(r.opts.OrphanGracePeriod).After(now) {
 		return nil
 	}
-	var live corev1.PodList
-	if err := r.apiReader.List(ctx, &live, client.InNamespace(b.Namespace)); err != nil {
-		return fmt.Errorf("listing the pods of namespace %s for claim %s: %w", b.Namespace, b.Spec.PVC.Name, err)
+	live, err := r.namespacePods(ctx, o)
+	if err != nil {
+		return err
 	}
 	for i := range live.Items {
 		if claimantPod(&live.Items[i], b.Spec.PVC.Name) {

@@ -563,3 +563,30 @@ func TestReconcileGraceEndsMidReconcile(t *testing.T) {
 		t.Errorf("requeue after %s, want the 500ms left of the grace period", res.RequeueAfter)
 	}
 }
+
+// TestReconcileOrphanListsPodsOnce reconciles the binding of a claim that
+// never recorded a pod, past the orphan grace period, with no pod left:
+// the search for its pod and the check for other pods that mount the
+// claim share one live list of the namespace's pods.
+func TestReconcileOrphanListsPodsOnce(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	fpvc, claim := claimFixture()
+	b := fixtures.Binding(claim, fpvc.UID)
+	b.CreationTimestamp = metav1.NewTime(fixtures.Epoch)
+	b.Status.Phase = v1alpha1.BindingPhasePending
+	lists := 0
+	live := fakeAPI(t, interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*corev1.PodList); ok && len(opts) == 1 {
+				lists++ // the namespace's pods, no selector
+			}
+			return c.List(ctx, list, opts...)
+		},
+	}, fpvc, claim, b)
+	if _, err := testBindingReconciler(withoutPods(live), live, now).Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)}); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	if lists != 1 {
+		t.Errorf("%d live lists of the namespace's pods, want 1", lists)
+	}
+}

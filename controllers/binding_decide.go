@@ -64,6 +64,10 @@ type observed struct {
 	// the claim and has not finished, read live before a drain Job is
 	// made or the drained claim deleted; nil when there is none.
 	mountedBy *corev1.Pod
+	// namespacePods are the namespace's pods as listed live in this
+	// reconcile, nil when no live list was made: the orphan path and the
+	// mount check share one list.
+	namespacePods *corev1.PodList
 }
 
 // blockage is why a drain cannot make progress: a DrainBlocked reason and
@@ -508,19 +512,24 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 // told as a Warning when the cause is new, and removed once the cause is
 // gone. The claim is kept either way.
 func decideBlocked(o observed, now time.Time, p *plan) {
-	if o.drainRecheck > 0 && (p.requeueAfter == 0 || o.drainRecheck < p.requeueAfter) {
-		p.requeueAfter = o.drainRecheck
+	setBlocked(o.binding, o.drainBlocked, o.drainRecheck, now, p)
+}
+
+// setBlocked records blockage blk (nil: none) of b's drain in p, with a
+// look again after recheck (0: none asked).
+func setBlocked(b *v1alpha1.FluentPVCBinding, blk *blockage, recheck time.Duration, now time.Time, p *plan) {
+	if recheck > 0 && (p.requeueAfter == 0 || recheck < p.requeueAfter) {
+		p.requeueAfter = recheck
 	}
-	blk := o.drainBlocked
 	if blk == nil {
 		meta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.BindingConditionDrainBlocked)
 		return
 	}
 	was := meta.FindStatusCondition(p.status.Conditions, v1alpha1.BindingConditionDrainBlocked)
 	if was == nil || was.Reason != blk.reason {
-		p.tell(outcomeDrainBlocked, fmt.Sprintf("the drain of claim %s cannot make progress; the claim is kept: %s", o.binding.Spec.PVC.Name, blk.message))
+		p.tell(outcomeDrainBlocked, fmt.Sprintf("the drain of claim %s cannot make progress; the claim is kept: %s", b.Spec.PVC.Name, blk.message))
 	}
-	setCondition(&p.status, v1alpha1.BindingConditionDrainBlocked, metav1.ConditionTrue, blk.reason, blk.message, o.binding.Generation, now)
+	setCondition(&p.status, v1alpha1.BindingConditionDrainBlocked, metav1.ConditionTrue, blk.reason, blk.message, b.Generation, now)
 }
 
 // waitForMount records in p that the drain waits for o.mountedBy, a pod
@@ -529,11 +538,10 @@ func decideBlocked(o observed, now time.Time, p *plan) {
 // look again soon (that pod is not in the operator's cache).
 func waitForMount(o observed, now time.Time, p *plan) {
 	pod := o.mountedBy
-	o.drainBlocked = &blockage{reason: v1alpha1.DrainBlockedReasonMountedByOtherPod, message: fmt.Sprintf(
+	blk := &blockage{reason: v1alpha1.DrainBlockedReasonMountedByOtherPod, message: fmt.Sprintf(
 		"pod %s (uid %s) mounts claim %s but is neither the pod the claim was handed to nor its drain: the drain waits until that pod is gone, so that no pod writes the claim during or after its drain",
 		pod.Name, pod.UID, o.binding.Spec.PVC.Name)}
-	o.drainRecheck = uncachedPodRecheck
-	decideBlocked(o, now, p)
+	setBlocked(o.binding, blk, uncachedPodRecheck, now, p)
 }
 
 // markDrained records in p that finalizer Job j drained b's claim, with
