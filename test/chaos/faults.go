@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
 	"github.com/st-tech/fluent-pvc-operator/test/provisioner/hostpath"
 )
@@ -159,15 +160,15 @@ func (d *driver) deleteClaim(ctx context.Context) {
 	if pvc == nil {
 		return
 	}
-	del := func(ctx context.Context) error { return d.user.Delete(ctx, pvc) }
+	var err error
+	del := func(ctx context.Context) { err = d.user.Delete(ctx, pvc) }
 	if rand.N(3) == 0 {
-		del = func(ctx context.Context) error {
-			var err error
-			d.withClaimWebhookUnreachable(ctx, func(ctx context.Context) { err = d.user.Delete(ctx, pvc) })
-			return err
+		if !d.withClaimWebhookUnreachable(ctx, pvc, del) {
+			return
 		}
+	} else {
+		del(ctx)
 	}
-	err := del(ctx)
 	switch {
 	case err == nil:
 		d.t.ClaimDeletesAdmitted.Add(1)
@@ -180,9 +181,17 @@ func (d *driver) deleteClaim(ctx context.Context) {
 	}
 }
 
+// claimWebhookTimeout bounds each wait for the API server to act on a
+// change of the claim webhook's configuration.
+const claimWebhookTimeout = 30 * time.Second
+
 // withClaimWebhookUnreachable points the claim deletion webhook at a
-// closed port, runs f, and points it back.
-func (d *driver) withClaimWebhookUnreachable(ctx context.Context, f func(context.Context)) {
+// closed port, runs f once the API server admits a dry-run deletion of
+// held claim pvc (the failure policy, Ignore, admits what the webhook
+// cannot be asked about), points the webhook back, and waits until the
+// API server refuses that deletion again. It returns false, without
+// running f, when the webhook could not be made unreachable.
+func (d *driver) withClaimWebhookUnreachable(ctx context.Context, pvc *corev1.PersistentVolumeClaim, f func(context.Context)) bool {
 	bg := context.WithoutCancel(ctx)
 	var saved *string
 	setURL := func(url func(old *string) *string) error {
@@ -200,16 +209,78 @@ func (d *driver) withClaimWebhookUnreachable(ctx context.Context, f func(context
 	unreachable := func(old *string) *string { saved = old; return ptr.To("https://127.0.0.1:1/unreachable") }
 	if err := setURL(unreachable); err != nil {
 		d.fail("making the claim webhook unreachable", err)
-		return
+		return false
 	}
-	// The API server sees the change within a moment.
-	time.Sleep(2 * time.Second)
+	defer func() {
+		restore := func(*string) *string { return saved }
+		err := wait.PollUntilContextTimeout(bg, 200*time.Millisecond, claimWebhookTimeout, true, func(context.Context) (bool, error) {
+			return setURL(restore) == nil, nil
+		})
+		if err != nil {
+			d.fail("restoring the claim webhook", err)
+			return
+		}
+		d.fail("waiting for the restored claim webhook", d.awaitClaimWebhook(bg, pvc, true))
+	}()
+	if err := d.awaitClaimWebhook(bg, pvc, false); err != nil {
+		d.fail("waiting for the claim webhook to be unreachable", err)
+		return false
+	}
 	f(bg)
-	restore := func(*string) *string { return saved }
-	err := wait.PollUntilContextTimeout(bg, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return setURL(restore) == nil, nil
+	return true
+}
+
+// awaitClaimWebhook polls a dry-run deletion of claim pvc, as the user,
+// until the API server refuses it (refused) or admits it (!refused), for
+// at most claimWebhookTimeout. While pvc is held and its namespace is not
+// being deleted, the reachable claim webhook refuses the deletion and the
+// unreachable one, failing open, admits it. A claim that is gone ends the
+// wait either way, and so does, when a refusal is awaited, a claim the
+// webhook no longer refuses (guardedClaim): neither tells the two apart.
+func (d *driver) awaitClaimWebhook(ctx context.Context, pvc *corev1.PersistentVolumeClaim, refused bool) error {
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, claimWebhookTimeout, true, func(ctx context.Context) (bool, error) {
+		err := d.user.Delete(ctx, pvc, client.DryRunAll)
+		switch {
+		case apierrors.IsNotFound(err):
+			return true, nil
+		case err == nil && refused:
+			guarded, err := d.guardedClaim(ctx, pvc)
+			last = err
+			return err == nil && !guarded, nil
+		case err == nil:
+			return true, nil
+		case denied(err):
+			return refused, nil
+		default:
+			last = err
+			return false, nil
+		}
 	})
-	d.fail("restoring the claim webhook", err)
+	if err != nil {
+		want := "admitted"
+		if refused {
+			want = "refused"
+		}
+		return fmt.Errorf("a dry-run deletion of claim %s/%s was not %s within %v: %w (last error: %v)",
+			pvc.Namespace, pvc.Name, want, claimWebhookTimeout, err, last)
+	}
+	return nil
+}
+
+// guardedClaim is true when the claim webhook, reachable, refuses to
+// delete pvc: pvc is held (claim.Held) and its namespace is not being
+// deleted.
+func (d *driver) guardedClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (bool, error) {
+	cur := &corev1.PersistentVolumeClaim{}
+	if err := d.c.Get(ctx, client.ObjectKeyFromObject(pvc), cur); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	ns := &corev1.Namespace{}
+	if err := d.c.Get(ctx, client.ObjectKey{Name: pvc.Namespace}, ns); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return claim.Held(cur) && ns.DeletionTimestamp.IsZero(), nil
 }
 
 // recoverDeletedClaim follows the documented way out of a held claim

@@ -299,6 +299,29 @@ func (h *history) checkReleases(uses []claimUse, final State) ([]Violation, []Ex
 		inFinal[pvc.UID] = true
 	}
 	seenExcuse := map[*claimWrite]bool{}
+	// excuse is true when request, the request that reason names (nil:
+	// none), excuses release rel of claim c, held for binding; the first
+	// time a release is excused, it records its Excuse and counts it.
+	excuse := func(c *claimLife, binding string, rel *claimWrite, reason excuseReason, request *Event) bool {
+		if request == nil {
+			return false
+		}
+		if seenExcuse[rel] {
+			return true
+		}
+		seenExcuse[rel] = true
+		e := Excuse{Claim: c.ref.String(), Release: releaseKind(rel) + " " + rel.ev.where(), Warned: h.warned(c, binding)}
+		switch reason {
+		case byNamespaceDeletion:
+			stats.ReleasesExcused++
+			e.NamespaceDeleted = request.where()
+		case byUserDeletion:
+			stats.ReleasesExcusedByUser++
+			e.ClaimDeleted = request.where()
+		}
+		excused = append(excused, e)
+		return true
+	}
 	for _, u := range h.sortedUses(uses) {
 		c := u.claim
 		if c == nil {
@@ -327,30 +350,8 @@ func (h *history) checkReleases(uses []claimUse, final State) ([]Violation, []Ex
 			continue
 		}
 		stats.ReleasesChecked++
-		if ns := h.namespaceDeletedBefore(c.ref.Namespace, rel.pos); ns != nil {
-			if !seenExcuse[rel] {
-				seenExcuse[rel] = true
-				stats.ReleasesExcused++
-				excused = append(excused, Excuse{
-					Claim:            c.ref.String(),
-					Release:          releaseKind(rel) + " " + rel.ev.where(),
-					NamespaceDeleted: ns.ev.where(),
-					Warned:           h.warned(c, st.binding),
-				})
-			}
-			continue
-		}
-		if del := h.userDeletedBefore(c, rel.pos); del != nil {
-			if !seenExcuse[rel] {
-				seenExcuse[rel] = true
-				stats.ReleasesExcusedByUser++
-				excused = append(excused, Excuse{
-					Claim:        c.ref.String(),
-					Release:      releaseKind(rel) + " " + rel.ev.where(),
-					ClaimDeleted: del.ev.where(),
-					Warned:       h.warned(c, st.binding),
-				})
-			}
+		if excuse(c, st.binding, rel, byNamespaceDeletion, h.namespaceDeletedBefore(c.ref.Namespace, rel.pos).event()) ||
+			excuse(c, st.binding, rel, byUserDeletion, h.userDeletedBefore(c, rel.pos).event()) {
 			continue
 		}
 		if h.drainBetween(c.ref.UID, u.pod.pos, rel.pos) != nil {
@@ -363,6 +364,34 @@ func (h *history) checkReleases(uses []claimUse, final State) ([]Violation, []Ex
 		})
 	}
 	return out, excused, stats
+}
+
+// excuseReason is what excuses a release of a used claim without a drain.
+type excuseReason int
+
+const (
+	// byNamespaceDeletion: the deletion of the claim's namespace was
+	// requested before the release.
+	byNamespaceDeletion excuseReason = iota
+	// byUserDeletion: one of Options.Users requested the deletion of the
+	// claim before the release.
+	byUserDeletion
+)
+
+// event is the request that made namespace change ch; nil when ch is nil.
+func (ch *nsChange) event() *Event {
+	if ch == nil {
+		return nil
+	}
+	return ch.ev
+}
+
+// event is the request that made claim write w; nil when w is nil.
+func (w *claimWrite) event() *Event {
+	if w == nil {
+		return nil
+	}
+	return w.ev
 }
 
 // releaseKind says how a write let a claim go.

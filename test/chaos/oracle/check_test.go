@@ -236,6 +236,47 @@ func TestCheckAudit(t *testing.T) {
 			},
 		},
 		{
+			name: "I2 excused once: the uses of two pods end in one release, which a user's deletion excuses",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.complete(l.drainJob(c, 1))
+				l.pod("ns", "b", "c")
+				l.deletePVCAs(c, "alice")
+				l.release(c)
+			},
+			opts: Options{Users: []string{"alice"}},
+			want: counts{},
+			check: func(t *testing.T, r Report) {
+				if r.Stats.ReleasesChecked != 2 || r.Stats.ReleasesExcusedByUser != 1 || r.Stats.ReleasesExcused != 0 {
+					t.Errorf("stats = %+v", r.Stats)
+				}
+				if len(r.Excused) != 1 || !strings.Contains(r.Excused[0].ClaimDeleted, "alice") {
+					t.Errorf("excused = %+v", r.Excused)
+				}
+			},
+		},
+		{
+			name: "I2 excused by its namespace's deletion, when a user deleted the claim too",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.deletePVCAs(c, "alice")
+				l.deleteNamespace("ns")
+				l.release(c)
+			},
+			opts: Options{Users: []string{"alice"}},
+			want: counts{},
+			check: func(t *testing.T, r Report) {
+				if r.Stats.ReleasesExcused != 1 || r.Stats.ReleasesExcusedByUser != 0 {
+					t.Errorf("stats = %+v", r.Stats)
+				}
+				if len(r.Excused) != 1 || r.Excused[0].NamespaceDeleted == "" || r.Excused[0].ClaimDeleted != "" {
+					t.Errorf("excused = %+v", r.Excused)
+				}
+			},
+		},
+		{
 			name: "I2 violation: a deletion by someone not among the users excuses nothing",
 			log: func(l *auditLog) {
 				c := l.claim("ns", "c")
