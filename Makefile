@@ -191,7 +191,7 @@ test-integration: bins ## Run the envtest suites (a real kube-apiserver and etcd
 	go test ./... -count=1 -timeout 30m -run '^TestIntegration$$' $(GO_TEST_FLAGS) $(GINKGO_FLAGS)
 
 .PHONY: test-e2e
-test-e2e: bins ## Run the end-to-end suite on a simulated cluster (kwok).
+test-e2e: bins csi-bins ## Run the end-to-end suite on a simulated cluster (kwok), with the CSI driver behind the real external-provisioner and external-attacher beside the hostPath provisioner.
 	go test ./test/e2e -count=1 -timeout 30m -v -run '^TestE2E$$' $(GINKGO_FLAGS)
 
 .PHONY: test-csi
@@ -214,7 +214,7 @@ test-real-node: bins ## Run the real-node tier: a kubelet with containerd beside
 	fi
 
 .PHONY: test-e2e-real
-test-e2e-real: bins $(HELM) ## Run the end-to-end suite on the real node: the operator installed by make deploy and by Helm (install, upgrade, reinstall), real containers (skipped, with its reason, where the machine cannot).
+test-e2e-real: bins csi-bins $(HELM) ## Run the end-to-end suite on the real node: the operator installed by make deploy and by Helm (install, upgrade, reinstall), real containers, storage from the CSI driver behind the real external-provisioner and external-attacher (skipped, with its reason, where the machine cannot).
 	@if hack/real-node-deps.sh; then \
 		$(MAKE) real-node-bins images && \
 		REAL_NODE=1 flock $(REAL_NODE_LOCK) go test ./test/realnode -count=1 -timeout 30m -v -run '^TestE2EReal$$' -ginkgo.v $(GINKGO_FLAGS); \

@@ -128,6 +128,10 @@ func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	var until time.Time
 	var found bool
 	err := s.d.store.update(func(st *state, now time.Time) error {
+		if st.DeleteCalls == nil {
+			st.DeleteCalls = map[string]int{}
+		}
+		st.DeleteCalls[id]++
 		v := st.Volumes[id]
 		if v == nil {
 			return nil
@@ -325,8 +329,12 @@ func (s *controllerServer) nodeZone(node string) (string, error) {
 
 // dataPath is the directory that holds a volume's data, which the node
 // service bind-mounts.
-func (d *Driver) dataPath(id string) string {
-	return filepath.Join(d.opts.DataDir, id, "data")
+func (d *Driver) dataPath(id string) string { return VolumeData(d.opts.DataDir, id) }
+
+// VolumeData is the directory that holds the data of volume id, under a
+// driver's data directory: what a pod writes to the volume lands there.
+func VolumeData(dataDir, id string) string {
+	return filepath.Join(dataDir, id, "data")
 }
 
 // formattedPath is the marker of a formatted volume, beside its data so

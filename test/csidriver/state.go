@@ -63,6 +63,17 @@ type attachment struct {
 type state struct {
 	// Volumes are keyed by ID.
 	Volumes map[string]*volume `json:"volumes"`
+	// DeleteCalls counts the DeleteVolume calls of each volume ID, kept
+	// after the volume is gone: a test reads how often its volume was
+	// deleted (DeleteCalls).
+	DeleteCalls map[string]int `json:"deleteCalls,omitempty"`
+}
+
+// DeleteCalls reads, from the state file under stateDir, how many
+// DeleteVolume calls the controller served for each volume ID.
+func DeleteCalls(stateDir string) (map[string]int, error) {
+	st, _, err := readState(filepath.Join(stateDir, stateFile))
+	return st.DeleteCalls, err
 }
 
 // volumeID is the ID of the volume named name: the same name always gives

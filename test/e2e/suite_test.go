@@ -66,6 +66,10 @@ var _ = BeforeSuite(func() {
 		}
 	})
 
+	// CSI storage beside the hostPath provisioner, for the specs that need
+	// attachment and topology as a cloud disk has them (StorageClassCSI).
+	Expect(kc.StartCSI(ctx, cluster.CSIOptions{CreateDelay: time.Second, AttachDelay: time.Second})).To(Succeed())
+
 	out, err := kc.DryRunDeployManifests(ctx)
 	Expect(err).NotTo(HaveOccurred(), "config/default must be valid against the API server")
 	GinkgoWriter.Printf("server-side dry run of config/default:\n%s\n", out)
