@@ -247,7 +247,7 @@ bench-smoke: bins ## Run the benchmark's reduced mode (a few pods per mode, both
 .PHONY: demo
 demo: bins ## Start a local cluster with the operator and show pods starting from the warm pool: real containers on a real node where the machine can run one (until make demo-down, no other real node can run), else simulated by kwok, saying why (DEMO_TIER=kwok chooses kwok).
 	@if [ "$(DEMO_TIER)" != kwok ] && hack/real-node-deps.sh; then \
-		$(MAKE) --no-print-directory real-node-bins images || echo "demo: could not prepare the real node (see above)"; \
+		$(MAKE) --no-print-directory real-node-bins images csi-bins || echo "demo: could not prepare the real node (see above)"; \
 		DEMO_TIER=$(DEMO_TIER) flock $(REAL_NODE_LOCK) go run ./test/demo; \
 	else \
 		DEMO_TIER=$(DEMO_TIER) go run ./test/demo; \

@@ -7,7 +7,12 @@
 //
 // Where the machine can run test/cluster's real node (root, bin/kubelet,
 // bin/images.tar, containerd: make real-node-bins images), the pods run
-// there as real busybox containers: the sidecar appends lines to the
+// there as real busybox containers on storage like a cloud disk's: the CSI
+// driver of test/csidriver behind the real external-provisioner and
+// external-attacher (make csi-bins), which takes 5 s to create a volume,
+// 8 s to attach it and 2 s to format it on its first stage. The demo then
+// also prints when each pod's volume was attached: a hit saves the
+// create, not the attach or the format. The sidecar appends lines to the
 // claim, and after the demo deletes the pods, the real drain Jobs count
 // them before the operator deletes the claims. Elsewhere, or with
 // DEMO_TIER=kwok, every node and pod is simulated by kwok, and the demo
@@ -19,6 +24,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -31,6 +37,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -45,11 +52,12 @@ import (
 const namespace = "demo"
 
 type options struct {
-	name     string
-	tier     string
-	delay    time.Duration
-	poolSize int32
-	pods     int
+	name                     string
+	tier                     string
+	delay                    time.Duration
+	attachDelay, formatDelay time.Duration
+	poolSize                 int32
+	pods                     int
 }
 
 func main() {
@@ -57,7 +65,9 @@ func main() {
 	var poolSize int
 	flag.StringVar(&o.name, "name", "demo", "cluster name")
 	flag.StringVar(&o.tier, "tier", os.Getenv("DEMO_TIER"), "auto (the real node where the machine can run it), real or kwok; default DEMO_TIER, else auto")
-	flag.DurationVar(&o.delay, "delay", 5*time.Second, "time the test provisioner takes per volume, like a cloud disk")
+	flag.DurationVar(&o.delay, "delay", 5*time.Second, "time the storage takes to create a volume, like a cloud disk")
+	flag.DurationVar(&o.attachDelay, "attach-delay", 8*time.Second, "time the CSI driver of the real node's cluster takes to attach (and detach) a volume")
+	flag.DurationVar(&o.formatDelay, "format-delay", 2*time.Second, "time the CSI driver of the real node's cluster takes to format a volume on its first stage")
 	flag.IntVar(&poolSize, "pool", 3, "warm PVCs in the pool")
 	flag.IntVar(&o.pods, "pods", 5, "labelled pods to start at once")
 	flag.Parse()
@@ -106,6 +116,20 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
+	class := fmt.Sprintf("StorageClass %s (WaitForFirstConsumer, %s per volume)", cluster.StorageClassStandard, o.delay)
+	csiData := ""
+	if t == tierReal {
+		switch err := kc.StartCSI(context.Background(), cluster.CSIOptions{CreateDelay: o.delay, AttachDelay: o.attachDelay, FormatDelay: o.formatDelay}); {
+		case errors.Is(err, cluster.ErrCSISocketPathTooLong):
+			fmt.Printf(">> the CSI driver cannot register with the kubelet here (%v): the storage is the hostPath test provisioner's\n", err)
+		case err != nil:
+			return err
+		default:
+			csiData = kc.CSIDataDir()
+			class = fmt.Sprintf("StorageClass %s (CSI, WaitForFirstConsumer: %s to create a volume, %s to attach it, %s to format it)",
+				cluster.StorageClassCSI, o.delay, o.attachDelay, o.formatDelay)
+		}
+	}
 	op, err := cluster.RunOperator(context.Background(), kc, cluster.OperatorOptions{})
 	if err != nil {
 		return err
@@ -123,7 +147,7 @@ func run(o options) error {
 		return err
 	}
 	seen := newTimeline(namespace)
-	for _, obj := range []client.Object{&corev1.Pod{}, &batchv1.Job{}, &corev1.PersistentVolumeClaim{}} {
+	for _, obj := range []client.Object{&corev1.Pod{}, &batchv1.Job{}, &corev1.PersistentVolumeClaim{}, &storagev1.VolumeAttachment{}} {
 		inf, err := informers.GetInformer(ctx, obj)
 		if err != nil {
 			return err
@@ -150,10 +174,13 @@ func run(o options) error {
 	if t == tierReal {
 		fpvc = fpvc.RealContainers(claimMount, images.BusyboxContainer(sidecarName, sidecarScript), images.BusyboxContainer("drain", drainScript))
 	}
+	if csiData != "" {
+		fpvc = fpvc.StorageClass(cluster.StorageClassCSI)
+	}
 	if err := c.Create(ctx, fpvc.Obj()); err != nil {
 		return err
 	}
-	fmt.Printf(">> FluentPVC demo: pool of %d on StorageClass standard (WaitForFirstConsumer, %s per volume); waiting until warm\n", o.poolSize, o.delay)
+	fmt.Printf(">> FluentPVC demo: pool of %d on %s; waiting until warm\n", o.poolSize, class)
 	if t == tierReal {
 		fmt.Printf(">> its sidecar appends a timestamped line to the pod's claim every 0.5 s; its drain Job counts the claim's lines\n")
 	}
@@ -202,7 +229,12 @@ func run(o options) error {
 
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Println("\nTIME TO READY is from the pod's create call to the demo's informer seeing it Running with its Ready condition True.")
-	fmt.Fprintln(w, "\nPOD\tNODE\tPVC\tPVC PHASE\tFROM\tTIME TO READY")
+	header := "\nPOD\tNODE\tPVC\tPVC PHASE\tFROM\tTIME TO READY"
+	if csiData != "" {
+		fmt.Println("ATTACHED is from the pod's create call to its volume's VolumeAttachment saying attached; staging (with the first stage's format) and publishing follow.")
+		header += "\tATTACHED"
+	}
+	fmt.Fprintln(w, header)
 	sort.Slice(results, func(i, j int) bool { return results[i].pod < results[j].pod })
 	for i := range results {
 		r := &results[i]
@@ -222,16 +254,28 @@ func run(o options) error {
 		if pvc.Annotations[v1alpha1.CheckoutAnnotationKey] == v1alpha1.CheckoutHit {
 			from = "pool (hit)"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", r.pod, pod.Spec.NodeName, r.claim, pvc.Status.Phase, from, at.Sub(r.created).Round(10*time.Millisecond))
+		row := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", r.pod, pod.Spec.NodeName, r.claim, pvc.Status.Phase, from, at.Sub(r.created).Round(10*time.Millisecond))
+		if csiData != "" {
+			attached, _, err := seen.wait(ctx, attachedKey(pvc.Spec.VolumeName))
+			if err != nil {
+				return err
+			}
+			row += "\t" + attached.Sub(r.created).Round(10*time.Millisecond).String()
+		}
+		fmt.Fprintln(w, row)
 	}
 	_ = w.Flush()
+	if csiData != "" {
+		fmt.Printf("\nA hit skips the volume's creation (%s); the attach (%s) and the first stage's format (%s) are paid by hit and miss alike.\n",
+			o.delay, o.attachDelay, o.formatDelay)
+	}
 	fmt.Printf("\nFrom the FluentPVC's creation to the last pod Ready: %s.\n", time.Since(start).Round(100*time.Millisecond))
 
 	if t == tierReal {
-		if err := showWrites(ctx, c, results[0]); err != nil {
+		if err := showWrites(ctx, c, csiData, results[0]); err != nil {
 			return err
 		}
-		if err := drainAll(ctx, c, seen, results); err != nil {
+		if err := drainAll(ctx, c, csiData, seen, results); err != nil {
 			return err
 		}
 	}

@@ -14,6 +14,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/st-tech/fluent-pvc-operator/test/csidriver"
 )
 
 // What the real node runs (FluentPVCWrapper.RealContainers): busybox from
@@ -41,8 +43,8 @@ tail -n 1 $f 2>/dev/null`
 
 // showWrites waits until r's sidecar has written a few lines and prints
 // them, read from the claim's volume on the host.
-func showWrites(ctx context.Context, c client.Client, r podResult) error {
-	path, err := logOnHost(ctx, c, r.claim)
+func showWrites(ctx context.Context, c client.Client, csiData string, r podResult) error {
+	path, err := logOnHost(ctx, c, csiData, r.claim)
 	if err != nil {
 		return err
 	}
@@ -64,8 +66,9 @@ func showWrites(ctx context.Context, c client.Client, r podResult) error {
 }
 
 // logOnHost is the path, on the host, of the sidecar's file on claim's
-// volume (a hostPath PV of the test provisioner).
-func logOnHost(ctx context.Context, c client.Client, claim string) (string, error) {
+// volume: a hostPath PV of the test provisioner, or a volume of the CSI
+// driver, whose data lies under csiData.
+func logOnHost(ctx context.Context, c client.Client, csiData, claim string) (string, error) {
 	pvc := &corev1.PersistentVolumeClaim{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: claim}, pvc); err != nil {
 		return "", err
@@ -74,10 +77,13 @@ func logOnHost(ctx context.Context, c client.Client, claim string) (string, erro
 	if err := c.Get(ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, pv); err != nil {
 		return "", err
 	}
-	if pv.Spec.HostPath == nil {
-		return "", fmt.Errorf("PV %s is not a hostPath volume", pv.Name)
+	switch {
+	case pv.Spec.HostPath != nil:
+		return filepath.Join(pv.Spec.HostPath.Path, claimLog), nil
+	case pv.Spec.CSI != nil:
+		return filepath.Join(csidriver.VolumeData(csiData, pv.Spec.CSI.VolumeHandle), claimLog), nil
 	}
-	return filepath.Join(pv.Spec.HostPath.Path, claimLog), nil
+	return "", fmt.Errorf("PV %s is neither a hostPath nor a CSI volume", pv.Name)
 }
 
 // readLines is the lines of the file at path; none when it is missing.
@@ -99,10 +105,10 @@ func readLines(path string) []string {
 // its claim's file held once the pod was gone (read on the host),
 // what its drain Job said it drained, and when, from the delete call, the
 // Job completed, the operator deleted the claim, and the claim was gone.
-func drainAll(ctx context.Context, c client.Client, seen *timeline, results []podResult) error {
+func drainAll(ctx context.Context, c client.Client, csiData string, seen *timeline, results []podResult) error {
 	paths := make([]string, len(results))
 	for i, r := range results {
-		p, err := logOnHost(ctx, c, r.claim)
+		p, err := logOnHost(ctx, c, csiData, r.claim)
 		if err != nil {
 			return err
 		}

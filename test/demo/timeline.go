@@ -8,6 +8,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
@@ -28,13 +29,15 @@ func drainSaidKey(claim string) string    { return "drain-said/" + claim }
 func drainedKey(claim string) string      { return "drained/" + claim }
 func claimGoneKey(claim string) string    { return "claim-gone/" + claim }
 func claimDeletedKey(claim string) string { return "claim-deleted/" + claim }
+func attachedKey(pv string) string        { return "attached/" + pv }
 
 // marks is what obj shows in namespace ns; deleted says it was just
 // deleted. A demo pod is ready when Running with its PodReady condition
 // True, and gone once deleted; a drain Job (ComponentDrain) is seen for its
 // claim, and drained when Complete; its pod's terminated container's
 // message is what the drain said; a PVC is deleted when it has
-// a deletionTimestamp, and gone once deleted.
+// a deletionTimestamp, and gone once deleted; a PV is attached when a
+// VolumeAttachment of it says so (they are cluster-scoped).
 func marks(obj any, deleted bool, ns string) []mark {
 	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
@@ -70,6 +73,10 @@ func marks(obj any, deleted bool, ns string) []mark {
 			if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
 				out = append(out, mark{key: drainedKey(claim), note: o.Name})
 			}
+		}
+	case *storagev1.VolumeAttachment:
+		if pv := o.Spec.Source.PersistentVolumeName; pv != nil && o.Status.Attached && !deleted {
+			out = append(out, mark{key: attachedKey(*pv), note: o.Spec.NodeName})
 		}
 	case *corev1.PersistentVolumeClaim:
 		if o.Namespace != ns {

@@ -6,8 +6,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
@@ -33,6 +35,16 @@ func TestMarks(t *testing.T) {
 		deleted bool
 		want    []mark
 	}{
+		"a VolumeAttachment not yet attached": {
+			obj: &storagev1.VolumeAttachment{Spec: storagev1.VolumeAttachmentSpec{NodeName: "real-0", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv-1")}}},
+		},
+		"an attached VolumeAttachment": {
+			obj: &storagev1.VolumeAttachment{
+				Spec:   storagev1.VolumeAttachmentSpec{NodeName: "real-0", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv-1")}},
+				Status: storagev1.VolumeAttachmentStatus{Attached: true},
+			},
+			want: []mark{{key: "attached/pv-1", note: "real-0"}},
+		},
 		"a Running pod not yet Ready": {
 			obj: readyPod(corev1.PodRunning, corev1.ConditionFalse),
 		},
