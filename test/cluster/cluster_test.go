@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -26,52 +24,25 @@ import (
 // runs and restarts, and Down leaves no process and no state.
 // It runs only with E2E_CLUSTER=1.
 func TestSmoke(t *testing.T) {
-	if os.Getenv("E2E_CLUSTER") != "1" {
-		t.Skip("set E2E_CLUSTER=1 to bring up a kwok cluster")
-	}
-	g := NewWithT(t)
-	g.SetDefaultEventuallyTimeout(fixtures.LongTimeout)
-	g.SetDefaultEventuallyPollingInterval(fixtures.Interval)
+	requireEnv(t, "set E2E_CLUSTER=1 to bring up a kwok cluster", "E2E_CLUSTER")
+	g := newG(t)
 	ctx := t.Context()
-
-	start := time.Now()
-	c, err := cluster.Up(ctx, cluster.Options{
+	c := upCluster(t, g, cluster.Options{
 		Name:             "smoke",
 		ProvisionerDelay: time.Second,
 		ExtraStages:      cluster.E2EStages(),
-		Out:              testWriter{t},
-	})
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Logf("TIMING cluster up: %s", time.Since(start).Round(time.Millisecond))
-	downed := false
-	t.Cleanup(func() {
-		if !downed {
-			_ = c.Down()
-		}
 	})
 	cs := c.Clientset
 	ns := "smoke"
-	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
+	createNamespace(ctx, g, cs, ns)
 
 	t.Run("a claim is provisioned in its pod's zone", func(t *testing.T) {
 		g := NewWithT(t)
-		pvc := &corev1.PersistentVolumeClaim{
-			ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: ns},
-			Spec: corev1.PersistentVolumeClaimSpec{
-				StorageClassName: ptr.To(cluster.StorageClassStandard),
-				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
-			},
-		}
 		created := time.Now()
-		_, err := cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
+		createClaim(ctx, g, cs, ns, "data", cluster.StorageClassStandard)
 		pod := fixtures.MakePod("app", ns).Mount("data", "/data").Obj()
-		pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"},
-		}}}
-		_, err = cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+		pod.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: claimVolume("data")}}
+		_, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
 
 		var volume string
@@ -242,7 +213,7 @@ func TestSmoke(t *testing.T) {
 	t.Run("the operator runs, restarts and stops", func(t *testing.T) {
 		g := NewWithT(t)
 		started := time.Now()
-		op, err := cluster.RunOperator(ctx, c, cluster.OperatorOptions{Args: []string{"--zap-log-level=info"}})
+		op, err := cluster.RunOperator(ctx, c.Cluster, cluster.OperatorOptions{Args: []string{"--zap-log-level=info"}})
 		g.Expect(err).NotTo(HaveOccurred())
 		t.Logf("TIMING operator ready (including a possible build): %s", time.Since(started).Round(time.Millisecond))
 		g.Expect(httpGet(ctx, op.MetricsURL())).To(Equal(http.StatusOK))
@@ -255,7 +226,7 @@ func TestSmoke(t *testing.T) {
 		g.Expect(op.Stop()).To(Succeed())
 		g.Expect(op.PID()).To(BeZero())
 		// Down stops an operator that is left running.
-		_, err = cluster.RunOperator(ctx, c, cluster.OperatorOptions{})
+		_, err = cluster.RunOperator(ctx, c.Cluster, cluster.OperatorOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
 	})
 
@@ -268,33 +239,7 @@ func TestSmoke(t *testing.T) {
 		t.Logf("%s", out)
 	})
 
-	pids := c.PIDs()
-	g.Expect(pids).To(HaveKey("kube-apiserver"))
-	g.Expect(pids).To(HaveKey("provisioner"))
-	g.Expect(pids).To(HaveKey("operator"))
-	started := time.Now()
-	g.Expect(c.Down()).To(Succeed())
-	downed = true
-	t.Logf("TIMING cluster down: %s", time.Since(started).Round(time.Millisecond))
-	for name, pid := range pids {
-		g.Expect(running(pid)).To(BeFalse(), "%s (PID %d) still runs after Down", name, pid)
-	}
-	for _, dir := range []string{c.Dir, c.KwokctlDir()} {
-		_, err := os.Stat(dir)
-		g.Expect(os.IsNotExist(err)).To(BeTrue(), "%s is left after Down", dir)
-	}
-}
-
-// running says whether pid runs. A zombie does not: the processes outlive
-// the kwokctl and CLI processes that started them, so their parent is PID 1,
-// which reaps them when it pleases.
-func running(pid int) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(stat), ')')
-	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
+	c.down(g, "kube-apiserver", "provisioner", "operator")
 }
 
 func httpGet(ctx context.Context, url string) (int, error) {
@@ -308,12 +253,4 @@ func httpGet(ctx context.Context, url string) (int, error) {
 	}
 	resp.Body.Close()
 	return resp.StatusCode, nil
-}
-
-// testWriter sends progress lines to the test log.
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }

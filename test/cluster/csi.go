@@ -2,8 +2,10 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,6 +56,10 @@ var csiProcesses = []string{"csi-driver", "csi-provisioner", "csi-attacher", "cs
 
 func (c *Cluster) csiDir() string { return filepath.Join(c.Dir, "csi") }
 
+// CSIControllerSocket is the unix socket of the driver's controller, which
+// its sidecars call.
+func (c *Cluster) CSIControllerSocket() string { return filepath.Join(c.csiDir(), "controller.sock") }
+
 // StartCSI gives the cluster CSI storage as a cloud gives it:
 // test/csidriver's controller behind the real external-provisioner and
 // external-attacher (bin/, `make csi-bins`), a CSIDriver that requires
@@ -62,8 +68,9 @@ func (c *Cluster) csiDir() string { return filepath.Join(c.Dir, "csi") }
 // no node plugin; kwok does not wait for attachment before a pod runs),
 // and StorageClassCSI. On a cluster with the real node, the driver's node
 // plugin runs too and registers with that node's kubelet, which stages
-// and publishes volumes through it. Down stops the processes by their
-// PIDs.
+// and publishes volumes through it. The processes' arguments are kept
+// under <Dir>/csi for RestartCSIController; Down stops the processes by
+// their PIDs.
 func (c *Cluster) StartCSI(ctx context.Context, o CSIOptions) error {
 	for _, name := range []string{"csi-provisioner", "csi-attacher"} {
 		if _, err := os.Stat(c.bin(name)); err != nil {
@@ -107,15 +114,20 @@ func (c *Cluster) StartCSI(ctx context.Context, o CSIOptions) error {
 			return err
 		}
 	}
-	sock := filepath.Join(dir, "controller.sock")
-	args := map[string][]string{
-		"csi-driver": {"--controller-socket", sock, "--data-dir", filepath.Join(dir, "data"), "--state-dir", filepath.Join(dir, "state"),
+	sock := c.CSIControllerSocket()
+	procs := []csiProcess{{
+		Name: "csi-driver", Socket: sock,
+		Args: []string{"--controller-socket", sock, "--data-dir", filepath.Join(dir, "data"), "--state-dir", filepath.Join(dir, "state"),
 			"--zones", strings.Join(zoneList, ","), "--known-nodes", strings.Join(known, ","),
 			"--create-delay", o.CreateDelay.String(), "--attach-delay", o.AttachDelay.String(), "--format-delay", o.FormatDelay.String()},
-		"csi-provisioner": {"--csi-address", sock, "--kubeconfig", c.Kubeconfig, "--extra-create-metadata",
+	}, {
+		Name: "csi-provisioner",
+		Args: []string{"--csi-address", sock, "--kubeconfig", c.Kubeconfig, "--extra-create-metadata",
 			"--timeout", (o.CreateDelay + 10*time.Second).String()},
-		"csi-attacher": {"--csi-address", sock, "--kubeconfig", c.Kubeconfig, "--timeout", (o.AttachDelay + 10*time.Second).String()},
-	}
+	}, {
+		Name: "csi-attacher",
+		Args: []string{"--csi-address", sock, "--kubeconfig", c.Kubeconfig, "--timeout", (o.AttachDelay + 10*time.Second).String()},
+	}}
 	if realZone != "" {
 		// The node plugin of the real node, which registers with its
 		// kubelet (plugins_registry) and bind-mounts volumes for its pods.
@@ -123,26 +135,82 @@ func (c *Cluster) StartCSI(ctx context.Context, o CSIOptions) error {
 		if p := filepath.Join(regDir, csiRegistrationSocket); len(p) > csidriver.MaxSocketPath {
 			return fmt.Errorf("%w: %s is %d bytes, over %d", ErrCSISocketPathTooLong, p, len(p), csidriver.MaxSocketPath)
 		}
-		args["csi-node"] = []string{"--node-socket", filepath.Join(dir, "node.sock"), "--node-id", RealNodeName, "--zone", realZone,
-			"--registration-dir", regDir, "--registration-socket", csiRegistrationSocket,
-			"--data-dir", filepath.Join(dir, "data"), "--state-dir", filepath.Join(dir, "state"), "--format-delay", o.FormatDelay.String()}
+		nodeSock := filepath.Join(dir, "node.sock")
+		procs = append(procs, csiProcess{
+			Name: "csi-node", Socket: nodeSock,
+			Args: []string{"--node-socket", nodeSock, "--node-id", RealNodeName, "--zone", realZone,
+				"--registration-dir", regDir, "--registration-socket", csiRegistrationSocket,
+				"--data-dir", filepath.Join(dir, "data"), "--state-dir", filepath.Join(dir, "state"), "--format-delay", o.FormatDelay.String()},
+		})
 	}
-	for _, name := range csiProcesses {
-		if args[name] == nil {
-			continue
-		}
-		path := c.bin(name)
-		if name == "csi-driver" || name == "csi-node" {
-			path = driverBin
-		}
-		if _, err := startBackground(path, args[name], filepath.Join(c.Dir, name+".log"), filepath.Join(c.Dir, name+".pid")); err != nil {
+	if err := c.writeCSIProcesses(procs); err != nil {
+		return err
+	}
+	for _, p := range procs {
+		if err := c.startCSIProcess(ctx, p); err != nil {
 			return err
 		}
-		if name == "csi-driver" {
-			if err := waitFile(ctx, sock); err != nil {
-				return fmt.Errorf("the CSI driver did not listen on %s (see %s): %w", sock, filepath.Join(c.Dir, "csi-driver.log"), err)
-			}
-		}
+	}
+	return nil
+}
+
+// csiProcess is a process of StartCSI: its name (csiProcesses) and
+// arguments, which a restart (RestartCSIController) reuses, and the
+// socket it serves, if any.
+type csiProcess struct {
+	Name   string   `json:"name"`
+	Args   []string `json:"args"`
+	Socket string   `json:"socket,omitempty"`
+}
+
+// csiProcessesFile holds StartCSI's processes, as JSON.
+func (c *Cluster) csiProcessesFile() string { return filepath.Join(c.csiDir(), "processes.json") }
+
+func (c *Cluster) writeCSIProcesses(procs []csiProcess) error {
+	raw, err := json.MarshalIndent(procs, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(c.csiProcessesFile(), raw, 0o644)
+}
+
+func (c *Cluster) readCSIProcesses() ([]csiProcess, error) {
+	raw, err := os.ReadFile(c.csiProcessesFile())
+	if err != nil {
+		return nil, fmt.Errorf("the cluster's CSI processes (StartCSI): %w", err)
+	}
+	var procs []csiProcess
+	if err := json.Unmarshal(raw, &procs); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", c.csiProcessesFile(), err)
+	}
+	return procs, nil
+}
+
+// csiBin is the executable of the CSI process name: bin/csidriver for the
+// driver's controller and node plugin, bin/<name> for a sidecar.
+func (c *Cluster) csiBin(name string) string {
+	if name == "csi-driver" || name == "csi-node" {
+		return c.bin("csidriver")
+	}
+	return c.bin(name)
+}
+
+func (c *Cluster) csiPIDFile(name string) string { return filepath.Join(c.Dir, name+".pid") }
+
+func (c *Cluster) csiLog(name string) string { return filepath.Join(c.Dir, name+".log") }
+
+// startCSIProcess starts p, appending to its log, and waits until it
+// serves its socket.
+func (c *Cluster) startCSIProcess(ctx context.Context, p csiProcess) error {
+	proc, err := startBackground(c.csiBin(p.Name), p.Args, c.csiLog(p.Name), c.csiPIDFile(p.Name))
+	if err != nil {
+		return err
+	}
+	if p.Socket == "" {
+		return nil
+	}
+	if err := waitListening(ctx, proc, p.Socket); err != nil {
+		return fmt.Errorf("%s did not serve %s (see %s): %w", p.Name, p.Socket, c.csiLog(p.Name), err)
 	}
 	return nil
 }
@@ -199,21 +267,27 @@ func (c *Cluster) stopCSI() []error {
 	var errs []error
 	for i := len(csiProcesses) - 1; i >= 0; i-- {
 		name := csiProcesses[i]
-		path := c.bin(name)
-		if name == "csi-driver" || name == "csi-node" {
-			path = c.bin("csidriver")
-		}
-		if p := processFromPIDFile(filepath.Join(c.Dir, name+".pid"), path); p != nil {
+		if p := processFromPIDFile(c.csiPIDFile(name), c.csiBin(name)); p != nil {
 			errs = append(errs, p.stop(10*time.Second))
 		}
 	}
 	return errs
 }
 
-// waitFile waits, up to 30 s, until path exists.
-func waitFile(ctx context.Context, path string) error {
-	return wait.PollUntilContextTimeout(ctx, poll, 30*time.Second, true, func(context.Context) (bool, error) {
-		_, err := os.Stat(path)
-		return err == nil, nil
+// waitListening waits, up to 30 s, until a connection to the unix socket
+// path succeeds: a socket file alone may be one that a killed process
+// left. It fails at once if p exits.
+func waitListening(ctx context.Context, p *process, path string) error {
+	return wait.PollUntilContextTimeout(ctx, poll, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		if !p.alive() {
+			return false, fmt.Errorf("PID %d exited", p.pid)
+		}
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "unix", path)
+		if err != nil {
+			return false, nil
+		}
+		_ = conn.Close()
+		return true, nil
 	})
 }

@@ -99,15 +99,15 @@ func TestCreateVolume(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			e := start(t, testOptions(t))
+			e := newEnv(t)
 			for _, r := range tc.before {
 				if _, err := e.ctrl.CreateVolume(callCtx(t), r); err != nil {
 					t.Fatal(err)
 				}
 			}
 			resp, err := e.ctrl.CreateVolume(callCtx(t), tc.req)
-			if diff := cmp.Diff(tc.wantCode, code(err)); diff != "" {
-				t.Fatalf("code (-want +got):\n%s\n%v", diff, err)
+			if d := codeDiff(tc.wantCode, err); d != "" {
+				t.Fatal(d)
 			}
 			if diff := cmp.Diff(tc.want, resp.GetVolume(), protocmp.Transform()); diff != "" {
 				t.Errorf("volume (-want +got):\n%s", diff)
@@ -124,7 +124,7 @@ func TestCreateVolume(t *testing.T) {
 func TestDeleteVolume(t *testing.T) {
 	cases := map[string]struct {
 		create   bool
-		attach   bool
+		attachTo string
 		wantCode codes.Code
 		wantDir  bool
 	}{
@@ -132,24 +132,18 @@ func TestDeleteVolume(t *testing.T) {
 		"a detached volume": {create: true},
 		"an attached volume": {
 			create:   true,
-			attach:   true,
+			attachTo: nodeA,
 			wantCode: codes.FailedPrecondition,
 			wantDir:  true,
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			e := start(t, testOptions(t))
-			id := volumeID("pvc-1")
-			if tc.create {
-				e.createVolume(t, "pvc-1", zoneA)
-			}
-			if tc.attach {
-				e.publish(t, id, nodeA)
-			}
+			e := newEnv(t)
+			id := e.volumeOf(t, tc.create, tc.attachTo)
 			_, err := e.ctrl.DeleteVolume(callCtx(t), &csi.DeleteVolumeRequest{VolumeId: id})
-			if diff := cmp.Diff(tc.wantCode, code(err)); diff != "" {
-				t.Fatalf("code (-want +got):\n%s\n%v", diff, err)
+			if d := codeDiff(tc.wantCode, err); d != "" {
+				t.Fatal(d)
 			}
 			_, statErr := os.Stat(e.driver.dataPath(id))
 			if gotDir := statErr == nil; gotDir != tc.wantDir {
@@ -158,8 +152,8 @@ func TestDeleteVolume(t *testing.T) {
 			// Deleted is deleted: a publish does not find it.
 			if tc.create && tc.wantCode == codes.OK {
 				_, err := e.ctrl.ControllerPublishVolume(callCtx(t), &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeA, VolumeCapability: mountCap})
-				if diff := cmp.Diff(codes.NotFound, code(err)); diff != "" {
-					t.Errorf("publish after delete (-want +got):\n%s", diff)
+				if d := codeDiff(codes.NotFound, err); d != "" {
+					t.Errorf("publish after delete: %s", d)
 				}
 			}
 		})
@@ -252,7 +246,7 @@ func TestControllerPublishVolume(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			e := start(t, testOptions(t))
+			e := newEnv(t)
 			for _, v := range tc.volumes {
 				e.createVolume(t, v, zoneA)
 			}
@@ -267,8 +261,8 @@ func TestControllerPublishVolume(t *testing.T) {
 				}
 			}
 			resp, err := e.ctrl.ControllerPublishVolume(callCtx(t), tc.req.request())
-			if diff := cmp.Diff(tc.wantCode, code(err)); diff != "" {
-				t.Fatalf("code (-want +got):\n%s\n%v", diff, err)
+			if d := codeDiff(tc.wantCode, err); d != "" {
+				t.Fatal(d)
 			}
 			if err == nil {
 				if diff := cmp.Diff(publishContext(volumeID(tc.req.vol)), resp.GetPublishContext()); diff != "" {
@@ -310,14 +304,8 @@ func TestControllerUnpublishVolume(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			e := start(t, testOptions(t))
-			id := volumeID("pvc-1")
-			if tc.create {
-				e.createVolume(t, "pvc-1", zoneA)
-			}
-			if tc.attachTo != "" {
-				e.publish(t, id, tc.attachTo)
-			}
+			e := newEnv(t)
+			id := e.volumeOf(t, tc.create, tc.attachTo)
 			if _, err := e.ctrl.ControllerUnpublishVolume(callCtx(t), tc.req); err != nil {
 				t.Fatal(err)
 			}
@@ -327,8 +315,8 @@ func TestControllerUnpublishVolume(t *testing.T) {
 			if !tc.create {
 				wantCode = codes.NotFound
 			}
-			if diff := cmp.Diff(wantCode, code(err)); diff != "" {
-				t.Errorf("stage after unpublish (-want +got):\n%s", diff)
+			if d := codeDiff(wantCode, err); d != "" {
+				t.Errorf("stage after unpublish: %s", d)
 			}
 		})
 	}

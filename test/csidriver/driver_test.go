@@ -1,6 +1,7 @@
 package csidriver
 
 import (
+	"context"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,7 +13,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/testing/protocmp"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
-	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // TestRestart: a driver started on the state of a stopped one sees its
@@ -42,8 +42,8 @@ func TestRestart(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			_, err := second.ctrl.ControllerPublishVolume(callCtx(t), tc.req)
-			if diff := cmp.Diff(tc.wantCode, code(err)); diff != "" {
-				t.Errorf("code (-want +got):\n%s\n%v", diff, err)
+			if d := codeDiff(tc.wantCode, err); d != "" {
+				t.Error(d)
 			}
 		})
 	}
@@ -52,36 +52,27 @@ func TestRestart(t *testing.T) {
 // TestRestartMidAttach: an attach that a stopped driver started goes on
 // while the driver is down; the retried publish waits only the rest.
 func TestRestartMidAttach(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Now())
-	opts := testOptions(t)
-	opts.Clock, opts.AttachDelay = clk, time.Minute
+	opts, clk := clockOptions(t)
+	opts.AttachDelay = time.Minute
 	first := start(t, opts)
 	id := first.createVolume(t, "pvc-1", zoneA)
 	req := &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeA, VolumeCapability: mountCap}
+	publish := func(e *env) func(context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := e.ctrl.ControllerPublishVolume(ctx, req)
+			return err
+		}
+	}
 
-	done := make(chan error, 1)
-	go func() {
-		_, err := first.ctrl.ControllerPublishVolume(callCtx(t), req)
-		done <- err
-	}()
-	waitForWaiters(t, clk)
+	done := callBlocked(t, clk, "the publish", publish(first))
 	first.driver.Stop()
-	if diff := cmp.Diff(codes.Unavailable, code(<-done)); diff != "" {
-		t.Fatalf("the publish in flight at stop (-want +got):\n%s", diff)
+	if d := codeDiff(codes.Unavailable, <-done); d != "" {
+		t.Fatalf("the publish in flight at stop: %s", d)
 	}
 	clk.Step(40 * time.Second)
 
 	second := start(t, opts)
-	go func() {
-		_, err := second.ctrl.ControllerPublishVolume(callCtx(t), req)
-		done <- err
-	}()
-	waitForWaiters(t, clk)
-	select {
-	case err := <-done:
-		t.Fatalf("the retried publish returned before the attach completed: %v", err)
-	default:
-	}
+	done = callBlocked(t, clk, "the retried publish", publish(second))
 	clk.Step(20 * time.Second)
 	if err := <-done; err != nil {
 		t.Fatalf("the retried publish: %v", err)
@@ -107,8 +98,9 @@ func TestSeparateNodeProcess(t *testing.T) {
 	node := start(t, nodeOpts)
 
 	id := ctrl.createVolume(t, "pvc-1", zoneB)
-	if _, err := node.stage(t, id); code(err) != codes.FailedPrecondition {
-		t.Fatalf("stage before the attach: %v, want FailedPrecondition", err)
+	_, err := node.stage(t, id)
+	if d := codeDiff(codes.FailedPrecondition, err); d != "" {
+		t.Fatalf("stage before the attach: %s", d)
 	}
 	ctrl.publish(t, id, nodeB)
 	if _, err := node.stage(t, id); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -143,6 +144,22 @@ func start(t *testing.T, opts Options) *env {
 	return e
 }
 
+// newEnv starts a driver with testOptions.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	return start(t, testOptions(t))
+}
+
+// clockOptions are testOptions with a fake clock, which the test steps
+// through the driver's delays.
+func clockOptions(t *testing.T) (Options, *clocktesting.FakeClock) {
+	t.Helper()
+	clk := clocktesting.NewFakeClock(time.Now())
+	opts := testOptions(t)
+	opts.Clock = clk
+	return opts, clk
+}
+
 func dial(t *testing.T, socket string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -161,6 +178,15 @@ func callCtx(t *testing.T) context.Context {
 
 // code is an error's gRPC code; OK for nil.
 func code(err error) codes.Code { return status.Code(err) }
+
+// codeDiff describes how err's gRPC code differs from want, with err;
+// it is "" when they agree.
+func codeDiff(want codes.Code, err error) string {
+	if diff := cmp.Diff(want, code(err)); diff != "" {
+		return fmt.Sprintf("code (-want +got):\n%s\n%v", diff, err)
+	}
+	return ""
+}
 
 var mountCap = &csi.VolumeCapability{
 	AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
@@ -209,11 +235,51 @@ func (e *env) publish(t *testing.T, id, node string) *csi.ControllerPublishVolum
 	return resp
 }
 
+// volumeOf returns the ID of volume pvc-1 of zone-a, which it creates if
+// create says so and then publishes to node attachTo unless it is "".
+func (e *env) volumeOf(t *testing.T, create bool, attachTo string) string {
+	t.Helper()
+	id := volumeID("pvc-1")
+	if create {
+		e.createVolume(t, "pvc-1", zoneA)
+	}
+	if attachTo != "" {
+		e.publish(t, id, attachTo)
+	}
+	return id
+}
+
+// attachedVolume returns the ID of volume pvc-1 of zone-a, created and
+// published to nodeA, the node service's node.
+func (e *env) attachedVolume(t *testing.T) string {
+	t.Helper()
+	return e.volumeOf(t, true, nodeA)
+}
+
+// stagingPath is a staging target path in a temporary dir of t.
+func stagingPath(t *testing.T) string { return filepath.Join(t.TempDir(), "globalmount") }
+
 func (e *env) stage(t *testing.T, id string) (string, error) {
 	t.Helper()
-	staging := filepath.Join(t.TempDir(), "globalmount")
+	staging := stagingPath(t)
 	_, err := e.node.NodeStageVolume(callCtx(t), &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging, VolumeCapability: mountCap})
 	return staging, err
+}
+
+// callBlocked runs call in the background, waits until it blocks on clk,
+// and checks that it has not returned; the channel gives its error once it
+// does.
+func callBlocked(t *testing.T, clk *clocktesting.FakeClock, what string, call func(context.Context) error) <-chan error {
+	t.Helper()
+	ctx, done := callCtx(t), make(chan error, 1)
+	go func() { done <- call(ctx) }()
+	waitForWaiters(t, clk)
+	select {
+	case err := <-done:
+		t.Fatalf("%s returned before its delay passed: %v", what, err)
+	default:
+	}
+	return done
 }
 
 // waitForWaiters waits until a call blocks on the fake clock.

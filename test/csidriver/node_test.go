@@ -11,7 +11,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/testing/protocmp"
-	clocktesting "k8s.io/utils/clock/testing"
 )
 
 func TestNodeStageVolume(t *testing.T) {
@@ -39,17 +38,11 @@ func TestNodeStageVolume(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			e := start(t, testOptions(t))
-			id := volumeID("pvc-1")
-			if tc.create {
-				e.createVolume(t, "pvc-1", zoneA)
-			}
-			if tc.attachTo != "" {
-				e.publish(t, id, tc.attachTo)
-			}
+			e := newEnv(t)
+			id := e.volumeOf(t, tc.create, tc.attachTo)
 			staging, err := e.stage(t, id)
-			if diff := cmp.Diff(tc.wantCode, code(err)); diff != "" {
-				t.Fatalf("code (-want +got):\n%s\n%v", diff, err)
+			if d := codeDiff(tc.wantCode, err); d != "" {
+				t.Fatal(d)
 			}
 			want := map[string]fakeMount{}
 			if err == nil {
@@ -70,26 +63,17 @@ func TestNodeStageVolume(t *testing.T) {
 // TestNodeStageVolumeFormatsOnce: the first stage of a volume takes
 // FormatDelay, a later one (after an unstage, or on another node) does not.
 func TestNodeStageVolumeFormatsOnce(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Now())
-	opts := testOptions(t)
-	opts.Clock, opts.FormatDelay = clk, time.Minute
+	opts, clk := clockOptions(t)
+	opts.FormatDelay = time.Minute
 	e := start(t, opts)
-	id := e.createVolume(t, "pvc-1", zoneA)
-	e.publish(t, id, nodeA)
+	id := e.attachedVolume(t)
 
-	staging := filepath.Join(t.TempDir(), "globalmount")
+	staging := stagingPath(t)
 	stageReq := &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging, VolumeCapability: mountCap}
-	done := make(chan error, 1)
-	go func() {
-		_, err := e.node.NodeStageVolume(callCtx(t), stageReq)
-		done <- err
-	}()
-	waitForWaiters(t, clk)
-	select {
-	case err := <-done:
-		t.Fatalf("the first stage returned before its format delay: %v", err)
-	default:
-	}
+	done := callBlocked(t, clk, "the first stage", func(ctx context.Context) error {
+		_, err := e.node.NodeStageVolume(ctx, stageReq)
+		return err
+	})
 	clk.Step(time.Minute)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -166,9 +150,8 @@ func TestNodePublishVolume(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			e := start(t, testOptions(t))
-			id := e.createVolume(t, "pvc-1", zoneA)
-			e.publish(t, id, nodeA)
+			e := newEnv(t)
+			id := e.attachedVolume(t)
 			dir := t.TempDir()
 			staging, target := filepath.Join(dir, "globalmount"), filepath.Join(dir, "pod", "mount")
 			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
@@ -188,8 +171,8 @@ func TestNodePublishVolume(t *testing.T) {
 				case unpublish:
 					_, err = e.node.NodeUnpublishVolume(callCtx(t), &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: target})
 				}
-				if diff := cmp.Diff(s.wantCode, code(err)); diff != "" {
-					t.Fatalf("step %d: code (-want +got):\n%s\n%v", i, diff, err)
+				if d := codeDiff(s.wantCode, err); d != "" {
+					t.Fatalf("step %d: %s", i, d)
 				}
 			}
 			mounts, binds := e.mounter.snapshot()
@@ -215,7 +198,7 @@ func TestNodePublishVolume(t *testing.T) {
 }
 
 func TestNodeGetInfo(t *testing.T) {
-	e := start(t, testOptions(t))
+	e := newEnv(t)
 	got, err := e.node.NodeGetInfo(callCtx(t), &csi.NodeGetInfoRequest{})
 	if err != nil {
 		t.Fatal(err)
