@@ -128,10 +128,13 @@ func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 	var until time.Time
 	var found bool
 	err := s.d.store.update(func(st *state, now time.Time) error {
-		if st.DeleteCalls == nil {
-			st.DeleteCalls = map[string]int{}
+		if st.Deletes == nil {
+			st.Deletes = map[string]*Deletes{}
 		}
-		st.DeleteCalls[id]++
+		if st.Deletes[id] == nil {
+			st.Deletes[id] = &Deletes{}
+		}
+		st.Deletes[id].Calls++
 		v := st.Volumes[id]
 		if v == nil {
 			return nil
@@ -145,6 +148,7 @@ func (s *controllerServer) DeleteVolume(ctx context.Context, req *csi.DeleteVolu
 				return status.Errorf(codes.FailedPrecondition, "volume %s is attached to %v", id, slices.Sorted(maps.Keys(v.Attachments)))
 			}
 			v.Phase, v.Until = phaseDeleting, now.Add(s.d.opts.CreateDelay)
+			st.Deletes[id].Deletions++
 			s.d.log.Info("deleting volume", "volume", id, "until", v.Until)
 		}
 		until = v.Until

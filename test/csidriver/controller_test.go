@@ -127,9 +127,11 @@ func TestDeleteVolume(t *testing.T) {
 		attachTo string
 		wantCode codes.Code
 		wantDir  bool
+		// wantDeletions is how many deletions the two calls began.
+		wantDeletions int
 	}{
 		"an unknown volume": {},
-		"a detached volume": {create: true},
+		"a detached volume": {create: true, wantDeletions: 1},
 		"an attached volume": {
 			create:   true,
 			attachTo: nodeA,
@@ -148,6 +150,18 @@ func TestDeleteVolume(t *testing.T) {
 			_, statErr := os.Stat(e.driver.dataPath(id))
 			if gotDir := statErr == nil; gotDir != tc.wantDir {
 				t.Errorf("the volume's directory exists: %v, want %v", gotDir, tc.wantDir)
+			}
+			// A repeated call is idempotent and begins no second deletion.
+			_, err = e.ctrl.DeleteVolume(callCtx(t), &csi.DeleteVolumeRequest{VolumeId: id})
+			if d := codeDiff(tc.wantCode, err); d != "" {
+				t.Fatalf("repeated call: %s", d)
+			}
+			deletes, err := ReadDeletes(e.driver.opts.StateDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := deletes[id]; got == nil || got.Calls != 2 || got.Deletions != tc.wantDeletions {
+				t.Errorf("deletes of the volume = %+v, want 2 calls and %d deletions", got, tc.wantDeletions)
 			}
 			// Deleted is deleted: a publish does not find it.
 			if tc.create && tc.wantCode == codes.OK {

@@ -281,12 +281,12 @@ func (d *Driver) startServers() error {
 	return nil
 }
 
-// newServer logs every failed call at V(1) and every call at V(4).
+// newServer logs every failed call, and every call at V(4).
 func (d *Driver) newServer() *grpc.Server {
 	return grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		resp, err := handler(ctx, req)
 		if err != nil {
-			d.log.V(1).Info("call failed", "method", info.FullMethod, "request", req, "error", err)
+			d.log.Info("call failed", "method", info.FullMethod, "request", req, "error", err)
 		} else {
 			d.log.V(4).Info("call", "method", info.FullMethod, "request", req, "response", resp)
 		}

@@ -63,17 +63,27 @@ type attachment struct {
 type state struct {
 	// Volumes are keyed by ID.
 	Volumes map[string]*volume `json:"volumes"`
-	// DeleteCalls counts the DeleteVolume calls of each volume ID, kept
-	// after the volume is gone: a test reads how often its volume was
-	// deleted (DeleteCalls).
-	DeleteCalls map[string]int `json:"deleteCalls,omitempty"`
+	// Deletes counts, per volume ID, the DeleteVolume calls and the
+	// deletions they began, kept after the volume is gone (ReadDeletes).
+	Deletes map[string]*Deletes `json:"deletes,omitempty"`
 }
 
-// DeleteCalls reads, from the state file under stateDir, how many
-// DeleteVolume calls the controller served for each volume ID.
-func DeleteCalls(stateDir string) (map[string]int, error) {
+// Deletes is what DeleteVolume did to one volume.
+type Deletes struct {
+	// Calls counts the DeleteVolume calls. A caller may repeat the call
+	// for a volume already gone, as the external-provisioner does when
+	// the PV it deleted the volume for is still in its cache; the call is
+	// idempotent.
+	Calls int `json:"calls"`
+	// Deletions counts the deletions begun: a volume deleted once has 1.
+	Deletions int `json:"deletions"`
+}
+
+// ReadDeletes reads, from the state file under stateDir, what DeleteVolume
+// did to each volume ID.
+func ReadDeletes(stateDir string) (map[string]*Deletes, error) {
 	st, _, err := readState(filepath.Join(stateDir, stateFile))
-	return st.DeleteCalls, err
+	return st.Deletes, err
 }
 
 // volumeID is the ID of the volume named name: the same name always gives

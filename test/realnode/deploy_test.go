@@ -189,9 +189,8 @@ echo "$me $n" >> ` + claimMount + `/buffer; echo "$me $n" >> /e2e/written/$me; s
 		Expect(pvc.Status.Phase).To(Equal(corev1.ClaimBound))
 		pv := &corev1.PersistentVolume{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Name: pvc.Spec.VolumeName}, pv)).To(Succeed())
-		Expect(pv.Spec.HostPath).NotTo(BeNil())
 		writing(ns, pod.Name, 5)
-		Eventually(func() []string { return readLines(pv.Spec.HostPath.Path + "/buffer") }).Should(ContainElement(pod.Name + " 5"))
+		Eventually(func() []string { return readLines(volumeDir(pv) + "/buffer") }).Should(ContainElement(pod.Name + " 5"))
 
 		Expect(k8s.Delete(ctx, pod)).To(Succeed())
 		rec.drainedOnce(claim)

@@ -53,11 +53,11 @@ echo "shipped $(wc -l < "$out") lines"`
 // shippingFluentPVC is the README's FluentPVC with real containers: the
 // writer sidecar, a drain Job that ships after drainDelay seconds and is
 // not retried within itself, the host directory at /e2e, and a pool of
-// poolSize warm PVCs in ns.
+// poolSize warm PVCs in ns, on the suite's storageClass.
 func shippingFluentPVC(name, ns string, poolSize int32, drainDelay int) *fixtures.FluentPVCWrapper {
 	drain := images.BusyboxContainer("drain", drainScript)
 	drain.Env = []corev1.EnvVar{{Name: "DRAIN_DELAY", Value: fmt.Sprint(drainDelay)}}
-	return fixtures.MakeFluentPVC(name).PoolSize(poolSize).
+	return fixtures.MakeFluentPVC(name).PoolSize(poolSize).StorageClass(storageClass).
 		RealContainers(claimMount, images.BusyboxContainer("writer", writerScript), drain).
 		Mutate(func(f *v1alpha1.FluentPVC) {
 			f.Spec.Pool.Namespaces = []string{ns}

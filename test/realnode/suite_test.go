@@ -11,6 +11,7 @@ package realnode
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -30,7 +31,7 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/test/images"
 )
 
-// Waits on the real node; they include the test provisioner's 5 s delay.
+// Waits on the real node; they include the storage's delays (csiOptions).
 const (
 	timeout     = 2 * time.Minute
 	longTimeout = 4 * time.Minute
@@ -82,9 +83,47 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	hostDir = kc.Dir + "/e2e"
 	Expect(os.MkdirAll(hostDir, 0o755)).To(Succeed())
+	startCSI()
 
 	deploy()
 })
+
+// csiOptions are the delays of the suite's CSI driver: a cloud disk's
+// order (attach slower than create or format), short enough for a suite.
+// The attach delay is also the detach's, the window in which a volume
+// still attached to one node is refused to another.
+var csiOptions = cluster.CSIOptions{CreateDelay: time.Second, AttachDelay: 3 * time.Second, FormatDelay: time.Second}
+
+// csiUnavailable says why the suite's storage is the hostPath test
+// provisioner's rather than the CSI driver's, "" when it is the driver's.
+var csiUnavailable string
+
+// storageClass is the class of every spec's claims (shippingFluentPVC):
+// the CSI driver's, else the hostPath provisioner's.
+var storageClass = cluster.StorageClassCSI
+
+// startCSI starts the CSI driver, behind the real external-provisioner and
+// external-attacher, so that every spec's claims are attached, staged and
+// published by the kubelet as a cloud disk's are. Where the checkout is
+// too deep for the driver's registration socket, the specs' claims are
+// the hostPath provisioner's and the CSI specs skip, saying why.
+func startCSI() {
+	GinkgoHelper()
+	err := kc.StartCSI(ctx, csiOptions)
+	if errors.Is(err, cluster.ErrCSISocketPathTooLong) {
+		csiUnavailable, storageClass = err.Error(), cluster.StorageClassStandard
+		GinkgoWriter.Printf("the suite's storage is the hostPath provisioner's: %s\n", csiUnavailable)
+		return
+	}
+	Expect(err).NotTo(HaveOccurred())
+}
+
+// requireCSI skips a spec that needs the CSI driver where it does not run.
+func requireCSI() {
+	if csiUnavailable != "" {
+		Skip("the CSI driver does not run here: " + csiUnavailable)
+	}
+}
 
 // runMake runs a target of the repository's Makefile against the cluster, as
 // the README's "Deploying to a cluster" does.
