@@ -233,13 +233,13 @@ chaos-reduced: bins ## Run a reduced fault-injection run (about 2 min); results 
 ##@ Benchmarks
 
 .PHONY: bench
-bench: bins ## Measure pod start-up (modes a-e and the no-op webhook control w), admission latency, bursts, memory, API cost and the checkout with 1,000 more nodes on a simulated cluster, then a, d and e on the real node where the machine can run one; results in test/bench/results/ (about 12 min).
-	@if hack/real-node-deps.sh; then $(MAKE) --no-print-directory real-node-bins images || echo "bench: could not prepare the real node (see above)"; fi
+bench: bins ## Measure pod start-up (modes a-e and the no-op webhook control w), admission latency, bursts, memory, API cost and the checkout with 1,000 more nodes on a simulated cluster, then, where the machine can run the real node, a, d and e there with hostPath volumes and a-e with CSI volumes that must be attached and formatted; results in test/bench/results/ (about 15 min).
+	@if hack/real-node-deps.sh; then $(MAKE) --no-print-directory real-node-bins images csi-bins || echo "bench: could not prepare the real node (see above)"; fi
 	flock $(REAL_NODE_LOCK) go run ./test/bench $(BENCH_FLAGS)
 
 .PHONY: bench-smoke
-bench-smoke: bins ## Run the benchmark's reduced mode (a few pods per mode, both tiers) to check that it still works (about 3 min).
-	@if hack/real-node-deps.sh; then $(MAKE) --no-print-directory real-node-bins images || echo "bench: could not prepare the real node (see above)"; fi
+bench-smoke: bins ## Run the benchmark's reduced mode (a few pods per mode, every tier) to check that it still works (about 5 min).
+	@if hack/real-node-deps.sh; then $(MAKE) --no-print-directory real-node-bins images csi-bins || echo "bench: could not prepare the real node (see above)"; fi
 	flock $(REAL_NODE_LOCK) go run ./test/bench -smoke
 
 ##@ Demo

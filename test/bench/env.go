@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,8 +54,12 @@ type env struct {
 	out io.Writer // progress
 	// real is the real-node tier: pods run busybox on cluster.RealNodeName.
 	real bool
-	kc   *cluster.Cluster
-	op   *cluster.Operator
+	// csi is the CSI tier (real is set too): claims on
+	// cluster.StorageClassCSI, attached, staged and published by
+	// test/csidriver; the bench also watches VolumeAttachments.
+	csi bool
+	kc  *cluster.Cluster
+	op  *cluster.Operator
 	// cl writes (and reads uncached) without a client-side rate limit.
 	cl client.Client
 	// cache holds the measured pods, FluentPVCs, bindings and PVCs.
@@ -62,11 +67,25 @@ type env struct {
 	running *runningTracker
 	fpvcs   *fluentPVCWatch
 	pvcs    *pvcTimeline
+	// attachments are the VolumeAttachments' times (CSI tier only).
+	attachments *attachTimeline
+}
+
+// storageClass is the class of the tier's claims: StorageClassCSI on the
+// CSI tier, else StorageClassStandard (the test provisioner).
+func (e *env) storageClass() string {
+	if e.csi {
+		return cluster.StorageClassCSI
+	}
+	return cluster.StorageClassStandard
 }
 
 func (e *env) progress(format string, args ...any) {
 	tier := ""
-	if e.real {
+	switch {
+	case e.csi:
+		tier = " CSI"
+	case e.real:
 		tier = " real node"
 	}
 	fmt.Fprintf(e.out, "bench %s%s: "+format+"\n", append([]any{time.Now().Format("15:04:05"), tier}, args...)...)
@@ -127,6 +146,16 @@ func (e *env) startInformers(ctx context.Context) error {
 	}
 	if _, err := pvcInf.AddEventHandler(e.pvcs.handler()); err != nil {
 		return err
+	}
+	e.attachments = newAttachTimeline()
+	if e.csi {
+		vaInf, err := c.GetInformer(ctx, &storagev1.VolumeAttachment{})
+		if err != nil {
+			return err
+		}
+		if _, err := vaInf.AddEventHandler(e.attachments.handler()); err != nil {
+			return err
+		}
 	}
 	go func() { _ = c.Start(ctx) }()
 	if !c.WaitForCacheSync(ctx) {
@@ -409,12 +438,12 @@ func (e *env) createFluentPVC(ctx context.Context, name string, size int32, name
 	return nil
 }
 
-// fluentPVC is the tier's FluentPVC named name on StorageClass standard,
-// with a pool of size in namespaces: on kwok, config/samples' with small
-// requests; on the real node, with busybox for the sidecar and the
-// finalizer Job, which start there.
+// fluentPVC is the tier's FluentPVC named name on the tier's storage class
+// (e.storageClass), with a pool of size in namespaces: on kwok,
+// config/samples' with small requests; on the real node, with busybox for
+// the sidecar and the finalizer Job, which start there.
 func (e *env) fluentPVC(name string, size int32, namespaces ...string) *v1alpha1.FluentPVC {
-	f := fixtures.MakeFluentPVC(name).StorageClass(cluster.StorageClassStandard).PoolSize(size).Mutate(func(f *v1alpha1.FluentPVC) {
+	f := fixtures.MakeFluentPVC(name).StorageClass(e.storageClass()).PoolSize(size).Mutate(func(f *v1alpha1.FluentPVC) {
 		f.Spec.Pool.Namespaces = namespaces
 	})
 	if e.real {
@@ -498,14 +527,18 @@ func plainPod(ns, name string) *corev1.Pod {
 	return fixtures.MakePod(name, ns).Label(measureLabelKey, "true").Obj()
 }
 
-// ephemeralPod has a generic ephemeral volume on StorageClass standard.
-func ephemeralPod(ns, name string) *corev1.Pod {
-	p := fixtures.MakePod(name, ns).Label(measureLabelKey, "true").Mount("data", "/data").Obj()
-	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{
+// ephemeralVolume is the name of ephemeralPod's volume; its claim is
+// named <pod>-<volume>.
+const ephemeralVolume = "data"
+
+// ephemeralPod has a generic ephemeral volume on StorageClass class.
+func ephemeralPod(ns, name, class string) *corev1.Pod {
+	p := fixtures.MakePod(name, ns).Label(measureLabelKey, "true").Mount(ephemeralVolume, "/data").Obj()
+	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: ephemeralVolume, VolumeSource: corev1.VolumeSource{
 		Ephemeral: &corev1.EphemeralVolumeSource{VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{
 			Spec: corev1.PersistentVolumeClaimSpec{
 				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				StorageClassName: ptr.To(cluster.StorageClassStandard),
+				StorageClassName: ptr.To(class),
 				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
 			},
 		}},

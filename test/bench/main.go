@@ -18,8 +18,13 @@
 // Then, unless -real-node=false, the same start-up latency of plain pods,
 // hits and their floor, -real-n pods each one at a time, on a second
 // cluster with a real kubelet node that runs busybox containers with
-// containerd (cluster.Options.RealNode); where the host cannot run
-// one, the tier is skipped and the reason reported.
+// containerd (cluster.Options.RealNode); and the CSI tier: modes a-e,
+// -csi-n pods each one at a time, on a third cluster with the real node
+// and CSI storage that takes a cloud disk's time to create, attach and
+// format a volume (cluster.StartCSI), with where each pod's time went
+// (create call, scheduling, attach, stage and publish, container start).
+// Where the host cannot run the real node, those tiers are skipped and the
+// reason reported. -tiers picks tiers.
 //
 // It prints Markdown tables to stdout and writes them, a JSON file and a
 // chart to -out. Goals are reported as PASS or MISS, never asserted; the
@@ -27,6 +32,7 @@
 //
 //	go run ./test/bench [-n 40] [-delay 5s] [-out test/bench/results]
 //	go run ./test/bench -smoke   # a reduced run, outputs in a temp dir
+//	go run ./test/bench -smoke -tiers csi   # the CSI tier alone
 //
 // Only one real node runs on a machine at a time: run it under
 // `flock /tmp/fpvc-realnode.lock`, like the Makefile's other real-node runs.
@@ -73,6 +79,8 @@ type config struct {
 	OperatorArgs      []string      `json:"operatorArgs,omitempty"`
 	RealNode          bool          `json:"realNode"`
 	RealN             int           `json:"realN"`
+	CSIN              int           `json:"csiN"`
+	Tiers             []string      `json:"tiers"`
 	ExtraNodes        int           `json:"extraNodes"`
 	Timeout           time.Duration `json:"-"`
 	Keep              bool          `json:"-"`
@@ -80,6 +88,23 @@ type config struct {
 
 // allPhases are the bench's phases, in the order they run.
 var allPhases = []string{"start-up", "cost", "burst", "admission", "memory", "nodes"}
+
+// Tiers, in the order they run: the simulated cluster (every phase), the
+// real node with the test provisioner's hostPath volumes (start-up of a, d
+// and e), and the real node with CSI storage (start-up of a-e).
+const (
+	tierKwok     = "kwok"
+	tierRealNode = "real-node"
+	tierCSI      = "csi"
+)
+
+var allTiers = []string{tierKwok, tierRealNode, tierCSI}
+
+// runs is whether the run includes tier: it is among cfg.Tiers, and a
+// real-node tier not disabled by -real-node=false.
+func (c config) runs(tier string) bool {
+	return slices.Contains(c.Tiers, tier) && (tier == tierKwok || c.RealNode)
+}
 
 // smokeDefaults replace the defaults of the flags not set under -smoke.
 var smokeDefaults = map[string]string{
@@ -94,13 +119,14 @@ var smokeDefaults = map[string]string{
 	"unlabelled":     "200",
 	"cost-pods":      "3",
 	"real-n":         "3",
+	"csi-n":          "1",
 	"extra-nodes":    "100",
 	"timeout":        "8m",
 }
 
 func parseFlags(args []string) (config, error) {
 	var c config
-	var levels, phases, opArgs string
+	var levels, phases, tiers, opArgs string
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.StringVar(&c.Name, "name", "bench", "name of the simulated cluster (state in .kwok/<name>)")
 	fs.IntVar(&c.N, "n", 40, "pods per start-up mode and run")
@@ -120,6 +146,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&opArgs, "operator-args", "", "extra flags of the operator, space-separated (e.g. --pprof-bind-address=127.0.0.1:6060)")
 	fs.BoolVar(&c.RealNode, "real-node", true, "also run the real-node tier (a kubelet with containerd) after the kwok one; skipped, saying why, where this machine cannot run it")
 	fs.IntVar(&c.RealN, "real-n", 20, "pods per start-up mode on the real node (one at a time)")
+	fs.IntVar(&c.CSIN, "csi-n", 3, "pods per start-up mode on the CSI tier (one at a time; each waits for a volume's attach and format)")
+	fs.StringVar(&tiers, "tiers", strings.Join(allTiers, ","), "tiers to run, a subset of "+strings.Join(allTiers, ",")+"; -real-node=false drops the last two")
 	fs.IntVar(&c.ExtraNodes, "extra-nodes", 1000, "fake nodes added for the nodes phase's second checkout level")
 	fs.DurationVar(&c.Timeout, "timeout", 30*time.Minute, "bound on the whole run")
 	fs.BoolVar(&c.Keep, "keep", false, "leave the cluster up at the end")
@@ -151,8 +179,15 @@ func parseFlags(args []string) (config, error) {
 		}
 		c.Phases = append(c.Phases, p)
 	}
+	for _, t := range strings.Split(tiers, ",") {
+		t = strings.TrimSpace(t)
+		if !slices.Contains(allTiers, t) {
+			return c, fmt.Errorf("-tiers: unknown tier %q, want some of %s", t, strings.Join(allTiers, ","))
+		}
+		c.Tiers = append(c.Tiers, t)
+	}
 	c.OperatorArgs = strings.Fields(opArgs)
-	if c.N < 1 || c.AdmissionPods < 1 || c.BurstPods < 1 || c.BurstPool < 1 || c.CostPods < 1 || c.LabelledPods < 1 || c.RealN < 1 {
+	if c.N < 1 || c.AdmissionPods < 1 || c.BurstPods < 1 || c.BurstPool < 1 || c.CostPods < 1 || c.LabelledPods < 1 || c.RealN < 1 || c.CSIN < 1 {
 		return c, errors.New("counts must be positive")
 	}
 	return c, nil
@@ -176,7 +211,8 @@ func main() {
 }
 
 // run runs the kwok tier and then, unless -real-node=false, the real-node
-// tier, reports both, and brings every cluster down. It returns an error if
+// and CSI tiers (those of cfg.Tiers), reports them, and brings every
+// cluster down. It returns an error if
 // a measurement could not be taken; missed goals are only reported.
 func run(ctx context.Context, cfg config, stdout, progress io.Writer) (err error) {
 	// The bench's informers log through controller-runtime; keep them quiet.
@@ -185,7 +221,7 @@ func run(ctx context.Context, cfg config, stdout, progress io.Writer) (err error
 	defer cancel()
 	started := time.Now()
 	if cfg.Out == "" {
-		if cfg.Smoke || len(cfg.Phases) < len(allPhases) || !cfg.RealNode {
+		if cfg.Smoke || len(cfg.Phases) < len(allPhases) || !cfg.RealNode || len(cfg.Tiers) < len(allTiers) {
 			// Only full runs replace the results the README shows.
 			if cfg.Out, err = os.MkdirTemp("", "fluent-pvc-bench-"); err != nil {
 				return err
@@ -196,17 +232,29 @@ func run(ctx context.Context, cfg config, stdout, progress io.Writer) (err error
 	}
 	res := &results{Config: cfg, Date: started.UTC().Format(time.RFC3339), Machine: describeMachine()}
 	var errs []error
-	if err := runKwok(ctx, cfg, res, progress); err != nil {
-		errs = append(errs, unjoin(err)...)
+	if cfg.runs(tierKwok) {
+		if err := runKwok(ctx, cfg, res, progress); err != nil {
+			errs = append(errs, unjoin(err)...)
+		}
 	}
-	if cfg.RealNode {
-		realStart := time.Now()
-		if err := runRealNode(ctx, cfg, res, progress); err != nil {
+	for _, tier := range []struct {
+		name, label string
+		run         func(context.Context, config, *results, io.Writer) error
+	}{{tierRealNode, "real node", runRealNode}, {tierCSI, "CSI", runCSI}} {
+		if !cfg.runs(tier.name) {
+			continue
+		}
+		if ctx.Err() != nil {
+			errs = append(errs, fmt.Errorf("%s: tier skipped: %w", tier.label, ctx.Err()))
+			continue
+		}
+		start := time.Now()
+		if err := tier.run(ctx, cfg, res, progress); err != nil {
 			for _, err := range unjoin(err) {
-				errs = append(errs, fmt.Errorf("real node: %w", err))
+				errs = append(errs, fmt.Errorf("%s: %w", tier.label, err))
 			}
 		}
-		res.PhaseSeconds = append(res.PhaseSeconds, phaseTime{"real node", time.Since(realStart).Seconds()})
+		res.PhaseSeconds = append(res.PhaseSeconds, phaseTime{tier.label, time.Since(start).Seconds()})
 	}
 	for _, err := range errs {
 		res.Errors = append(res.Errors, err.Error())
@@ -215,6 +263,9 @@ func run(ctx context.Context, cfg config, stdout, progress io.Writer) (err error
 	res.StartupRatios = res.Startup.ratios(kwokRatioPairs)
 	if rn := res.RealNode; rn != nil {
 		rn.StartupRatios = rn.Startup.ratios(realRatioPairs)
+	}
+	if c := res.CSI; c != nil {
+		c.StartupRatios = c.Startup.ratios(csiRatioPairs)
 	}
 	res.evaluateGoals()
 	md := res.markdown("startup-latest.svg")

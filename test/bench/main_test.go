@@ -29,6 +29,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 func TestParseFlags(t *testing.T) {
+	all := map[string]bool{tierKwok: true, tierRealNode: true, tierCSI: true}
 	cases := map[string]struct {
 		args         []string
 		wantN        int
@@ -36,11 +37,18 @@ func TestParseFlags(t *testing.T) {
 		wantName     string
 		wantRealNode bool
 		wantRealN    int
+		wantCSIN     int
+		// wantRuns are the tiers the run includes (config.runs).
+		wantRuns map[string]bool
 	}{
-		"defaults":              {args: nil, wantN: 40, wantLevels: []int{1, 10, 50}, wantName: "bench", wantRealNode: true, wantRealN: 20},
-		"smoke":                 {args: []string{"-smoke"}, wantN: 3, wantLevels: []int{1, 5}, wantName: "bench-smoke", wantRealNode: true, wantRealN: 3},
-		"smoke keeps set flags": {args: []string{"-smoke", "-n", "7", "-real-n", "5"}, wantN: 7, wantLevels: []int{1, 5}, wantName: "bench-smoke", wantRealNode: true, wantRealN: 5},
-		"without the real node": {args: []string{"-real-node=false"}, wantN: 40, wantLevels: []int{1, 10, 50}, wantName: "bench", wantRealN: 20},
+		"defaults":              {args: nil, wantN: 40, wantLevels: []int{1, 10, 50}, wantName: "bench", wantRealNode: true, wantRealN: 20, wantCSIN: 3, wantRuns: all},
+		"smoke":                 {args: []string{"-smoke"}, wantN: 3, wantLevels: []int{1, 5}, wantName: "bench-smoke", wantRealNode: true, wantRealN: 3, wantCSIN: 1, wantRuns: all},
+		"smoke keeps set flags": {args: []string{"-smoke", "-n", "7", "-real-n", "5", "-csi-n", "2"}, wantN: 7, wantLevels: []int{1, 5}, wantName: "bench-smoke", wantRealNode: true, wantRealN: 5, wantCSIN: 2, wantRuns: all},
+		"without the real node": {args: []string{"-real-node=false"}, wantN: 40, wantLevels: []int{1, 10, 50}, wantName: "bench", wantRealN: 20, wantCSIN: 3, wantRuns: map[string]bool{tierKwok: true}},
+		"the CSI tier alone":    {args: []string{"-smoke", "-tiers", "csi"}, wantN: 3, wantLevels: []int{1, 5}, wantName: "bench-smoke", wantRealNode: true, wantRealN: 3, wantCSIN: 1, wantRuns: map[string]bool{tierCSI: true}},
+		"-real-node=false wins over -tiers": {
+			args: []string{"-tiers", "kwok,csi", "-real-node=false"}, wantN: 40, wantLevels: []int{1, 10, 50}, wantName: "bench", wantRealN: 20, wantCSIN: 3, wantRuns: map[string]bool{tierKwok: true},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -48,9 +56,29 @@ func TestParseFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.N != tc.wantN || got.Name != tc.wantName || len(got.Levels) != len(tc.wantLevels) || got.RealNode != tc.wantRealNode || got.RealN != tc.wantRealN {
-				t.Errorf("parseFlags(%v) = n %d, name %q, levels %v, real node %v, real n %d; want %d, %q, %v, %v, %d",
-					tc.args, got.N, got.Name, got.Levels, got.RealNode, got.RealN, tc.wantN, tc.wantName, tc.wantLevels, tc.wantRealNode, tc.wantRealN)
+			if got.N != tc.wantN || got.Name != tc.wantName || len(got.Levels) != len(tc.wantLevels) || got.RealNode != tc.wantRealNode || got.RealN != tc.wantRealN || got.CSIN != tc.wantCSIN {
+				t.Errorf("parseFlags(%v) = n %d, name %q, levels %v, real node %v, real n %d, csi n %d; want %d, %q, %v, %v, %d, %d",
+					tc.args, got.N, got.Name, got.Levels, got.RealNode, got.RealN, got.CSIN, tc.wantN, tc.wantName, tc.wantLevels, tc.wantRealNode, tc.wantRealN, tc.wantCSIN)
+			}
+			for _, tier := range allTiers {
+				if got.runs(tier) != tc.wantRuns[tier] {
+					t.Errorf("parseFlags(%v) runs tier %s: %v, want %v", tc.args, tier, got.runs(tier), tc.wantRuns[tier])
+				}
+			}
+		})
+	}
+}
+
+func TestParseFlagsErrors(t *testing.T) {
+	cases := map[string][]string{
+		"an unknown tier":  {"-tiers", "kwok,gpu"},
+		"no CSI pods":      {"-csi-n", "0"},
+		"an unknown phase": {"-phases", "start-up,warp"},
+	}
+	for name, args := range cases {
+		t.Run(name, func(t *testing.T) {
+			if _, err := parseFlags(args); err == nil {
+				t.Errorf("parseFlags(%v) = nil error, want one", args)
 			}
 		})
 	}

@@ -56,6 +56,10 @@ type startupRun struct {
 	CreateCall  summary `json:"createCall"`
 	ToScheduled summary `json:"toScheduled"`
 	ToRunning   summary `json:"toRunning"`
+	// Split is where the time after scheduling went on the CSI tier:
+	// attach, stage and publish, container start.
+	Split      *volumeSplit `json:"split,omitempty"`
+	SplitError string       `json:"splitError,omitempty"`
 	// Hits and Misses count the checkouts of modes c and d, from the
 	// claims' checkout annotation.
 	Hits   int `json:"hits"`
@@ -65,8 +69,12 @@ type startupRun struct {
 	Error string  `json:"error,omitempty"`
 }
 
-// podTiming is one pod's start-up.
-type podTiming struct{ created, returned, bound, running time.Time }
+// podTiming is one pod's start-up; pod is as the create call returned it
+// (admitted).
+type podTiming struct {
+	created, returned, bound, running time.Time
+	pod                               *corev1.Pod
+}
 
 func (r startupRun) kind() string {
 	if r.Burst {
@@ -88,7 +96,7 @@ func (e *env) podFor(mode, ns, name string) *corev1.Pod {
 	var p *corev1.Pod
 	switch mode {
 	case modeEphemeral:
-		p = ephemeralPod(ns, name)
+		p = ephemeralPod(ns, name, e.storageClass())
 	case modeMiss:
 		p = fluentPod(ns, name, fpvcMiss)
 	case modeHit:
@@ -101,7 +109,13 @@ func (e *env) podFor(mode, ns, name string) *corev1.Pod {
 		p = plainPod(ns, name)
 	}
 	if e.real {
-		p.Spec.Containers[0] = images.IdleApp()
+		// Busybox in place of the app, with the app's mounts and envs
+		// (b's volume, e's claim): the kubelet mounts only the volumes
+		// that a container mounts.
+		app := images.IdleApp()
+		app.VolumeMounts = append(app.VolumeMounts, p.Spec.Containers[0].VolumeMounts...)
+		app.Env = append(app.Env, p.Spec.Containers[0].Env...)
+		p.Spec.Containers[0] = app
 	}
 	return p
 }
@@ -196,6 +210,7 @@ func (e *env) measureStartup(ctx context.Context, mode string, burst bool, n int
 			return t, fmt.Errorf("creating pod %s/%s: %w", ns, pod.Name, err)
 		}
 		t.returned = time.Now()
+		t.pod = pod
 		waitCtx, cancel := context.WithTimeout(ctx, podTimeout)
 		defer cancel()
 		var err error
@@ -232,6 +247,15 @@ func (e *env) measureStartup(ctx context.Context, mode string, burst bool, n int
 	}
 	run.Stats, run.CreateCall, run.ToScheduled, run.ToRunning = summarize(total), summarize(call), summarize(sched), summarize(kwok)
 	run.Wall = time.Since(start).Seconds()
+	if e.csi {
+		// A step not found leaves the split short, not the run void.
+		sp, err := e.split(ctx, timings)
+		run.Split = sp
+		if err != nil {
+			run.SplitError = err.Error()
+			e.progress("mode %s: splitting the start-up: %v", mode, err)
+		}
+	}
 	if mode == modeMiss || mode == modeHit {
 		var pvcs corev1.PersistentVolumeClaimList
 		if err := e.cl.List(ctx, &pvcs, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed}); err != nil {

@@ -49,6 +49,27 @@ func TestStartupRatios(t *testing.T) {
 			pairs: [][2]string{{modeHit, modeOwnClaim}},
 			want:  []startupRatio{{Ratio: "d/e", Run: "sequential", P99: ptr.To(2.0)}},
 		},
+		"the CSI tier's pairs: d/e, b/d, c/d, d/a, e/a, b/a": {
+			runs:  startupRuns{seq(modePlain, 0.5, 1), seq(modeEphemeral, 18, 20), seq(modeMiss, 16.5, 22), seq(modeHit, 11, 12.5), seq(modeOwnClaim, 10, 10)},
+			pairs: csiRatioPairs,
+			want: []startupRatio{
+				{Ratio: "d/e", Run: "sequential", P50: ptr.To(1.1), P99: ptr.To(1.25)},
+				{Ratio: "b/d", Run: "sequential", P50: ptr.To(18.0 / 11), P99: ptr.To(1.6)},
+				{Ratio: "c/d", Run: "sequential", P50: ptr.To(1.5), P99: ptr.To(1.76)},
+				{Ratio: "d/a", Run: "sequential", P50: ptr.To(22.0), P99: ptr.To(12.5)},
+				{Ratio: "e/a", Run: "sequential", P50: ptr.To(20.0), P99: ptr.To(10.0)},
+				{Ratio: "b/a", Run: "sequential", P50: ptr.To(36.0), P99: ptr.To(20.0)},
+			},
+		},
+		"the CSI tier without b: its pairs are left out": {
+			runs:  startupRuns{seq(modePlain, 0.5, 1), seq(modeHit, 11, 12.5), seq(modeOwnClaim, 10, 10)},
+			pairs: csiRatioPairs,
+			want: []startupRatio{
+				{Ratio: "d/e", Run: "sequential", P50: ptr.To(1.1), P99: ptr.To(1.25)},
+				{Ratio: "d/a", Run: "sequential", P50: ptr.To(22.0), P99: ptr.To(12.5)},
+				{Ratio: "e/a", Run: "sequential", P50: ptr.To(20.0), P99: ptr.To(10.0)},
+			},
+		},
 		"no runs": {pairs: realRatioPairs},
 	}
 	for name, tc := range cases {
@@ -178,7 +199,7 @@ func TestRealNodeMarkdown(t *testing.T) {
 			want: []string{"| real node | skipped: the real node needs root |", "Skipped: the real node needs root.", "| real node: start-up d/e p99, sequential | ≤ 1.10 | skipped: the real node needs root | n/a |"},
 		},
 		"not run": {
-			want: []string{"| real node | not run (-real-node=false) |", "| real node: start-up d/e p50, sequential | ≤ 1.05 | not measured | n/a |"},
+			want: []string{"| real node | not run |", "| real node: start-up d/e p50, sequential | ≤ 1.05 | not measured | n/a |"},
 		},
 	}
 	for name, tc := range cases {

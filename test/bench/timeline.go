@@ -5,6 +5,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 
@@ -110,4 +111,64 @@ func breakdown(pvcs []pvcTimes, start time.Time) refillBreakdown {
 		}
 	}
 	return refillBreakdown{PVCs: len(pvcs), Created: summarize(created), ToSelected: summarize(selected), ToBound: summarize(bound), ToZones: summarize(zones)}
+}
+
+// attachTimes are the first times the bench's informer saw a
+// VolumeAttachment and saw it attached.
+type attachTimes struct {
+	PV, Node       string
+	Seen, Attached time.Time
+}
+
+// attachTimeline records attachTimes of every VolumeAttachment from
+// informer events (the CSI tier's). A volume attached again after a
+// detach has a new VolumeAttachment of the same name: they are told apart
+// by UID.
+type attachTimeline struct {
+	mu sync.Mutex
+	va map[types.UID]*attachTimes
+}
+
+func newAttachTimeline() *attachTimeline { return &attachTimeline{va: map[types.UID]*attachTimes{}} }
+
+func (t *attachTimeline) observe(obj any) {
+	now := time.Now()
+	a, ok := obj.(*storagev1.VolumeAttachment)
+	if !ok || a.Spec.Source.PersistentVolumeName == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.va[a.UID]
+	if p == nil {
+		p = &attachTimes{PV: *a.Spec.Source.PersistentVolumeName, Node: a.Spec.NodeName, Seen: now}
+		t.va[a.UID] = p
+	}
+	if a.Status.Attached && p.Attached.IsZero() {
+		p.Attached = now
+	}
+}
+
+func (t *attachTimeline) handler() toolscache.ResourceEventHandler {
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { t.observe(obj) },
+		UpdateFunc: func(_, obj any) { t.observe(obj) },
+	}
+}
+
+// first is the earliest VolumeAttachment of PV pv first seen at or after
+// since. (The CSI tier's pods all run on the real node.)
+func (t *attachTimeline) first(pv string, since time.Time) (attachTimes, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var best *attachTimes
+	for _, a := range t.va {
+		if a.PV == pv && !a.Seen.Before(since) && (best == nil || a.Seen.Before(best.Seen)) {
+			best = a
+		}
+	}
+	if best == nil {
+		return attachTimes{}, false
+	}
+	return *best, true
 }
