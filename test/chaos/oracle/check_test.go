@@ -288,6 +288,17 @@ func TestCheckAudit(t *testing.T) {
 			want: counts{InvariantUndrainedRelease: 1},
 		},
 		{
+			name: "I2 violation: a deletion impersonating a user not among the users excuses nothing",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.deletePVCAs(c, "mallory")
+				l.release(c)
+			},
+			opts: Options{Users: []string{"alice"}},
+			want: counts{InvariantUndrainedRelease: 1},
+		},
+		{
 			name: "I2 violation: a user's deletion after the release excuses nothing",
 			log: func(l *auditLog) {
 				c := l.claim("ns", "c")
