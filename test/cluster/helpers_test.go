@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
+	"github.com/st-tech/fluent-pvc-operator/test/csidriver"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -142,25 +143,8 @@ func processRuns(pid int) bool {
 	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
 }
 
-// mountsUnder are the mount points of /proc/self/mountinfo at or under
-// dir.
-func mountsUnder(dir string) ([]string, error) {
-	raw, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	var points []string
-	for _, line := range strings.Split(string(raw), "\n") {
-		// The mount point is the fifth field, with spaces, tabs, newlines
-		// and backslashes escaped in octal.
-		if f := strings.Fields(line); len(f) > 4 {
-			if p := unescapeOctal(f[4]); under(p, dir) {
-				points = append(points, p)
-			}
-		}
-	}
-	return points, nil
-}
+// mountsUnder are the mount points at or under dir.
+func mountsUnder(dir string) ([]string, error) { return csidriver.MountPointsUnder(dir) }
 
 // socketsUnder are the paths of the unix sockets bound at or under dir,
 // from /proc/net/unix: a socket that a live process still serves.
@@ -180,22 +164,6 @@ func socketsUnder(dir string) ([]string, error) {
 }
 
 func under(path, dir string) bool { return path == dir || strings.HasPrefix(path, dir+"/") }
-
-// unescapeOctal undoes the kernel's \NNN escapes of /proc/self/mountinfo.
-func unescapeOctal(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
 
 // createNamespace creates namespace ns.
 func createNamespace(ctx context.Context, g Gomega, cs kubernetes.Interface, ns string) {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/st-tech/fluent-pvc-operator/test/csidriver"
 	"github.com/st-tech/fluent-pvc-operator/test/provisioner/hostpath"
 )
 
@@ -393,18 +394,10 @@ func (c *Cluster) killShims() {
 
 // unmountUnder unmounts every mount point under dir, deepest first.
 func unmountUnder(dir string) error {
-	raw, err := os.ReadFile("/proc/mounts")
+	points, err := csidriver.MountPointsUnder(dir)
 	if err != nil {
 		return err
 	}
-	var points []string
-	for _, line := range strings.Split(string(raw), "\n") {
-		if f := strings.Fields(line); len(f) > 1 && (f[1] == dir || strings.HasPrefix(f[1], dir+"/")) {
-			points = append(points, f[1])
-		}
-	}
-	slices.Sort(points)
-	slices.Reverse(points)
 	var errs []error
 	for _, p := range points {
 		if err := syscall.Unmount(p, 0); err != nil && !errors.Is(err, syscall.EINVAL) {

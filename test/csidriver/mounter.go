@@ -1,14 +1,13 @@
 package csidriver
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
+	"slices"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -48,9 +47,9 @@ func (bindMounter) Unmount(target string) error {
 	return nil
 }
 
-// IsMountPoint looks path up in /proc/self/mountinfo: a bind mount within
-// one filesystem keeps the device number, so comparing devices with the
-// parent does not tell.
+// IsMountPoint asks the kernel whether a mount sits on path
+// (moby/sys/mountinfo): a bind mount within one filesystem keeps the
+// device number, so comparing devices with the parent does not tell.
 func (bindMounter) IsMountPoint(path string) (bool, error) {
 	p, err := filepath.EvalSymlinks(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -59,38 +58,21 @@ func (bindMounter) IsMountPoint(path string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	defer func() { _ = f.Close() }()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		// ID parentID major:minor root mountpoint options ...
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 5 && unescapeMountinfo(fields[4]) == p {
-			return true, nil
-		}
-	}
-	return false, sc.Err()
+	return mountinfo.Mounted(p)
 }
 
-// unescapeMountinfo undoes the kernel's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
+// MountPointsUnder are the mount points at or under dir, deepest first,
+// as /proc/self/mountinfo lists them (moby/sys/mountinfo unescapes them).
+func MountPointsUnder(dir string) ([]string, error) {
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return nil, err
 	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
+	points := make([]string, 0, len(mounts))
+	for _, m := range mounts {
+		points = append(points, m.Mountpoint)
 	}
-	return b.String()
+	slices.Sort(points)
+	slices.Reverse(points)
+	return points, nil
 }

@@ -3,31 +3,11 @@ package csidriver
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 )
-
-func TestUnescapeMountinfo(t *testing.T) {
-	cases := map[string]struct {
-		in, want string
-	}{
-		"plain":           {in: "/var/lib/kubelet", want: "/var/lib/kubelet"},
-		"a space":         {in: `/tmp/a\040b`, want: "/tmp/a b"},
-		"a backslash":     {in: `/tmp/a\134b`, want: `/tmp/a\b`},
-		"a short escape":  {in: `/tmp/a\04`, want: `/tmp/a\04`},
-		"not octal":       {in: `/tmp/a\999`, want: `/tmp/a\999`},
-		"at the very end": {in: `/tmp/a\011`, want: "/tmp/a\t"},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, unescapeMountinfo(tc.in)); diff != "" {
-				t.Errorf("(-want +got):\n%s", diff)
-			}
-		})
-	}
-}
 
 // TestBindMounter makes real mounts: it needs root.
 func TestBindMounter(t *testing.T) {
@@ -58,6 +38,9 @@ func TestBindMounter(t *testing.T) {
 			if mounted, err := m.IsMountPoint(target); err != nil || !mounted {
 				t.Fatalf("IsMountPoint after the mount: %v, %v", mounted, err)
 			}
+			if points, err := MountPointsUnder(dir); err != nil || !slices.Equal(points, []string{target}) {
+				t.Errorf("MountPointsUnder(%s) after the mount = %q, %v; want %q", dir, points, err, target)
+			}
 			err := os.WriteFile(filepath.Join(target, "f"), []byte("x"), 0o644)
 			if wrote := err == nil; wrote != tc.wantWrite {
 				t.Errorf("wrote through the mount: %v (%v), want %v", wrote, err, tc.wantWrite)
@@ -67,6 +50,9 @@ func TestBindMounter(t *testing.T) {
 			}
 			if mounted, err := m.IsMountPoint(target); err != nil || mounted {
 				t.Errorf("IsMountPoint after the unmount: %v, %v", mounted, err)
+			}
+			if points, err := MountPointsUnder(dir); err != nil || len(points) != 0 {
+				t.Errorf("MountPointsUnder(%s) after the unmount = %q, %v; want none", dir, points, err)
 			}
 		})
 	}

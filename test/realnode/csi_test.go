@@ -1,7 +1,6 @@
 package realnode
 
 import (
-	"context"
 	"slices"
 	"sync"
 
@@ -174,14 +173,7 @@ func newAttachmentRecorder() *attachmentRecorder {
 		AddFunc: record(false), DeleteFunc: record(true),
 	})
 	Expect(err).NotTo(HaveOccurred())
-	stop := make(chan struct{})
-	DeferCleanup(func() { close(stop) })
-	f.Start(stop)
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for typ, ok := range f.WaitForCacheSync(wctx.Done()) {
-		Expect(ok).To(BeTrue(), "informer of %v synced", typ)
-	}
+	startInformers(f)
 	return r
 }
 

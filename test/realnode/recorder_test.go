@@ -56,6 +56,14 @@ func newRecorder(ns string) *recorder {
 		UpdateFunc: func(_, o any) { r.pod(o) },
 	})
 	Expect(err).NotTo(HaveOccurred())
+	startInformers(f)
+	return r
+}
+
+// startInformers starts f's informers until the spec ends, and waits
+// until they have synced.
+func startInformers(f informers.SharedInformerFactory) {
+	GinkgoHelper()
 	stop := make(chan struct{})
 	DeferCleanup(func() { close(stop) })
 	f.Start(stop)
@@ -64,7 +72,6 @@ func newRecorder(ns string) *recorder {
 	for typ, ok := range f.WaitForCacheSync(wctx.Done()) {
 		Expect(ok).To(BeTrue(), "informer of %v synced", typ)
 	}
-	return r
 }
 
 func (r *recorder) history(claim string) *claimHistory {
