@@ -65,8 +65,9 @@ var _ = Describe("Binder Jobs (--pool-bind-mode=binder-job)", func() {
 		// no FluentPVC label, so the operator's cache never sees them.
 		binderPod := func(j batchv1.Job) *corev1.Pod {
 			p := &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: j.Name + "-x", Labels: j.Spec.Template.Labels},
-				Spec:       *j.Spec.Template.Spec.DeepCopy(),
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: j.Name + "-x", Labels: j.Spec.Template.Labels,
+					OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(&j, batchv1.SchemeGroupVersion.WithKind("Job"))}},
+				Spec: *j.Spec.Template.Spec.DeepCopy(),
 			}
 			Expect(p.Labels).NotTo(HaveKey(v1alpha1.FluentPVCNameLabelKey))
 			return p

@@ -466,8 +466,9 @@ var _ = Describe("Warm pool", func() {
 		// binder's pod and writes what the scheduler would.
 		const reason = "0/1 nodes are available: 1 node(s) had untolerated taint {dedicated: gpu}."
 		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: job.Name + "-x", Labels: job.Spec.Template.Labels},
-			Spec:       job.Spec.Template.Spec,
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: job.Name + "-x", Labels: job.Spec.Template.Labels,
+				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(&job, batchv1.SchemeGroupVersion.WithKind("Job"))}},
+			Spec: job.Spec.Template.Spec,
 		}
 		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
 		updatePodStatus(ctx, pod, func(p *corev1.Pod) {
