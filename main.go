@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -22,6 +23,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -121,6 +123,21 @@ func run(ctx context.Context, args []string) error {
 		log.Info("FluentPVCs in sidecarMode Native will admit no pods", "reason", nativeUnsupported)
 	}
 
+	// Holder pods are known by their creator: the operator's own user.
+	self, err := selfUser(ctx, cfg, scheme)
+	if err != nil {
+		log.Error(err, "could not learn the operator's own user name; warm PVCs are not staged")
+		opts.controllers.StagePerNode = 0
+	} else if opts.controllers.StagePerNode > 0 {
+		c, err := client.New(cfg, client.Options{Scheme: scheme})
+		if err != nil {
+			return fmt.Errorf("creating a client: %w", err)
+		}
+		if err := controllers.EnsureHolderPriorityClass(ctx, c, opts.controllers.HolderPriorityClass); err != nil {
+			log.Error(err, "holder pods may be refused until the PriorityClass exists")
+		}
+	}
+
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Cache:                         controllers.CacheOptions(),
@@ -177,7 +194,7 @@ func run(ctx context.Context, args []string) error {
 	go func() {
 		select {
 		case <-certsReady:
-			webhookSetupErr <- webhook.Setup(mgr, webhook.Options{NativeSidecarsUnsupported: nativeUnsupported, Namespace: opts.namespace})
+			webhookSetupErr <- webhook.Setup(mgr, webhook.Options{NativeSidecarsUnsupported: nativeUnsupported, Namespace: opts.namespace, Self: self})
 		case <-ctx.Done():
 			webhookSetupErr <- nil
 		}
@@ -243,6 +260,23 @@ func parseFlags(args []string) (options, zap.Options, error) {
 		return o, zapOpts, err
 	}
 	return o, zapOpts, nil
+}
+
+// selfUser is the user name the API server knows the operator by (a
+// SelfSubjectReview).
+func selfUser(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) (string, error) {
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return "", err
+	}
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := c.Create(ctx, review); err != nil {
+		return "", fmt.Errorf("reviewing the operator's own user: %w", err)
+	}
+	if review.Status.UserInfo.Username == "" {
+		return "", errors.New("the API server names no user for the operator")
+	}
+	return review.Status.UserInfo.Username, nil
 }
 
 func inCluster() bool {

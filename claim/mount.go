@@ -13,7 +13,8 @@ import (
 // MountObjection says why pod may not mount pvc, "" when it may. Only the
 // operator's PVCs are guarded, and only while the operator holds them:
 //
-//   - a warm PVC, by the pool's binder pod of that PVC alone;
+//   - a warm PVC, by the pool's binder pod or holder pod of that PVC
+//     alone;
 //   - a claim handed out and not yet recording its pod, by the pod it was
 //     handed to: one that carries its opt-in and binding labels (the
 //     webhook hands out the claim and refuses copies of such pods before
@@ -24,16 +25,18 @@ import (
 // The binder and drain pods are known by their controlling Job, job (as
 // read; nil when pod names none or it was not found): pod's controller
 // must be that Job, which must be the operator's for this PVC
-// (objects.BinderPodOf, objects.DrainPodOf). Their labels alone prove
-// nothing, since whoever creates a pod chooses them.
+// (objects.BinderPodOf, objects.DrainPodOf). A holder is known by its
+// creator: byOperator says the operator itself creates pod
+// (objects.HolderPodOf). Their labels alone prove nothing, since whoever
+// creates a pod chooses them.
 //
 // A claim let go of (drained, abandoned, or kept for the user) is no
 // longer guarded: a person may mount it to read its data.
-func MountObjection(pod *corev1.Pod, pvc *corev1.PersistentVolumeClaim, job *batchv1.Job) string {
+func MountObjection(pod *corev1.Pod, pvc *corev1.PersistentVolumeClaim, job *batchv1.Job, byOperator bool) string {
 	fpvc := pvc.Labels[v1alpha1.FluentPVCNameLabelKey]
 	switch StateOf(pvc) {
 	case Warm:
-		if objects.BinderPodOf(pod, job, pvc.Name) {
+		if objects.BinderPodOf(pod, job, pvc.Name) || objects.HolderPodOf(pod, pvc, byOperator) {
 			return ""
 		}
 		return fmt.Sprintf("PVC %s is a warm PVC of FluentPVC %q, kept for a pod that opts in: no pod may mount it by name. "+

@@ -70,15 +70,31 @@ func TestMountObjection(t *testing.T) {
 	forgedDrain := pod("forged", "forged-uid", drainJob.Spec.Template.Labels)
 	binder := podOf("f-abc-bind-x", binderJob)
 	forgedBinder := pod("forged", "forged-uid", binderJob.Spec.Template.Labels)
+	warm.UID = "warm-uid"
+	holder := objects.HolderPod(fpvc.Name, warm, "node-1", "pause", "")
+	writingHolder := holder.DeepCopy()
+	writingHolder.Spec.Volumes[0].PersistentVolumeClaim.ReadOnly = false
+	otherWarm := warm.DeepCopy()
+	otherWarm.UID = "other-warm-uid"
+	staleHolder := objects.HolderPod(fpvc.Name, otherWarm, "node-1", "pause", "")
 
 	cases := map[string]struct {
 		pod *corev1.Pod
 		pvc *corev1.PersistentVolumeClaim
 		// job is the pod's controlling Job as the webhook reads it.
 		job *batchv1.Job
+		// byOperator is true when the operator creates the pod.
+		byOperator bool
 		// want is part of the objection; "" when the pod may mount the PVC.
 		want string
 	}{
+		"a warm PVC, by its holder":                      {pod: holder, pvc: warm, byOperator: true},
+		"a warm PVC, by a holder someone else creates":   {pod: holder, pvc: warm, want: "is a warm PVC"},
+		"a warm PVC, by a holder that would write":       {pod: writingHolder, pvc: warm, byOperator: true, want: "is a warm PVC"},
+		"a warm PVC, by the holder of an earlier PVC":    {pod: staleHolder, pvc: warm, byOperator: true, want: "is a warm PVC"},
+		"a claim handed out, by its holder":              {pod: holder, pvc: handedOut, byOperator: true, want: "no other pod may mount it"},
+		"a used claim, by its holder":                    {pod: holder, pvc: used, byOperator: true, want: "no other pod may mount it"},
+		"a pod the operator creates that is no holder":   {pod: debugCopy, pvc: warm, byOperator: true, want: "is a warm PVC"},
 		"not the operator's PVC":                         {pod: debugCopy, pvc: other},
 		"the pod a claim was handed to, being admitted":  {pod: admitted, pvc: handedOut},
 		"an unlabelled copy of a pod being admitted":     {pod: debugCopy, pvc: handedOut, want: "the claim of the pod being admitted with it"},
@@ -101,7 +117,7 @@ func TestMountObjection(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := claim.MountObjection(tc.pod, tc.pvc, tc.job)
+			got := claim.MountObjection(tc.pod, tc.pvc, tc.job, tc.byOperator)
 			switch {
 			case tc.want == "" && got != "":
 				t.Errorf("objection %q, want none", got)

@@ -207,6 +207,10 @@ func (r *FluentPVCReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&v1alpha1.FluentPVC{}).
 		Watches(&corev1.PersistentVolumeClaim{}, byFluentPVCLabel).
 		Watches(&batchv1.Job{}, byFluentPVCLabel).
+		// A holder that starts, ends or goes changes what is staged.
+		Watches(&corev1.Pod{}, byFluentPVCLabel, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetLabels()[v1alpha1.ComponentLabelKey] == v1alpha1.ComponentHolder
+		}))).
 		// A node that comes, goes or changes whether it qualifies may be
 		// what a pool's pending PVCs wait for (see observePool).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.pools), builder.WithPredicates(nodeEligibilityChanged)).

@@ -31,6 +31,9 @@ import (
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=csinodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=csidrivers,verbs=get;list;watch
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=volumeattachments,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
 
 // poolParallelism bounds the concurrent API calls of one pool reconcile.
 const poolParallelism = 16
@@ -125,6 +128,13 @@ type poolObserved struct {
 	// namespaces are the labels of every namespace that exists, by name
 	// (the cache's metadata).
 	namespaces map[string]map[string]string
+	// staging is pool.StagingOn for the pool; holders are its holder
+	// pods; room is, per node a holder may go to, pool.NodeRoom.
+	staging bool
+	holders []corev1.Pod
+	room    map[string]int
+	// stageEligible are the nodes holders may go to.
+	stageEligible map[string]bool
 }
 
 // emptied is true once every warm PVC and binder is gone or being deleted.
@@ -227,18 +237,22 @@ func (r *PoolReconciler) observePool(ctx context.Context, f *v1alpha1.FluentPVC,
 		o.nodeZones[n.Name] = n.Labels[pool.ZoneLabelKey]
 		o.nodes[n.Name] = n
 	}
-	if !o.waitForFirstConsumer || r.opts.PoolBindMode == PoolBindBinderJob {
-		return o, nil
-	}
 	var csiNodes storagev1.CSINodeList
 	if err := r.List(ctx, &csiNodes, client.UnsafeDisableDeepCopy); err != nil {
 		return o, fmt.Errorf("listing CSINodes: %w", err)
 	}
-	o.eligible = pool.EligibleNodes(nodes.Items, sc, csiNodes.Items)
-	// With no node to name, binders let the scheduler find one (or wait).
-	o.selectNodes = len(o.eligible) > 0
-	if !o.selectNodes {
-		o.noNodeToSelect = fmt.Sprintf("none of %d nodes is Ready, untainted and allowed by StorageClass %s: warm PVCs are bound through binder Jobs until one is", len(nodes.Items), sc.Name)
+	if err := r.observeStaging(ctx, f, sc, nodes.Items, csiNodes.Items, &o); err != nil {
+		return o, err
+	}
+	if o.waitForFirstConsumer && r.opts.PoolBindMode != PoolBindBinderJob {
+		o.eligible = pool.EligibleNodes(nodes.Items, sc, csiNodes.Items)
+		// With no node to name, binders let the scheduler find one (or wait).
+		o.selectNodes = len(o.eligible) > 0
+		if !o.selectNodes {
+			o.noNodeToSelect = fmt.Sprintf("none of %d nodes is Ready, untainted and allowed by StorageClass %s: warm PVCs are bound through binder Jobs until one is", len(nodes.Items), sc.Name)
+		}
+	}
+	if !o.selectNodes && !o.staging {
 		return o, nil
 	}
 	var claimed corev1.PersistentVolumeClaimList
@@ -297,6 +311,8 @@ type namespacePlan struct {
 	kept bool
 	// preferred are the nodes new warm PVCs are named for first.
 	preferred []string
+	// stage is where warm PVCs get holders, and which holders go.
+	stage pool.StagePlan
 }
 
 // planPool decides, from what was observed at now, how to bring every
@@ -334,6 +350,7 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 	for _, c := range o.claimed {
 		claimedByNS[c.Namespace] = append(claimedByNS[c.Namespace], c)
 	}
+	_, stagedNS := stagedPerNode(o)
 	nodes := pool.Nodes{SelectNodes: o.selectNodes, Zones: o.nodeZones, ByName: o.nodes}
 	eligibleNames := make(map[string]bool, len(o.eligible))
 	for _, n := range o.eligible {
@@ -378,9 +395,10 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 			}
 		}
 		p := pool.PlanNamespace(in)
-		pp.namespaces = append(pp.namespaces, namespacePlan{namespace: ns, plan: p, kept: kept, preferred: preferred})
+		stage := pool.PlanStaging(stageInput(o, ns, pp.hash, p.Delete, pool.Demand(claimedByNS[ns])))
+		pp.namespaces = append(pp.namespaces, namespacePlan{namespace: ns, plan: p, kept: kept, preferred: preferred, stage: stage})
 		if kept {
-			st := v1alpha1.PoolNamespaceStatus{Namespace: ns, Warm: p.Warm, Provisioning: p.Provisioning + int32(p.Create)}
+			st := v1alpha1.PoolNamespaceStatus{Namespace: ns, Warm: p.Warm, Provisioning: p.Provisioning + int32(p.Create), Staged: int32(stagedNS[ns])}
 			if t, ok := o.lastAdmission[ns]; ok {
 				// Whole seconds, as a status time reads back: a fraction
 				// (from the admitted-at annotation) would make every
@@ -413,11 +431,20 @@ func (r *PoolReconciler) applyPool(ctx context.Context, f *v1alpha1.FluentPVC, o
 				"warm", p.Warm, "provisioning", p.Provisioning, "create", p.Create, "delete", p.Delete, "preferredNodes", np.preferred)
 		}
 		ops = append(ops, r.poolOps(ctx, f, np, pp, o, claims[np.namespace])...)
+		ops = append(ops, r.stagingOps(ctx, f, np, claims[np.namespace], o)...)
+		if len(np.stage.Create) > 0 || len(np.stage.Delete) > 0 {
+			log.V(1).Info("staging warm PVCs", "namespace", np.namespace, "create", np.stage.Create, "delete", np.stage.Delete)
+		}
 		if np.kept {
 			pool.Warm.WithLabelValues(f.Name, np.namespace).Set(float64(p.Warm))
 		} else {
 			pool.Warm.DeleteLabelValues(f.Name, np.namespace)
 		}
+	}
+	perNode, _ := stagedPerNode(o)
+	pool.Staged.DeletePartialMatch(map[string]string{"fluentpvc": f.Name})
+	for node, n := range perNode {
+		pool.Staged.WithLabelValues(f.Name, node).Set(float64(n))
 	}
 	if len(pp.result.unreachable) > 0 || len(pp.result.moved) > 0 {
 		log.Info("replacing warm PVCs", "unreachable", pp.result.unreachable, "servingNoPods", pp.result.moved)

@@ -12,6 +12,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
 // Options configure the controllers.
@@ -55,6 +57,11 @@ type Options struct {
 	// PoolIdleNamespaceTTL is how long a learned pool namespace keeps its
 	// warm PVCs without admissions.
 	PoolIdleNamespaceTTL time.Duration
+	// StagePerNode is how many warm PVCs, of all pools, a node keeps
+	// staged at most.
+	StagePerNode int
+	// HolderPriorityClass is the PriorityClass of holder pods ("" none).
+	HolderPriorityClass string
 }
 
 // BindFlags registers the options as command-line flags with their defaults.
@@ -67,6 +74,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.FluentPVCMissingTimeout, "fluentpvc-missing-timeout", time.Hour, "How long a claim that must be drained waits for its deleted FluentPVC (and so its finalizer Job template) to be recreated before the operator lets go of it undrained. The PVC and its data are kept, with a Warning Event, for the user to drain by hand.")
 	fs.StringVar(&o.BinderImage, "binder-image", "registry.k8s.io/pause:3.10", "Image of the short-lived pods that bind warm PVCs of WaitForFirstConsumer StorageClasses.")
 	fs.StringVar(&o.PoolBindMode, "pool-bind-mode", PoolBindSelectNode, "How warm PVCs of WaitForFirstConsumer StorageClasses get their volumes: \""+PoolBindSelectNode+"\" names a Ready, untainted node (spread over zones) on the PVC so that the provisioner starts at once; \""+PoolBindBinderJob+"\" runs a binder Job per PVC and lets the scheduler choose, slower but aware of everything the scheduler checks (e.g. CSI storage capacity).")
+	fs.IntVar(&o.StagePerNode, "stage-per-node", pool.DefaultStagePerNode, "How many warm PVCs, of all FluentPVCs, a node keeps attached and staged at most, each with a holder pod. Holders also never take more than half of the attach slots that other volumes leave free on a node.")
+	fs.StringVar(&o.HolderPriorityClass, "holder-priority-class", DefaultHolderPriorityClass, "PriorityClass of the holder pods that keep warm PVCs staged: a low value that never preempts, so that real pods preempt holders. The operator creates it at start-up if it does not exist; \"\" gives holders no class.")
 	fs.DurationVar(&o.PoolIdleNamespaceTTL, "pool-idle-namespace-ttl", time.Hour, "How long a namespace learned from admissions keeps its warm pool without a new admission.")
 }
 
@@ -90,6 +99,9 @@ func (o *Options) Validate() error {
 			"could go to another pod while that pod writes to it. Set it to at least %s (the timeout plus %s)",
 			o.OrphanGracePeriod, o.APIServerRequestTimeout, min, orphanGraceMargin)
 	}
+	if o.StagePerNode < 0 {
+		return fmt.Errorf("--stage-per-node=%d: must be 0 (no staging) or more", o.StagePerNode)
+	}
 	if o.PoolBindMode != PoolBindSelectNode && o.PoolBindMode != PoolBindBinderJob {
 		return fmt.Errorf("--pool-bind-mode: %q is neither %q nor %q", o.PoolBindMode, PoolBindSelectNode, PoolBindBinderJob)
 	}
@@ -109,6 +121,7 @@ func CacheOptions() cache.Options {
 			&corev1.PersistentVolumeClaim{}: {Label: exists(v1alpha1.FluentPVCNameLabelKey)},
 			&batchv1.Job{}:                  {Label: exists(v1alpha1.ComponentLabelKey)},
 			&corev1.Node{}:                  {Transform: slimNode},
+			&storagev1.VolumeAttachment{}:   {Transform: slimAttachment},
 		},
 	}
 }
@@ -135,6 +148,20 @@ func slimNode(obj any) (any, error) {
 		}
 	}
 	return slim, nil
+}
+
+// slimAttachment keeps of a VolumeAttachment what the pool counts: its
+// attacher and node.
+func slimAttachment(obj any) (any, error) {
+	va, ok := obj.(*storagev1.VolumeAttachment)
+	if !ok {
+		return obj, nil
+	}
+	return &storagev1.VolumeAttachment{
+		TypeMeta:   va.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Name: va.Name, UID: va.UID, ResourceVersion: va.ResourceVersion},
+		Spec:       storagev1.VolumeAttachmentSpec{Attacher: va.Spec.Attacher, NodeName: va.Spec.NodeName},
+	}, nil
 }
 
 func exists(key string) labels.Selector {
@@ -194,6 +221,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	if err := NewFluentPVCReconciler(c, live, recorder, clk, opts).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the FluentPVC controller: %w", err)
+	}
+	if err := NewHolderReconciler(c, clk).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the holder controller: %w", err)
 	}
 	return nil
 }

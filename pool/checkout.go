@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
 )
@@ -43,6 +44,39 @@ func Candidates(warm []corev1.PersistentVolumeClaim, hash string, usable func(af
 		out = append(out, c)
 	}
 	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+// Rank orders candidates by where their volume is staged, keeping the
+// order within each rank: first those whose holder is on a node the pod
+// can run on (holderNode names it; fits tells), where the pod finds the
+// volume attached and staged; then those without a holder, or whose
+// holder is not on a node yet, which attach where the pod goes; last
+// those staged on a node the pod cannot run on, which must detach from
+// it first. A pod that pins itself to its nodes (pinned) never takes one
+// of the last: it would take a volume staged for others away from them.
+func Rank(cands []*corev1.PersistentVolumeClaim, holderNode func(claim string) (string, bool), fits func(node string) bool, pinned bool) []*corev1.PersistentVolumeClaim {
+	rank := func(c *corev1.PersistentVolumeClaim) int {
+		node, held := holderNode(c.Name)
+		switch {
+		case !held || node == "":
+			return 1
+		case fits(node):
+			return 0
+		}
+		return 2
+	}
+	out := make([]*corev1.PersistentVolumeClaim, 0, len(cands))
+	for r := range 3 {
+		if r == 2 && pinned {
+			break
+		}
+		for _, c := range cands {
+			if rank(c) == r {
+				out = append(out, c)
+			}
+		}
+	}
 	return out
 }
 
@@ -87,16 +121,40 @@ func NewCheckouter(cache, live client.Reader, w client.Writer) *Checkouter {
 	return &Checkouter{Cache: cache, Live: live, Writer: w, MaxTries: DefaultMaxTries, taken: map[types.UID]time.Time{}}
 }
 
+// Checkedout is what Checkout hands a pod.
+type Checkedout struct {
+	// PVC is the warm PVC taken, nil on a miss.
+	PVC *corev1.PersistentVolumeClaim
+	// Holder is the name of its holder pod, "" when it had none.
+	Holder string
+	// StagedOn is the node it is staged on, when the pod can run there;
+	// "" otherwise.
+	StagedOn string
+}
+
 // Checkout takes one warm PVC of fpvc for pod, in its namespace, whose
 // volume can be used on a node the pod can run on (the cache's nodes; see
 // Placement). Each try is one update conditioned on the resourceVersion read, so
 // two webhooks, in one replica or several, never hand the same PVC to two
-// pods: the loser gets a conflict and tries another. It returns nil when no
+// pods: the loser gets a conflict and tries another. Warm PVCs staged on
+// a node the pod can run on come first (Rank). It returns no PVC when no
 // warm PVC fits (a miss).
-func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod, admittedAt time.Time) (*corev1.PersistentVolumeClaim, error) {
+func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod, admittedAt time.Time) (Checkedout, error) {
 	hash := TemplateHash(&fpvc.Spec.PVCSpecTemplate)
 	namespace := pod.Namespace
 	placement := NewPlacement(pod, func() ([]*corev1.Node, error) { return c.podNodes(ctx, pod) })
+	holders, err := c.holders(ctx, fpvc.Name, namespace)
+	if err != nil {
+		return Checkedout{}, err
+	}
+	holderNode := func(claim string) (string, bool) {
+		h, ok := holders[claim]
+		if !ok {
+			return "", false
+		}
+		return h.Spec.NodeName, true
+	}
+	_, pinned := PinnedNodeNames(pod)
 	lostRace := false
 	var warmSeen, candidates int
 	// Readers are told apart by position: interface comparison panics on
@@ -117,9 +175,12 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 			opts = []client.ListOption{client.InNamespace(namespace), client.MatchingFields{WarmIndex: fpvc.Name}, client.UnsafeDisableDeepCopy}
 		}
 		if err := r.List(ctx, &warm, opts...); err != nil {
-			return nil, fmt.Errorf("listing warm PVCs: %w", err)
+			return Checkedout{}, fmt.Errorf("listing warm PVCs: %w", err)
 		}
 		cands := Candidates(warm.Items, hash, placement.Usable)
+		if len(holders) > 0 {
+			cands = Rank(cands, holderNode, placement.FitsNode, pinned)
+		}
 		if err := placement.Err(); err != nil {
 			// Only volumes usable anywhere were candidates: the pod may
 			// miss, which costs it time, not its start.
@@ -137,22 +198,48 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 			tries++
 			w, err := claim.Checkout(cand, admittedAt, claim.NewCheckoutID())
 			if err != nil {
-				return nil, err // Candidates are warm and not being deleted
+				return Checkedout{}, err // Candidates are warm and not being deleted
 			}
 			err = claim.Execute(ctx, c.Writer, w)
 			c.markTaken(cand.UID, admittedAt)
 			if err == nil {
-				return w.Object, nil
+				out := Checkedout{PVC: w.Object}
+				if h, ok := holders[cand.Name]; ok {
+					out.Holder = h.Name
+					if node := h.Spec.NodeName; node != "" && placement.FitsNode(node) {
+						out.StagedOn = node
+					}
+				}
+				return out, nil
 			}
 			if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-				return nil, err
+				return Checkedout{}, err
 			}
 			lostRace = true
 		}
 	}
 	log.FromContext(ctx).V(1).Info("checkout missed; the pod gets a new claim",
 		"fluentPVC", klog.KObj(fpvc), "namespace", namespace, "reason", missReason(warmSeen, candidates, lostRace))
-	return nil, nil
+	return Checkedout{}, nil
+}
+
+// holders are the holder pods of fpvc's pool in namespace, from the
+// cache, by the warm PVC each holds; those being deleted are left out.
+func (c *Checkouter) holders(ctx context.Context, fpvc, namespace string) (map[string]*corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := c.Cache.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{
+		v1alpha1.FluentPVCNameLabelKey: fpvc, v1alpha1.ComponentLabelKey: v1alpha1.ComponentHolder,
+	}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing holder pods: %w", err)
+	}
+	out := make(map[string]*corev1.Pod, len(pods.Items))
+	for i := range pods.Items {
+		h := &pods.Items[i]
+		if claim := objects.HolderOf(h); claim != "" && h.DeletionTimestamp.IsZero() {
+			out[claim] = h
+		}
+	}
+	return out, nil
 }
 
 // missReason says why a checkout found no warm PVC, from how many warm PVCs

@@ -98,9 +98,9 @@ var _ = Describe("Checkout", func() {
 						defer GinkgoRecover()
 						c, err := r.checkouter.Checkout(ctx, fpvc, fixtures.MakePod("p", ns).Obj(), time.Now())
 						Expect(err).NotTo(HaveOccurred())
-						if c != nil {
+						if c.PVC != nil {
 							mu.Lock()
-							got = append(got, c.Name)
+							got = append(got, c.PVC.Name)
 							mu.Unlock()
 						}
 					})

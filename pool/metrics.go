@@ -19,6 +19,14 @@ const (
 	ResultMiss = "miss"
 )
 
+// HitUnstaged is the "served" label of StagedHits for a hit on a warm PVC
+// without a holder; HolderServed and HolderMoved are the others.
+const HitUnstaged = "unstaged"
+
+// HolderUnstaged is the "reason" label of HoldersRemoved for a holder the
+// pool removes: its node can no longer take it, or staging is off.
+const HolderUnstaged = "unstaged"
+
 var (
 	// CheckoutsTotal counts checkouts by FluentPVC and result.
 	CheckoutsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -45,6 +53,25 @@ var (
 		Help: "Warm PVCs deleted to be made again elsewhere, by FluentPVC and reason: unreachable (no node accepts the volume) or demand (moved to a node where pods run).",
 	}, []string{"fluentpvc", "reason"})
 
+	// Staged is the number of warm PVCs staged by a running holder, by
+	// FluentPVC and node.
+	Staged = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fluentpvc_pool_staged",
+		Help: "Warm PVCs kept attached and staged on a node by a running holder pod, by FluentPVC and node.",
+	}, []string{"fluentpvc", "node"})
+
+	// StagedHits counts hits by how the pod found its volume.
+	StagedHits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fluentpvc_pool_staged_hits_total",
+		Help: "Hits by how the volume met the pod: served (staged on the node the pod went to), moved (staged on another node: detached, then attached on demand) or unstaged (attached on demand).",
+	}, []string{"fluentpvc", "served"})
+
+	// HoldersRemoved counts holder pods removed, by why.
+	HoldersRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fluentpvc_pool_holders_removed_total",
+		Help: "Holder pods removed, by FluentPVC and reason: served, moved (their PVC's pod is on a node), abandoned (no pod came in time), orphaned (their PVC is gone), evicted (preempted, evicted or failed), unstaged (their node can no longer take them, or staging is off).",
+	}, []string{"fluentpvc", "reason"})
+
 	// TimeToWarm is the time from a pool PVC's creation to its being Bound.
 	TimeToWarm = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "fluentpvc_pool_time_to_warm_seconds",
@@ -54,5 +81,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(CheckoutsTotal, CheckoutDuration, Warm, Replaced, TimeToWarm)
+	metrics.Registry.MustRegister(CheckoutsTotal, CheckoutDuration, Warm, Replaced, TimeToWarm, Staged, StagedHits, HoldersRemoved)
 }

@@ -221,6 +221,8 @@ type Placement struct {
 	// byLabel indexes fits by label key, then value, built per key on use.
 	byLabel map[string]map[string][]*corev1.Node
 	memo    map[string]bool
+	// fitNames are the names of fits, built on use.
+	fitNames map[string]bool
 }
 
 // NewPlacement is a Placement for pod over the nodes that nodes lists; a
@@ -248,6 +250,21 @@ func (p *Placement) Usable(affinity string) bool {
 	v := p.usable(affinity)
 	p.memo[affinity] = v
 	return v
+}
+
+// FitsNode reports whether the pod can run on node name, as far as
+// placement goes (PodFitsNode). False when the nodes cannot be read.
+func (p *Placement) FitsNode(name string) bool {
+	if !p.load() {
+		return false
+	}
+	if p.fitNames == nil {
+		p.fitNames = make(map[string]bool, len(p.fits))
+		for _, n := range p.fits {
+			p.fitNames[n.Name] = true
+		}
+	}
+	return p.fitNames[name]
 }
 
 // Err is the error of reading the nodes, if any.

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
 )
@@ -45,6 +46,9 @@ type MountValidator struct {
 	// APIReader reads a claim live before a refusal: the cache may not
 	// have seen yet the checkout of the very pod being admitted.
 	APIReader client.Reader
+	// Self is the operator's own user name: a pod it creates may be a
+	// holder ("" when unknown: no pod is).
+	Self string
 }
 
 // Handle implements admission.Handler.
@@ -63,7 +67,7 @@ func (v *MountValidator) Handle(ctx context.Context, req admission.Request) admi
 		if vol.PersistentVolumeClaim == nil {
 			continue
 		}
-		why, fpvc, err := v.objection(ctx, pod, vol.PersistentVolumeClaim.ClaimName)
+		why, fpvc, err := v.objection(ctx, pod, vol.PersistentVolumeClaim.ClaimName, v.Self != "" && req.UserInfo.Username == v.Self)
 		if err != nil {
 			return admission.Errored(http.StatusInternalServerError, err)
 		}
@@ -77,8 +81,10 @@ func (v *MountValidator) Handle(ctx context.Context, req admission.Request) admi
 
 // objection says why pod may not mount PVC name, and the PVC's FluentPVC.
 // A PVC the cache does not hold is not the operator's (or is a claim made
-// for this very pod, which the cache has not seen yet).
-func (v *MountValidator) objection(ctx context.Context, pod *corev1.Pod, name string) (string, string, error) {
+// for this very pod, which the cache has not seen yet). byOperator says
+// the operator itself creates pod. A holder is judged on a live read
+// only: the cache may not have seen its PVC handed out.
+func (v *MountValidator) objection(ctx context.Context, pod *corev1.Pod, name string, byOperator bool) (string, string, error) {
 	key := client.ObjectKey{Namespace: pod.Namespace, Name: name}
 	pvc := &corev1.PersistentVolumeClaim{}
 	switch err := v.Reader.Get(ctx, key, pvc); {
@@ -87,14 +93,14 @@ func (v *MountValidator) objection(ctx context.Context, pod *corev1.Pod, name st
 	case err != nil:
 		return "", "", fmt.Errorf("reading PVC %s: %w", key, err)
 	}
-	if claim.MountObjection(pod, pvc, nil) == "" || checkedOutNow(pod, pvc) {
+	if !objects.IsHolder(pod) && (claim.MountObjection(pod, pvc, nil, false) == "" || checkedOutNow(pod, pvc)) {
 		return "", "", nil
 	}
 	job, err := controllingJob(ctx, v.Reader, v.APIReader, pod)
 	if err != nil {
 		return "", "", err
 	}
-	if claim.MountObjection(pod, pvc, job) == "" {
+	if !objects.IsHolder(pod) && claim.MountObjection(pod, pvc, job, false) == "" {
 		return "", "", nil
 	}
 	switch err := v.APIReader.Get(ctx, key, pvc); {
@@ -103,7 +109,7 @@ func (v *MountValidator) objection(ctx context.Context, pod *corev1.Pod, name st
 	case err != nil:
 		return "", "", fmt.Errorf("reading PVC %s: %w", key, err)
 	}
-	return claim.MountObjection(pod, pvc, job), pvc.Labels[v1alpha1.FluentPVCNameLabelKey], nil
+	return claim.MountObjection(pod, pvc, job, byOperator), pvc.Labels[v1alpha1.FluentPVCNameLabelKey], nil
 }
 
 // controllingJob reads the Job that pod's controller reference names: from

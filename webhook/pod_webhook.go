@@ -44,6 +44,10 @@ type Options struct {
 	// Namespace is where FluentPVCs' representative objects are dry-run
 	// (the operator's own).
 	Namespace string
+	// Self is the operator's own user name, as the API server knows it
+	// (a SelfSubjectReview): pods it creates may be holders. "" when
+	// unknown: no pod is taken for a holder.
+	Self string
 }
 
 // NativeSidecarSupport says why an API server of version gitVersion (its
@@ -83,6 +87,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	m := NewPodMutator(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetClient(), admission.NewDecoder(mgr.GetScheme()), opts.Clock)
 	m.NativeSidecarsUnsupported = opts.NativeSidecarsUnsupported
+	m.Self = opts.Self
 	// The cache's latest resourceVersion comes before any write this
 	// admission makes.
 	if synced, ok := claims.(interface{ LastSyncResourceVersion() string }); ok {
@@ -95,7 +100,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		},
 		ClaimPath: &ClaimDeletionValidator{Decoder: admission.NewDecoder(mgr.GetScheme()), Reader: mgr.GetClient()},
 		MountPath: &MountValidator{
-			Decoder: admission.NewDecoder(mgr.GetScheme()), Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+			Decoder: admission.NewDecoder(mgr.GetScheme()), Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Self: opts.Self,
 		},
 	} {
 		mgr.GetWebhookServer().Register(path, &admission.Webhook{Handler: detached{h}})
@@ -145,6 +150,9 @@ type PodMutator struct {
 	// (the claims cache's latest), recorded on a claim made for a pod;
 	// "" when nil.
 	PodsSince func() string
+	// Self is the operator's own user name, which creates holder pods
+	// ("" when unknown).
+	Self string
 }
 
 // Handle implements admission.Handler.
@@ -170,6 +178,10 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	}
 	if pod.Namespace == "" {
 		pod.Namespace = req.Namespace
+	}
+	if objects.IsHolder(pod) && m.Self != "" && req.UserInfo.Username == m.Self {
+		// The pool's own holder pod (the mount webhook checks the rest).
+		return admission.Allowed("the operator's own holder pod"), resultSkipped, reasonNone
 	}
 	if c := pod.Labels[v1alpha1.ComponentLabelKey]; c == v1alpha1.ComponentDrain || c == v1alpha1.ComponentBinder {
 		// A drain or binder pod of the operator's, which a namespace policy
@@ -246,10 +258,10 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	if err := json.Unmarshal(req.Object.Raw, &doc); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the pod is not a JSON object: %w", err)), resultDenied, reasonUndecodable
 	}
-	claimName := claim.Name(fpvc.Name)
+	claimName, stagedOn := claim.Name(fpvc.Name), ""
 	if !ptr.Deref(req.DryRun, false) {
 		var err error
-		if claimName, err = m.provision(ctx, fpvc, pod); err != nil {
+		if claimName, stagedOn, err = m.provision(ctx, fpvc, pod); err != nil {
 			return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
 		}
 		// This replica's cache may not have seen the FluentPVC's deletion
@@ -269,6 +281,9 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 
 	mutated := pod.DeepCopy()
 	objects.InjectPod(mutated, &fpvc.Spec, claimName)
+	if stagedOn != "" {
+		objects.PreferNode(mutated, stagedOn)
+	}
 	raw, err := json.Marshal(mutated)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
@@ -336,19 +351,23 @@ func (m *PodMutator) claimTaken(ctx context.Context, pod *corev1.Pod, dryRun boo
 }
 
 // provision hands the pod a claim, from the warm pool when one fits (a hit)
-// or created now (a miss), and returns the claim's name. Either way it makes
+// or created now (a miss), and returns the claim's name and, for a warm
+// PVC staged on a node the pod can run on, that node. Either way it makes
 // one API write.
-func (m *PodMutator) provision(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod) (string, error) {
+func (m *PodMutator) provision(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod) (string, string, error) {
 	start := m.Clock.Now()
 	if fpvc.Spec.Pool.Size > 0 {
-		name, err := m.checkout(ctx, fpvc, pod, start)
+		got, err := m.Pool.Checkout(ctx, fpvc, pod, start)
 		if err != nil {
-			return "", err
+			return "", "", err
 		}
-		if name != "" {
+		if got.PVC != nil {
 			pool.CheckoutsTotal.WithLabelValues(fpvc.Name, pool.ResultHit).Inc()
 			pool.CheckoutDuration.WithLabelValues(pool.ResultHit).Observe(m.Clock.Since(start).Seconds())
-			return name, nil
+			if got.Holder == "" {
+				pool.StagedHits.WithLabelValues(fpvc.Name, pool.HitUnstaged).Inc()
+			}
+			return got.PVC.Name, got.StagedOn, nil
 		}
 	}
 	name, err := m.create(ctx, fpvc, pod, start)
@@ -356,17 +375,7 @@ func (m *PodMutator) provision(ctx context.Context, fpvc *v1alpha1.FluentPVC, po
 		pool.CheckoutsTotal.WithLabelValues(fpvc.Name, pool.ResultMiss).Inc()
 		pool.CheckoutDuration.WithLabelValues(pool.ResultMiss).Observe(m.Clock.Since(start).Seconds())
 	}
-	return name, err
-}
-
-// checkout takes a warm PVC whose volume can be used where the pod can run.
-// It returns "" on a miss.
-func (m *PodMutator) checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod, now time.Time) (string, error) {
-	pvc, err := m.Pool.Checkout(ctx, fpvc, pod, now)
-	if err != nil || pvc == nil {
-		return "", err
-	}
-	return pvc.Name, nil
+	return name, "", err
 }
 
 // create creates the claim under a fresh name and returns that name.

@@ -186,7 +186,31 @@ type PoolSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000
 	MaxNamespaces int32 `json:"maxNamespaces,omitempty"`
+
+	// staging says whether warm PVCs are kept attached to a node and
+	// staged there by a holder pod, so that a pod handed one starts
+	// without waiting for attach, format or mount. Auto (the default)
+	// stages where the StorageClass's CSI driver requires attachment (its
+	// CSIDriver's attachRequired), Enabled stages wherever the volume has
+	// a CSI driver, and Disabled never stages.
+	// +optional
+	// +kubebuilder:default=Auto
+	Staging PoolStaging `json:"staging,omitempty"`
 }
+
+// PoolStaging is whether a pool keeps its warm PVCs staged on nodes.
+// +kubebuilder:validation:Enum=Auto;Enabled;Disabled
+type PoolStaging string
+
+// Values of PoolStaging.
+const (
+	// PoolStagingAuto stages where the CSI driver requires attachment.
+	PoolStagingAuto PoolStaging = "Auto"
+	// PoolStagingEnabled stages wherever the volume has a CSI driver.
+	PoolStagingEnabled PoolStaging = "Enabled"
+	// PoolStagingDisabled never stages.
+	PoolStagingDisabled PoolStaging = "Disabled"
+)
 
 // FluentPVCStatus is the observed state of a FluentPVC.
 type FluentPVCStatus struct {
@@ -230,6 +254,10 @@ type PoolNamespaceStatus struct {
 	// provisioning is the number of pool PVCs not yet Bound.
 	// +optional
 	Provisioning int32 `json:"provisioning"`
+	// staged is the number of warm PVCs attached and staged on a node by
+	// a running holder pod.
+	// +optional
+	Staged int32 `json:"staged,omitempty"`
 	// lastAdmissionTime is when a pod of this FluentPVC was last admitted in
 	// the namespace. A learned namespace is dropped from the pool after the
 	// operator's --pool-idle-namespace-ttl without admissions.

@@ -33,12 +33,19 @@ const (
 	// WaitForFirstConsumer StorageClass.
 	ComponentBinder = "binder"
 
+	// ComponentHolder is the ComponentLabelKey value of a pool holder pod: a
+	// pod of the operator's that mounts a warm PVC, read-only, on a node, so
+	// that the volume stays attached and staged there until a pod takes
+	// the PVC. It never writes, and steps away once that pod is on a node.
+	ComponentHolder = "holder"
+
 	// BinderOfLabelKey names, on a binder Job's pod, the FluentPVC whose
 	// pool it binds, so that the pods of one pool spread over zones
 	// together.
 	BinderOfLabelKey = keyPrefix + "binder-of"
 
-	// WarmClaimLabelKey names, on a binder Job and its pod, the warm PVC it binds.
+	// WarmClaimLabelKey names, on a binder Job and its pod, the warm PVC it
+	// binds, and on a holder pod the warm PVC it stages.
 	WarmClaimLabelKey = keyPrefix + "warm-claim"
 
 	// TemplateHashLabelKey is the hash of the pvcSpecTemplate a pool PVC was

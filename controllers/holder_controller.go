@@ -1,0 +1,182 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool"
+)
+
+// +kubebuilder:rbac:groups=scheduling.k8s.io,resources=priorityclasses,verbs=get;create
+
+// DefaultHolderPriorityClass is the PriorityClass of holder pods unless
+// --holder-priority-class says otherwise.
+const DefaultHolderPriorityClass = "fluent-pvc-operator-holder"
+
+// holderPriority is the value of the holders' PriorityClass: below every
+// pod without a class (0), so that any of them preempts a holder.
+const holderPriority = -100
+
+// EnsureHolderPriorityClass creates PriorityClass name for holder pods if
+// it does not exist: a negative value, and a policy that never preempts.
+// One made by hand is left as it is.
+func EnsureHolderPriorityClass(ctx context.Context, c client.Client, name string) error {
+	if name == "" {
+		return nil
+	}
+	never := corev1.PreemptNever
+	pc := &schedulingv1.PriorityClass{
+		ObjectMeta:       metav1.ObjectMeta{Name: name, Labels: map[string]string{v1alpha1.ComponentLabelKey: v1alpha1.ComponentHolder}},
+		Value:            holderPriority,
+		PreemptionPolicy: &never,
+		Description:      "Holder pods of fluent-pvc-operator, which keep warm PVCs attached and staged on nodes: preempted before any other pod, never preempting one.",
+	}
+	if err := c.Create(ctx, pc); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating PriorityClass %s for holder pods: %w", name, err)
+	}
+	return nil
+}
+
+// HolderReconciler removes a holder pod once its warm PVC has been handed
+// out and the pod it went to is on a node (pool.HolderFate): on the same
+// node, that pod keeps the volume attached and staged; on another, the
+// volume must detach from the holder's node before it attaches there, so
+// the holder goes at once. It also removes holders that outlived their
+// PVC's checkout, ended, or lost their PVC. The pool creates holders.
+type HolderReconciler struct {
+	client.Client
+	clock clock.PassiveClock
+	// ended remembers the holders counted as evicted, so that each is
+	// counted once while its deletion is seen again; forgotten once gone.
+	ended map[types.NamespacedName]types.UID
+}
+
+// NewHolderReconciler returns a HolderReconciler reading the cache
+// through c.
+func NewHolderReconciler(c client.Client, clk clock.PassiveClock) *HolderReconciler {
+	return &HolderReconciler{Client: c, clock: clk, ended: map[types.NamespacedName]types.UID{}}
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *HolderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	h := &corev1.Pod{}
+	if err := r.Get(ctx, req.NamespacedName, h); err != nil {
+		if apierrors.IsNotFound(err) {
+			delete(r.ended, req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	claimName := objects.HolderOf(h)
+	if claimName == "" {
+		return ctrl.Result{}, nil
+	}
+	var pvc *corev1.PersistentVolumeClaim
+	c := &corev1.PersistentVolumeClaim{}
+	switch err := r.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: claimName}, c); {
+	case err == nil:
+		pvc = c
+	case !apierrors.IsNotFound(err):
+		return ctrl.Result{}, fmt.Errorf("reading warm PVC %s: %w", claimName, err)
+	}
+	pod, err := r.claimPod(ctx, h, pvc)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	reason, recheck := pool.HolderFate(h, pvc, pod, r.clock.Now())
+	if reason == "" {
+		return ctrl.Result{RequeueAfter: recheck}, nil
+	}
+	fpvc := h.Labels[v1alpha1.FluentPVCNameLabelKey]
+	if reason == pool.HolderEvicted {
+		if r.ended[req.NamespacedName] != h.UID {
+			r.ended[req.NamespacedName] = h.UID
+			pool.HoldersRemoved.WithLabelValues(fpvc, reason).Inc()
+		}
+		if !h.DeletionTimestamp.IsZero() {
+			return ctrl.Result{}, nil
+		}
+	} else if !h.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	switch err := r.Delete(ctx, h, client.Preconditions{UID: &h.UID}); {
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		return ctrl.Result{}, nil
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("removing holder %s: %w", h.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("holder removed", "holder", klog.KObj(h), "node", h.Spec.NodeName, "reason", reason)
+	if reason != pool.HolderEvicted {
+		pool.HoldersRemoved.WithLabelValues(fpvc, reason).Inc()
+	}
+	if reason == pool.HolderServed || reason == pool.HolderMoved {
+		pool.StagedHits.WithLabelValues(fpvc, reason).Inc()
+	}
+	return ctrl.Result{}, nil
+}
+
+// claimPod is the pod that warm PVC pvc was handed to, from the cache:
+// one carrying its binding label and mounting it, not holder h. nil when
+// there is none yet, or pvc is nil or still warm.
+func (r *HolderReconciler) claimPod(ctx context.Context, h *corev1.Pod, pvc *corev1.PersistentVolumeClaim) (*corev1.Pod, error) {
+	if pvc == nil || pvc.Labels[v1alpha1.BindingNameLabelKey] == "" {
+		return nil, nil
+	}
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(h.Namespace), client.MatchingFields{podBindingIndex: pvc.Labels[v1alpha1.BindingNameLabelKey]}); err != nil {
+		return nil, fmt.Errorf("listing the pods of claim %s: %w", pvc.Name, err)
+	}
+	var found *corev1.Pod
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.UID == h.UID || objects.IsHolder(p) || !claimantPod(p, pvc.Name) {
+			continue
+		}
+		if found == nil || (found.Spec.NodeName == "" && p.Spec.NodeName != "") {
+			found = p
+		}
+	}
+	return found, nil
+}
+
+// SetupWithManager registers the reconciler: holder pods, the pods their
+// PVCs are handed to (by their binding label, which names the PVC of a
+// hit), and the PVCs themselves.
+func (r *HolderReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	holderOf := func(claim, namespace string) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: namespace, Name: objects.HolderName(claim)}}}
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("holder").
+		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetLabels()[v1alpha1.ComponentLabelKey] == v1alpha1.ComponentHolder
+		}))).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if b := o.GetLabels()[v1alpha1.BindingNameLabelKey]; b != "" && o.GetLabels()[v1alpha1.ComponentLabelKey] == "" {
+				return holderOf(b, o.GetNamespace())
+			}
+			return nil
+		})).
+		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if o.GetLabels()[v1alpha1.ClaimRoleLabelKey] == v1alpha1.ClaimRoleClaimed && o.GetAnnotations()[v1alpha1.CheckoutAnnotationKey] == v1alpha1.CheckoutHit {
+				return holderOf(o.GetName(), o.GetNamespace())
+			}
+			return nil
+		})).
+		Complete(r)
+}

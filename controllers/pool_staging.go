@@ -1,0 +1,217 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool"
+)
+
+// observeStaging reads, into o, whether f's pool stages its warm PVCs, its
+// holder pods, and how many more holders each node may take: the holders
+// of every pool on it, and the CSI driver's attach limit and attachments
+// there. All from the cache.
+func (r *PoolReconciler) observeStaging(ctx context.Context, f *v1alpha1.FluentPVC, sc *storagev1.StorageClass, nodes []corev1.Node, csiNodes []storagev1.CSINode, o *poolObserved) error {
+	var all corev1.PodList
+	if err := r.List(ctx, &all, client.MatchingLabels{v1alpha1.ComponentLabelKey: v1alpha1.ComponentHolder}, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing holder pods: %w", err)
+	}
+	perNode := map[string]int{}
+	for i := range all.Items {
+		h := &all.Items[i]
+		if objects.HolderOf(h) == "" {
+			continue
+		}
+		if h.Labels[v1alpha1.FluentPVCNameLabelKey] == f.Name {
+			o.holders = append(o.holders, *h)
+		}
+		if h.DeletionTimestamp.IsZero() {
+			perNode[holderNode(h)]++
+		}
+	}
+	var driver *storagev1.CSIDriver
+	if sc != nil {
+		driver = &storagev1.CSIDriver{}
+		if err := r.Get(ctx, client.ObjectKey{Name: sc.Provisioner}, driver); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return fmt.Errorf("reading CSIDriver %s: %w", sc.Provisioner, err)
+			}
+			driver = nil
+		}
+	}
+	block := ptrDeref(f.Spec.PVCSpecTemplate.VolumeMode) == corev1.PersistentVolumeBlock
+	o.staging = pool.StagingOn(f.Spec.Pool.Staging, sc, driver, block)
+	if !o.staging {
+		return nil
+	}
+	var vas storagev1.VolumeAttachmentList
+	if err := r.List(ctx, &vas, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing VolumeAttachments: %w", err)
+	}
+	attached := map[string]int{}
+	for _, va := range vas.Items {
+		if va.Spec.Attacher == driver.Name {
+			attached[va.Spec.NodeName]++
+		}
+	}
+	limits := map[string]*int32{}
+	for _, cn := range csiNodes {
+		if i := slices.IndexFunc(cn.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == driver.Name }); i >= 0 {
+			var limit *int32
+			if a := cn.Spec.Drivers[i].Allocatable; a != nil {
+				limit = a.Count
+			}
+			limits[cn.Name] = limit
+		}
+	}
+	o.room = map[string]int{}
+	o.stageEligible = map[string]bool{}
+	for _, n := range pool.EligibleNodes(nodes, sc, csiNodes) {
+		limit, registered := limits[n.Name]
+		if !registered {
+			continue // the kubelet there cannot stage the volume
+		}
+		o.stageEligible[n.Name] = true
+		o.room[n.Name] = pool.NodeRoom(r.opts.StagePerNode, perNode[n.Name], limit, attached[n.Name])
+	}
+	return nil
+}
+
+// holderNode is the node holder pod h runs on, or else the one it asks for.
+func holderNode(h *corev1.Pod) string {
+	if h.Spec.NodeName != "" {
+		return h.Spec.NodeName
+	}
+	if a := h.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		for _, t := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+			for _, req := range t.MatchFields {
+				if req.Key == "metadata.name" && len(req.Values) == 1 {
+					return req.Values[0]
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func ptrDeref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// stageInput is namespace ns's part of o for pool.PlanStaging, given the
+// warm PVCs that namespace's plan keeps (not deleted, current template,
+// Bound, affinity recorded).
+func stageInput(o poolObserved, ns, hash string, deleted []string, demand []pool.DemandNode) pool.StageInput {
+	in := pool.StageInput{
+		On:       o.staging,
+		Eligible: func(node string) bool { return o.stageEligible[node] },
+		Room:     o.room,
+		Demand:   demand,
+	}
+	for i := range o.holders {
+		h := &o.holders[i]
+		if h.Namespace != ns {
+			continue
+		}
+		in.Holders = append(in.Holders, pool.Holder{Name: h.Name, Claim: objects.HolderOf(h), Node: holderNode(h), Deleting: !h.DeletionTimestamp.IsZero()})
+	}
+	for i := range o.warm {
+		c := &o.warm[i]
+		if c.Namespace != ns || c.Labels[v1alpha1.TemplateHashLabelKey] != hash || c.Status.Phase != corev1.ClaimBound ||
+			!c.DeletionTimestamp.IsZero() || slices.Contains(deleted, c.Name) {
+			continue
+		}
+		affinity, ok := pool.WarmAffinity(c)
+		if !ok {
+			continue
+		}
+		m, err := pool.ParseVolumeAffinity(affinity)
+		if err != nil {
+			continue
+		}
+		in.Warm = append(in.Warm, pool.StageClaim{
+			Name: c.Name,
+			Node: c.Annotations[v1alpha1.SelectedNodeAnnotationKey],
+			Reaches: func(node string) bool {
+				n, ok := o.nodes[node]
+				return ok && m.Match(n)
+			},
+		})
+	}
+	return in
+}
+
+// stagedPerNode counts, per node, the warm PVCs of o's pool that a running
+// holder stages, and per namespace.
+func stagedPerNode(o poolObserved) (perNode, perNamespace map[string]int) {
+	warm := map[string]bool{}
+	for i := range o.warm {
+		if o.warm[i].DeletionTimestamp.IsZero() {
+			warm[o.warm[i].Namespace+"/"+o.warm[i].Name] = true
+		}
+	}
+	perNode, perNamespace = map[string]int{}, map[string]int{}
+	for i := range o.holders {
+		h := &o.holders[i]
+		if pool.HolderStaged(h) && warm[h.Namespace+"/"+objects.HolderOf(h)] {
+			perNode[h.Spec.NodeName]++
+			perNamespace[h.Namespace]++
+		}
+	}
+	return perNode, perNamespace
+}
+
+// stagingOps are the API calls of namespace plan np's staging: create the
+// holders it plans, and delete those it removes.
+func (r *PoolReconciler) stagingOps(ctx context.Context, f *v1alpha1.FluentPVC, np namespacePlan, claims map[string]*corev1.PersistentVolumeClaim, o poolObserved) []func() error {
+	var ops []func() error
+	for _, st := range np.stage.Create {
+		c := claims[st.Claim]
+		if c == nil {
+			continue
+		}
+		ops = append(ops, func() error {
+			h := objects.HolderPod(f.Name, c, st.Node, r.opts.BinderImage, r.opts.HolderPriorityClass)
+			err := r.Create(ctx, h)
+			if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) || apierrors.IsAlreadyExists(err) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("creating the holder of %s/%s on node %s: %w", np.namespace, st.Claim, st.Node, err)
+			}
+			return nil
+		})
+	}
+	for _, name := range np.stage.Delete {
+		i := slices.IndexFunc(o.holders, func(h corev1.Pod) bool { return h.Namespace == np.namespace && h.Name == name })
+		if i < 0 {
+			continue
+		}
+		uid := o.holders[i].UID
+		ops = append(ops, func() error {
+			h := &corev1.Pod{}
+			h.Namespace, h.Name = np.namespace, name
+			err := r.Delete(ctx, h, client.Preconditions{UID: &uid})
+			if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+				return fmt.Errorf("deleting holder %s/%s: %w", np.namespace, name, err)
+			}
+			if err == nil {
+				pool.HoldersRemoved.WithLabelValues(f.Name, pool.HolderUnstaged).Inc()
+			}
+			return nil
+		})
+	}
+	return ops
+}
