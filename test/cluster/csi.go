@@ -291,3 +291,14 @@ func waitListening(ctx context.Context, p *process, path string) error {
 		return true, nil
 	})
 }
+
+// RegisterCSINode does for fake node name, created after StartCSI, what
+// StartCSI did for the nodes it found: the driver's topology label and
+// CSINode. Its zone must be one the driver knew at its start.
+func (c *Cluster) RegisterCSINode(ctx context.Context, name string) error {
+	n, err := c.Clientset.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	return c.csiNode(ctx, n, n.Labels[corev1.LabelTopologyZone])
+}

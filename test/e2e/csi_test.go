@@ -15,10 +15,12 @@ import (
 )
 
 var _ = Describe("A warm pool on CSI storage, behind the real external-provisioner and external-attacher", func() {
-	It("provisions each warm PVC in the zone of the node the pool names, attaches it only to the pod it is handed to, and deletes its volume once after the drain", func() {
+	It("with staging off, provisions each warm PVC in the zone of the node the pool names, attaches it only to the pod it is handed to, and deletes its volume once after the drain", func() {
 		ns := fixtures.NewNamespace(ctx, k8s, "csi", namespaceCleanup)
 		fpvc := fixtures.CreateFluentPVC(ctx, k8s, e2eFluentPVC("csi-"+ns).PoolSize(3).StorageClass(cluster.StorageClassCSI).Mutate(func(f *v1alpha1.FluentPVC) {
 			f.Spec.Pool.Namespaces = []string{ns}
+			// Without staging, as before it: the pool holds nothing attached.
+			f.Spec.Pool.Staging = v1alpha1.PoolStagingDisabled
 		}).Obj(), fluentPVCCleanup)
 
 		By("every warm PVC's volume is in the zone of its selected node, and attached nowhere")
@@ -41,6 +43,7 @@ var _ = Describe("A warm pool on CSI storage, behind the real external-provision
 					HaveField("Key", cluster.CSITopologyKey), HaveField("Values", ConsistOf(zone)))))),
 					"warm PVC %s, selected node %s of zone %s", c.Name, node.Name, zone)
 				g.Expect(attachmentsOf(g, pv.Name)).To(BeEmpty(), "a warm PVC's volume is attached nowhere")
+				g.Expect(holderGone(ns, c.Name)).To(BeTrue(), "no holder stages it")
 				zones[zone] = true
 			}
 		}).WithTimeout(longTimeout).Should(Succeed())

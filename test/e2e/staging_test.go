@@ -1,0 +1,172 @@
+package e2e
+
+import (
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/test/cluster"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+var _ = Describe("A warm pool staged on nodes, on CSI storage that attaches", func() {
+	It("keeps each warm PVC attached to a node by a holder, steers a hit there, moves the volume for a pod that node cannot take, and stages again the PVCs of a deleted node", func() {
+		ns := fixtures.NewNamespace(ctx, k8s, "staged", namespaceCleanup)
+		fpvc := fixtures.CreateFluentPVC(ctx, k8s, e2eFluentPVC("staged-"+ns).PoolSize(3).StorageClass(cluster.StorageClassCSI).Mutate(func(f *v1alpha1.FluentPVC) {
+			f.Spec.Pool.Namespaces = []string{ns}
+		}).Obj(), fluentPVCCleanup)
+
+		By("every warm PVC has a Running holder on a node, where its volume is attached")
+		staged := stagedPool(ns, fpvc.Name, 3)
+
+		By("a hit goes to the node its PVC is staged on; the holder steps away and the volume stays attached there")
+		pod := fixtures.MakePod("hit", ns).FluentPVC(fpvc.Name).Obj()
+		Expect(k8s.Create(ctx, pod)).To(Succeed())
+		claim := fixtures.ClaimOf(pod)
+		Expect(staged).To(HaveKey(claim), "a pod that can run anywhere takes a staged PVC")
+		node := staged[claim]
+		Expect(running(ns, "hit").Spec.NodeName).To(Equal(node), "the pod goes where its volume is staged")
+		pvc := fixtures.GetPVC(ctx, Default, k8s, ns, claim)
+		pv := pvOf(Default, pvc)
+		Eventually(func(g Gomega) {
+			g.Expect(holderGone(ns, claim)).To(BeTrue())
+		}).Should(Succeed())
+		before := attachmentsOf(Default, pv.Name)
+		Expect(before).To(ConsistOf(And(HaveField("Spec.NodeName", node), HaveField("Status.Attached", true))))
+		Consistently(func(g Gomega) {
+			g.Expect(attachmentsOf(g, pv.Name)).To(ConsistOf(And(HaveField("UID", before[0].UID), HaveField("Status.Attached", true))),
+				"the volume was never detached")
+		}).WithTimeout(stillFor).Should(Succeed())
+
+		By("a pod the staged nodes cannot take runs on another node; the volume moves there")
+		staged = stagedPool(ns, fpvc.Name, 3)
+		elsewhere := nodeOutside(staged)
+		moved := fixtures.MakePod("moved", ns).FluentPVC(fpvc.Name).NodeSelector(corev1.LabelHostname, elsewhere.Name).Obj()
+		Expect(k8s.Create(ctx, moved)).To(Succeed())
+		movedClaim := fixtures.ClaimOf(moved)
+		Expect(running(ns, "moved").Spec.NodeName).To(Equal(elsewhere.Name), "the pod is not held Pending by the operator")
+		movedPV := pvOf(Default, fixtures.GetPVC(ctx, Default, k8s, ns, movedClaim))
+		Eventually(func(g Gomega) {
+			g.Expect(holderGone(ns, movedClaim)).To(BeTrue())
+			g.Expect(attachmentsOf(g, movedPV.Name)).To(ConsistOf(And(HaveField("Spec.NodeName", elsewhere.Name), HaveField("Status.Attached", true))))
+		}).WithTimeout(longTimeout).Should(Succeed())
+
+		By("deleting a node with staged PVCs: its holders go, and the PVCs are staged again on nodes that exist")
+		staged = stagedPool(ns, fpvc.Name, 3)
+		var victim string
+		for _, n := range staged {
+			victim = n
+		}
+		restoreNode(victim)
+		Expect(k8s.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: victim}})).To(Succeed())
+		Eventually(func(g Gomega) {
+			for c, n := range stagedPoolOnce(g, ns, fpvc.Name, 3) {
+				g.Expect(n).NotTo(Equal(victim), "warm PVC %s is staged on the deleted node", c)
+			}
+		}).WithTimeout(longTimeout).Should(Succeed())
+
+		By("the hits are drained by their Jobs")
+		Expect(k8s.Delete(ctx, pod)).To(Succeed())
+		Expect(k8s.Delete(ctx, moved)).To(Succeed())
+		fixtures.Drained(ctx, k8s, ns, claim, longTimeout)
+		fixtures.Drained(ctx, k8s, ns, movedClaim, longTimeout)
+	})
+})
+
+// stagedPool waits until ns holds n warm PVCs of fpvc, each with a
+// Running holder whose volume is attached on the holder's node, and the
+// FluentPVC's status says so; it returns each PVC's node.
+func stagedPool(ns, fpvc string, n int) map[string]string {
+	GinkgoHelper()
+	var out map[string]string
+	Eventually(func(g Gomega) { out = stagedPoolOnce(g, ns, fpvc, n) }).WithTimeout(longTimeout).Should(Succeed())
+	return out
+}
+
+func stagedPoolOnce(g Gomega, ns, fpvc string, n int) map[string]string {
+	var l corev1.PersistentVolumeClaimList
+	g.Expect(k8s.List(ctx, &l, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm})).To(Succeed())
+	g.Expect(l.Items).To(HaveLen(n))
+	out := map[string]string{}
+	for i := range l.Items {
+		c := &l.Items[i]
+		h := &corev1.Pod{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: objects.HolderName(c.Name)}, h)).To(Succeed(), "the holder of %s", c.Name)
+		g.Expect(h.Status.Phase).To(Equal(corev1.PodRunning))
+		g.Expect(h.DeletionTimestamp).To(BeNil())
+		g.Expect(objects.HolderOf(h)).To(Equal(c.Name))
+		node := &corev1.Node{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: h.Spec.NodeName}, node)).To(Succeed(), "holder %s runs on a node that exists", h.Name)
+		g.Expect(attachmentsOf(g, pvOf(g, c).Name)).To(ConsistOf(And(HaveField("Spec.NodeName", h.Spec.NodeName), HaveField("Status.Attached", true))))
+		out[c.Name] = h.Spec.NodeName
+	}
+	f := &v1alpha1.FluentPVC{}
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: fpvc}, f)).To(Succeed())
+	g.Expect(f.Status.Pool).To(ContainElement(And(HaveField("Namespace", ns), HaveField("Staged", int32(n)))))
+	return out
+}
+
+// holderGone is true once the holder of claim is gone, read live.
+func holderGone(ns, claim string) bool {
+	_, err := kc.Clientset.CoreV1().Pods(ns).Get(ctx, objects.HolderName(claim), metav1.GetOptions{})
+	return apierrors.IsNotFound(err)
+}
+
+// nodeOutside is a schedulable node, in the zone of some staged PVC,
+// that holds none of them.
+func nodeOutside(staged map[string]string) *corev1.Node {
+	GinkgoHelper()
+	zones := map[string]bool{}
+	used := map[string]bool{}
+	for _, n := range staged {
+		node := &corev1.Node{}
+		Expect(k8s.Get(ctx, client.ObjectKey{Name: n}, node)).To(Succeed())
+		zones[node.Labels[corev1.LabelTopologyZone]] = true
+		used[n] = true
+	}
+	var l corev1.NodeList
+	Expect(k8s.List(ctx, &l)).To(Succeed())
+	for i := range l.Items {
+		n := &l.Items[i]
+		if !used[n.Name] && zones[n.Labels[corev1.LabelTopologyZone]] && !n.Spec.Unschedulable && len(n.Spec.Taints) == 0 {
+			return n
+		}
+	}
+	Fail("no node outside the staged ones in their zones")
+	return nil
+}
+
+// restoreNode makes fake node name again, with its CSINode, when the spec
+// ends: the other specs share the cluster's nodes.
+func restoreNode(name string) {
+	GinkgoHelper()
+	node := &corev1.Node{}
+	Expect(k8s.Get(ctx, client.ObjectKey{Name: name}, node)).To(Succeed())
+	zone := node.Labels[corev1.LabelTopologyZone]
+	DeferCleanup(func() {
+		Eventually(func(g Gomega) {
+			_, err := kc.Clientset.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "node %s is gone before it is made again", name)
+			_, err = kc.Clientset.StorageV1().CSINodes().Get(ctx, name, metav1.GetOptions{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "its CSINode is collected")
+		}).WithTimeout(longTimeout).Should(Succeed())
+		var i int
+		for j := range 16 {
+			if cluster.NodeName(zone, j) == name {
+				i = j
+			}
+		}
+		Expect(kc.CreateNodes(ctx, cluster.NodeSet{Zones: []string{zone}, PerZone: 1, First: i})).To(Succeed())
+		Expect(kc.RegisterCSINode(ctx, name)).To(Succeed())
+		Eventually(func(g Gomega) {
+			n, err := kc.Clientset.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(n.Status.Conditions).To(ContainElement(And(HaveField("Type", corev1.NodeReady), HaveField("Status", corev1.ConditionTrue))))
+		}).Should(Succeed())
+	})
+}
