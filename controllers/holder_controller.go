@@ -156,7 +156,7 @@ func (r *HolderReconciler) claimPod(ctx context.Context, h *corev1.Pod, pvc *cor
 
 // SetupWithManager registers the reconciler: holder pods, the pods their
 // PVCs are handed to (by their binding label, which names the PVC of a
-// hit), and the PVCs themselves.
+// hit), and their PVCs once handed out or being deleted.
 func (r *HolderReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	holderOf := func(claim, namespace string) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: namespace, Name: objects.HolderName(claim)}}}
@@ -173,7 +173,12 @@ func (r *HolderReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return nil
 		})).
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			if o.GetLabels()[v1alpha1.ClaimRoleLabelKey] == v1alpha1.ClaimRoleClaimed && o.GetAnnotations()[v1alpha1.CheckoutAnnotationKey] == v1alpha1.CheckoutHit {
+			// A PVC handed out; or one being deleted, which its holder keeps
+			// from going (a PVC in use by a pod is deleted once the pod is
+			// gone, and the garbage collector deletes the holder only once
+			// the PVC is gone).
+			handedOut := o.GetLabels()[v1alpha1.ClaimRoleLabelKey] == v1alpha1.ClaimRoleClaimed && o.GetAnnotations()[v1alpha1.CheckoutAnnotationKey] == v1alpha1.CheckoutHit
+			if handedOut || (!o.GetDeletionTimestamp().IsZero() && o.GetLabels()[v1alpha1.ClaimRoleLabelKey] == v1alpha1.ClaimRoleWarm) {
 				return holderOf(o.GetName(), o.GetNamespace())
 			}
 			return nil

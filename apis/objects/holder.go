@@ -37,7 +37,7 @@ func HolderPod(fpvc string, claim *corev1.PersistentVolumeClaim, node, image, pr
 				v1alpha1.ComponentLabelKey:     v1alpha1.ComponentHolder,
 				v1alpha1.WarmClaimLabelKey:     claim.Name,
 			},
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(claim, corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"))},
+			OwnerReferences: []metav1.OwnerReference{holderOwner(claim)},
 		},
 		Spec: corev1.PodSpec{
 			RestartPolicy:                 corev1.RestartPolicyAlways,
@@ -77,6 +77,15 @@ func HolderPod(fpvc string, claim *corev1.PersistentVolumeClaim, node, image, pr
 			}}},
 		},
 	}
+}
+
+// holderOwner is the controller reference of claim's holder. It does not
+// block the PVC's deletion: a holder holds no data, and blocking would
+// need the right to set finalizers on PVCs.
+func holderOwner(claim *corev1.PersistentVolumeClaim) metav1.OwnerReference {
+	ref := metav1.NewControllerRef(claim, corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"))
+	ref.BlockOwnerDeletion = ptr.To(false)
+	return *ref
 }
 
 // IsHolder says whether pod is labelled as a holder pod. The label proves

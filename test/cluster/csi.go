@@ -302,3 +302,8 @@ func (c *Cluster) RegisterCSINode(ctx context.Context, name string) error {
 	}
 	return c.csiNode(ctx, n, n.Labels[corev1.LabelTopologyZone])
 }
+
+// CSINodeLog is the node plugin's log on a cluster with the real node: it
+// logs each NodeStageVolume ("staging volume", "staged volume") and
+// NodePublishVolume ("published volume") with the volume's ID.
+func (c *Cluster) CSINodeLog() string { return filepath.Join(c.Dir, "csi-node.log") }
