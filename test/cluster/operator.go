@@ -174,13 +174,7 @@ func instanceFile(instance string) string {
 }
 
 func (o *Operator) args() []string {
-	var image []string
-	if _, err := os.Stat(o.cluster.realDir()); err == nil {
-		// The real node has no registry: its holders run the pause image
-		// its containerd imported.
-		image = []string{"--binder-image", realPauseImage}
-	}
-	return append(append(image,
+	return append([]string{
 		"--kubeconfig", o.kubeconfig,
 		"--leader-elect=false",
 		"--cert-management=external",
@@ -189,7 +183,7 @@ func (o *Operator) args() []string {
 		fmt.Sprintf("--webhook-port=%d", o.WebhookPort),
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", o.MetricsPort),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", o.ProbePort),
-	), o.opts.Args...)
+	}, o.opts.Args...)
 }
 
 func (o *Operator) start(ctx context.Context) error {

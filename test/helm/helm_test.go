@@ -121,6 +121,9 @@ var flagDefaults = []string{
 	"--pool-bind-mode=select-node",
 	"--binder-image=registry.k8s.io/pause:3.10",
 	"--pool-idle-namespace-ttl=1h",
+	"--stage-per-node=8",
+	"--holder-priority-class=fluent-pvc-operator-holder",
+	"--api-server-request-timeout=1m",
 	"--zap-log-level=info",
 }
 

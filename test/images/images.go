@@ -26,6 +26,12 @@ const (
 	OperatorRef = "fluent-pvc-operator.local/manager:dev"
 	BusyboxRef  = "fluent-pvc-operator.local/busybox:dev"
 	PauseRef    = "fluent-pvc-operator.local/pause:dev"
+	// UpstreamPauseRef is the pause image the operator runs its binder and
+	// holder pods with unless told otherwise (--binder-image). The
+	// archive carries the local pause image under this name too, so that
+	// the real node, which reaches no registry, runs them as a cluster
+	// that pulls it would.
+	UpstreamPauseRef = "registry.k8s.io/pause:3.10"
 )
 
 // Operator's image metadata, which the Dockerfile's final stage must match

@@ -42,7 +42,7 @@ func run(manager, busybox, out string) error {
 	if err != nil {
 		return err
 	}
-	all := map[string]v1.Image{images.OperatorRef: op, images.BusyboxRef: bb, images.PauseRef: pause}
+	all := map[string]v1.Image{images.OperatorRef: op, images.BusyboxRef: bb, images.PauseRef: pause, images.UpstreamPauseRef: pause}
 	if err := images.WriteArchive(out, all); err != nil {
 		return err
 	}
