@@ -144,7 +144,7 @@ func (r *HolderReconciler) claimPod(ctx context.Context, h *corev1.Pod, pvc *cor
 	var found *corev1.Pod
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.UID == h.UID || objects.IsHolder(p) || !claimantPod(p, pvc.Name) {
+		if p.Name == h.Name || objects.IsHolder(p) || !claimantPod(p, pvc.Name) {
 			continue
 		}
 		if found == nil || (found.Spec.NodeName == "" && p.Spec.NodeName != "") {

@@ -8,7 +8,9 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
@@ -114,5 +116,48 @@ func TestPlanPool(t *testing.T) {
 				t.Errorf("status rows (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestPlanPoolStaging plans the holders of a staged pool: a warm PVC
+// without one gets one where there is room, a stale one being replaced
+// gets none, a holder of a PVC handed out is left to the holder
+// reconciler, and the status counts the running holders.
+func TestPlanPoolStaging(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	f := fixtures.MakeFluentPVC("f").PoolSize(3).Mutate(func(f *v1alpha1.FluentPVC) { f.Spec.Pool.Namespaces = []string{"a"} }).Obj()
+	hash := pool.TemplateHash(&f.Spec.PVCSpecTemplate)
+	warm := func(name, hash string) corev1.PersistentVolumeClaim {
+		c := claim.NewWarm(f, "a", hash, "").Object
+		c.Name, c.UID, c.Status.Phase = name, "uid-"+types.UID(name), corev1.ClaimBound
+		c.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
+		return *c
+	}
+	w1, w2, stale := warm("w1", hash), warm("w2", hash), warm("stale", "other")
+	running := func(c corev1.PersistentVolumeClaim, node string) corev1.Pod {
+		h := objects.HolderPod(f.Name, &c, node, "pause", "")
+		h.Spec.NodeName, h.Status.Phase = node, corev1.PodRunning
+		return *h
+	}
+	handedOut := warm("gone", hash)
+	o := poolObserved{
+		warm:          []corev1.PersistentVolumeClaim{w1, w2, stale},
+		namespaces:    map[string]map[string]string{"a": {}},
+		nodes:         map[string]*corev1.Node{"n1": fixtures.MakeNode("n1").Obj(), "n2": fixtures.MakeNode("n2").Obj()},
+		staging:       true,
+		holders:       []corev1.Pod{running(w1, "n1"), running(handedOut, "n1")},
+		room:          map[string]int{"n1": 1, "n2": 8},
+		stageEligible: map[string]bool{"n1": true, "n2": true},
+	}
+	pp := planPool(f, o, now, Options{PoolIdleNamespaceTTL: time.Hour})
+	if len(pp.namespaces) != 1 {
+		t.Fatalf("%d namespace plans, want 1", len(pp.namespaces))
+	}
+	want := pool.StagePlan{Create: []pool.Stage{{Claim: "w2", Node: "n2"}}, Staged: 2}
+	if diff := cmp.Diff(want, pp.namespaces[0].stage, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("staging (-want +got):\n%s", diff)
+	}
+	if got := pp.result.namespaces[0].Staged; got != 1 {
+		t.Errorf("status staged %d, want 1 (w1's running holder)", got)
 	}
 }

@@ -74,6 +74,9 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, f *v1alpha1.FluentPVC, b
 	poolErr := r.applyPool(ctx, f, o, pp)
 	res := pp.result
 	res.observed, res.emptied = true, o.emptied()
+	for _, msg := range rejectedHolders(poolErr) {
+		res.warnings = append(res.warnings, poolWarning{reason: v1alpha1.EventReasonHolderRejected, message: msg + ": the warm PVC is handed out unstaged until a holder can be made"})
+	}
 	if o.noNodeToSelect != "" {
 		res.warnings = append(res.warnings, poolWarning{reason: v1alpha1.EventReasonNoNodeToSelect, message: o.noNodeToSelect})
 	}

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -83,6 +84,34 @@ func (r *PoolReconciler) observeStaging(ctx context.Context, f *v1alpha1.FluentP
 		o.room[n.Name] = pool.NodeRoom(r.opts.StagePerNode, perNode[n.Name], limit, attached[n.Name])
 	}
 	return nil
+}
+
+// holderRejected is a holder pod the API server refused, which a person
+// must look into: a policy, a quota, a missing PriorityClass.
+type holderRejected struct{ error }
+
+func (e holderRejected) Unwrap() error { return e.error }
+
+// rejectedHolders are the holderRejected errors among err's (errors.Join).
+func rejectedHolders(err error) []string {
+	var out []string
+	var walk func(error)
+	walk = func(err error) {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		var hr holderRejected
+		if errors.As(err, &hr) {
+			out = append(out, hr.Error())
+		}
+	}
+	if err != nil {
+		walk(err)
+	}
+	return out
 }
 
 // holderNode is the node holder pod h runs on, or else the one it asks for.
@@ -189,7 +218,11 @@ func (r *PoolReconciler) stagingOps(ctx context.Context, f *v1alpha1.FluentPVC, 
 				return nil
 			}
 			if err != nil {
-				return fmt.Errorf("creating the holder of %s/%s on node %s: %w", np.namespace, st.Claim, st.Node, err)
+				err = fmt.Errorf("creating the holder of %s/%s on node %s: %w", np.namespace, st.Claim, st.Node, err)
+				if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+					return holderRejected{err}
+				}
+				return err
 			}
 			return nil
 		})

@@ -185,6 +185,10 @@ const (
 	// (--pool-bind-mode=binder-job) cannot be scheduled; the message quotes
 	// the scheduler's reason.
 	EventReasonBinderUnschedulable = "BinderUnschedulable"
+	// EventReasonHolderRejected: the API server refused a holder pod that
+	// stages a warm PVC (a policy, a quota, or a missing PriorityClass);
+	// the PVC is handed out unstaged meanwhile.
+	EventReasonHolderRejected = "HolderRejected"
 	// EventReasonFluentPVCMissing: the binding's FluentPVC is gone, so no finalizer Job can be built.
 	EventReasonFluentPVCMissing = "FluentPVCMissing"
 	// EventReasonReleasedUndrained: the FluentPVC stayed gone past the

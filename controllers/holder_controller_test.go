@@ -1,0 +1,80 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+// TestHolderReconcile runs the holder reconciler against a fake API
+// server: it finds the pod a staged PVC went to through the binding
+// index, and removes the holder only once that pod is on a node.
+func TestHolderReconcile(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	f := fixtures.MakeFluentPVC("f").Obj()
+	warm := fixtures.Returned(fixtures.Claim(f, "ns", "f-abc", "h", v1alpha1.CheckoutHit, now))
+	warm.UID = "warm-uid"
+	handedOut := fixtures.CheckedOut(warm, now.Add(-time.Second))
+	handedOut.UID = warm.UID
+	holder := objects.HolderPod(f.Name, warm, "n1", "pause", "")
+	holder.Spec.NodeName, holder.Status.Phase = "n1", corev1.PodRunning
+	app := func(node string) *corev1.Pod {
+		return fixtures.MakePod("app", "ns").FluentPVC(f.Name).Claim(warm.Name).Label(v1alpha1.BindingNameLabelKey, warm.Name).NodeName(node).Obj()
+	}
+	// A pod that carries the binding label but mounts another claim.
+	impostor := fixtures.MakePod("impostor", "ns").FluentPVC(f.Name).Claim("other").Label(v1alpha1.BindingNameLabelKey, warm.Name).NodeName("n2").Obj()
+	cases := map[string]struct {
+		objs        []client.Object
+		wantDeleted bool
+		wantRequeue bool
+	}{
+		"a warm PVC keeps its holder":                       {objs: []client.Object{warm, holder}},
+		"handed out, no pod yet: it waits":                  {objs: []client.Object{handedOut, holder}, wantRequeue: true},
+		"handed out, the pod not on a node: it waits":       {objs: []client.Object{handedOut, holder, app("")}, wantRequeue: true},
+		"handed out, the pod on the holder's node: it goes": {objs: []client.Object{handedOut, holder, app("n1")}, wantDeleted: true},
+		"handed out, the pod on another node: it goes":      {objs: []client.Object{handedOut, holder, app("n2")}, wantDeleted: true},
+		"a pod with the label that mounts another claim":    {objs: []client.Object{handedOut, holder, impostor}, wantRequeue: true},
+		"its PVC is gone: it goes":                          {objs: []client.Object{holder}, wantDeleted: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			api := fakeAPI(t, interceptor.Funcs{}, tc.objs...)
+			r := NewHolderReconciler(api, clocktesting.NewFakePassiveClock(now))
+			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: holder.Name}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = api.Get(context.Background(), client.ObjectKeyFromObject(holder), &corev1.Pod{})
+			if deleted := apierrors.IsNotFound(err); deleted != tc.wantDeleted {
+				t.Errorf("holder deleted: %v, want %v (get: %v)", deleted, tc.wantDeleted, err)
+			}
+			if requeue := res.RequeueAfter > 0; requeue != tc.wantRequeue {
+				t.Errorf("requeue after %s, want one: %v", res.RequeueAfter, tc.wantRequeue)
+			}
+		})
+	}
+}
+
+func TestRejectedHolders(t *testing.T) {
+	forbidden := apierrors.NewForbidden(corev1.Resource("pods"), "h", nil)
+	err := errors.Join(holderRejected{forbidden}, apierrors.NewTimeoutError("slow", 1), errors.Join(holderRejected{forbidden}))
+	if got := rejectedHolders(err); len(got) != 2 {
+		t.Errorf("rejectedHolders = %q, want the two refusals", got)
+	}
+	if got := rejectedHolders(nil); got != nil {
+		t.Errorf("rejectedHolders(nil) = %q", got)
+	}
+}
