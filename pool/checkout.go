@@ -85,11 +85,25 @@ func Rank(cands []*corev1.PersistentVolumeClaim, holderNode func(claim string) (
 // not every claim there; the Checkouter's cache must have it (IndexWarm).
 const WarmIndex = "fluent-pvc-operator.tech.zozo.com/warm"
 
-// IndexWarm adds WarmIndex to a cache.
+// HolderIndex is a cache index of holder pods by their FluentPVC's name,
+// so that a checkout reads only its pool's holders, not every labelled pod
+// of the namespace.
+const HolderIndex = "fluent-pvc-operator.tech.zozo.com/holder"
+
+// IndexWarm adds WarmIndex and HolderIndex to a cache.
 func IndexWarm(ctx context.Context, indexer client.FieldIndexer) error {
-	return indexer.IndexField(ctx, &corev1.PersistentVolumeClaim{}, WarmIndex, func(obj client.Object) []string {
+	if err := indexer.IndexField(ctx, &corev1.PersistentVolumeClaim{}, WarmIndex, func(obj client.Object) []string {
 		l := obj.GetLabels()
 		if l[v1alpha1.ClaimRoleLabelKey] != v1alpha1.ClaimRoleWarm || l[v1alpha1.FluentPVCNameLabelKey] == "" {
+			return nil
+		}
+		return []string{l[v1alpha1.FluentPVCNameLabelKey]}
+	}); err != nil {
+		return err
+	}
+	return indexer.IndexField(ctx, &corev1.Pod{}, HolderIndex, func(obj client.Object) []string {
+		l := obj.GetLabels()
+		if l[v1alpha1.ComponentLabelKey] != v1alpha1.ComponentHolder || l[v1alpha1.FluentPVCNameLabelKey] == "" {
 			return nil
 		}
 		return []string{l[v1alpha1.FluentPVCNameLabelKey]}
@@ -116,7 +130,7 @@ type Checkouter struct {
 }
 
 // NewCheckouter is a Checkouter with DefaultMaxTries; cache must have
-// WarmIndex.
+// WarmIndex and HolderIndex (IndexWarm).
 func NewCheckouter(cache, live client.Reader, w client.Writer) *Checkouter {
 	return &Checkouter{Cache: cache, Live: live, Writer: w, MaxTries: DefaultMaxTries, taken: map[types.UID]time.Time{}}
 }
@@ -227,9 +241,7 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 // cache, by the warm PVC each holds; those being deleted are left out.
 func (c *Checkouter) holders(ctx context.Context, fpvc, namespace string) (map[string]*corev1.Pod, error) {
 	var pods corev1.PodList
-	if err := c.Cache.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{
-		v1alpha1.FluentPVCNameLabelKey: fpvc, v1alpha1.ComponentLabelKey: v1alpha1.ComponentHolder,
-	}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := c.Cache.List(ctx, &pods, client.InNamespace(namespace), client.MatchingFields{HolderIndex: fpvc}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing holder pods: %w", err)
 	}
 	out := make(map[string]*corev1.Pod, len(pods.Items))

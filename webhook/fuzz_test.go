@@ -95,21 +95,23 @@ type fuzzEnv struct {
 	codecs  serializer.CodecFactory
 	decoder admission.Decoder
 	fpvc    *v1alpha1.FluentPVC
-	// warmIndex is the webhook's own warm-PVC index, as pool.IndexWarm
-	// defines it.
-	warmIndex fieldIndex
+	// indexes are the webhook's own cache indexes (warm PVCs, holders), as
+	// pool.IndexWarm defines them.
+	indexes fieldIndexes
 }
 
-// fieldIndex captures an index that pool.IndexWarm adds to a cache, for
-// the fake client's builder.
+// fieldIndex is an index that pool.IndexWarm adds to a cache, captured
+// for the fake client's builder.
 type fieldIndex struct {
 	obj   client.Object
 	field string
 	fn    client.IndexerFunc
 }
 
-func (i *fieldIndex) IndexField(_ context.Context, obj client.Object, field string, fn client.IndexerFunc) error {
-	i.obj, i.field, i.fn = obj, field, fn
+type fieldIndexes []fieldIndex
+
+func (i *fieldIndexes) IndexField(_ context.Context, obj client.Object, field string, fn client.IndexerFunc) error {
+	*i = append(*i, fieldIndex{obj: obj, field: field, fn: fn})
 	return nil
 }
 
@@ -125,7 +127,7 @@ func newFuzzEnv(f *testing.F) *fuzzEnv {
 		scheme: scheme, codecs: serializer.NewCodecFactory(scheme), decoder: admission.NewDecoder(scheme),
 		fpvc: fixtures.MakeFluentPVC(fuzzFPVC).Obj(),
 	}
-	if err := pool.IndexWarm(context.Background(), &env.warmIndex); err != nil {
+	if err := pool.IndexWarm(context.Background(), &env.indexes); err != nil {
 		f.Fatal(err)
 	}
 	return env
@@ -184,11 +186,13 @@ func (e *fuzzEnv) cluster(t *testing.T, warmPool bool) *fuzzCluster {
 	// A plain object tracker: the default one, which keeps managed fields
 	// for server-side apply, builds a client-go scheme and a REST mapper
 	// for every client, which would take most of each run.
-	live := fake.NewClientBuilder().WithScheme(e.scheme).
+	b := fake.NewClientBuilder().WithScheme(e.scheme).
 		WithObjectTracker(clienttesting.NewObjectTracker(e.scheme, e.codecs.UniversalDecoder())).
-		WithObjects(objs...).
-		WithIndex(e.warmIndex.obj, e.warmIndex.field, e.warmIndex.fn).
-		Build()
+		WithObjects(objs...)
+	for _, i := range e.indexes {
+		b = b.WithIndex(i.obj, i.field, i.fn)
+	}
+	live := b.Build()
 	api := interceptor.NewClient(live, interceptor.Funcs{
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			if key.Name == "" {
