@@ -255,8 +255,10 @@ type PoolNamespaceStatus struct {
 	// +optional
 	Provisioning int32 `json:"provisioning"`
 	// staged is the number of warm PVCs attached and staged on a node by
-	// a running holder pod.
+	// a running holder pod, at most the pool's size; omitted when none is.
 	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
 	Staged int32 `json:"staged,omitempty"`
 	// lastAdmissionTime is when a pod of this FluentPVC was last admitted in
 	// the namespace. A learned namespace is dropped from the pool after the
