@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"fmt"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
@@ -15,7 +18,7 @@ import (
 )
 
 var _ = Describe("A warm pool staged on nodes, on CSI storage that attaches", func() {
-	It("keeps each warm PVC attached to a node by a holder, steers a hit there, moves the volume for a pod that node cannot take, and stages again the PVCs of a deleted node", func() {
+	It("keeps each warm PVC attached to a node by a holder, steers hits there, moves the volume for a pod that node cannot take, and stages again the PVCs of a deleted node", func() {
 		ns := fixtures.NewNamespace(ctx, k8s, "staged", namespaceCleanup)
 		fpvc := fixtures.CreateFluentPVC(ctx, k8s, e2eFluentPVC("staged-"+ns).PoolSize(3).StorageClass(cluster.StorageClassCSI).Mutate(func(f *v1alpha1.FluentPVC) {
 			f.Spec.Pool.Namespaces = []string{ns}
@@ -24,23 +27,36 @@ var _ = Describe("A warm pool staged on nodes, on CSI storage that attaches", fu
 		By("every warm PVC has a Running holder on a node, where its volume is attached")
 		staged := stagedPool(ns, fpvc.Name, 3)
 
-		By("a hit goes to the node its PVC is staged on; the holder steps away and the volume stays attached there")
-		pod := fixtures.MakePod("hit", ns).FluentPVC(fpvc.Name).Obj()
-		Expect(k8s.Create(ctx, pod)).To(Succeed())
-		claim := fixtures.ClaimOf(pod)
-		Expect(staged).To(HaveKey(claim), "a pod that can run anywhere takes a staged PVC")
-		node := staged[claim]
-		Expect(running(ns, "hit").Spec.NodeName).To(Equal(node), "the pod goes where its volume is staged")
-		pvc := fixtures.GetPVC(ctx, Default, k8s, ns, claim)
-		pv := pvOf(Default, pvc)
-		Eventually(func(g Gomega) {
-			g.Expect(holderGone(ns, claim)).To(BeTrue())
-		}).Should(Succeed())
-		before := attachmentsOf(Default, pv.Name)
-		Expect(before).To(ConsistOf(And(HaveField("Spec.NodeName", node), HaveField("Status.Attached", true))))
+		By("three hits at once each go to the node their PVC is staged on; the holders step away and the volumes stay attached there")
+		var hits []*corev1.Pod
+		for i := range 3 {
+			p := fixtures.MakePod(fmt.Sprintf("hit-%d", i), ns).FluentPVC(fpvc.Name).Obj()
+			Expect(k8s.Create(ctx, p)).To(Succeed())
+			hits = append(hits, p)
+		}
+		type attached struct{ pv, node string }
+		var vas []attached
+		for _, p := range hits {
+			claim := fixtures.ClaimOf(p)
+			Expect(staged).To(HaveKey(claim), "a pod that can run anywhere takes a staged PVC")
+			node := staged[claim]
+			Expect(running(ns, p.Name).Spec.NodeName).To(Equal(node), "pod %s goes where its volume is staged", p.Name)
+			Eventually(func(g Gomega) {
+				g.Expect(holderGone(ns, claim)).To(BeTrue())
+			}).Should(Succeed())
+			vas = append(vas, attached{pv: pvOf(Default, fixtures.GetPVC(ctx, Default, k8s, ns, claim)).Name, node: node})
+		}
+		uids := map[string]types.UID{}
+		for _, a := range vas {
+			l := attachmentsOf(Default, a.pv)
+			Expect(l).To(ConsistOf(And(HaveField("Spec.NodeName", a.node), HaveField("Status.Attached", true))))
+			uids[a.pv] = l[0].UID
+		}
 		Consistently(func(g Gomega) {
-			g.Expect(attachmentsOf(g, pv.Name)).To(ConsistOf(And(HaveField("UID", before[0].UID), HaveField("Status.Attached", true))),
-				"the volume was never detached")
+			for _, a := range vas {
+				g.Expect(attachmentsOf(g, a.pv)).To(ConsistOf(And(HaveField("UID", uids[a.pv]), HaveField("Status.Attached", true))),
+					"the volume of %s was never detached", a.pv)
+			}
 		}).WithTimeout(stillFor).Should(Succeed())
 
 		By("a pod the staged nodes cannot take runs on another node; the volume moves there")
@@ -71,10 +87,12 @@ var _ = Describe("A warm pool staged on nodes, on CSI storage that attaches", fu
 		}).WithTimeout(longTimeout).Should(Succeed())
 
 		By("the hits are drained by their Jobs")
-		Expect(k8s.Delete(ctx, pod)).To(Succeed())
-		Expect(k8s.Delete(ctx, moved)).To(Succeed())
-		fixtures.Drained(ctx, k8s, ns, claim, longTimeout)
-		fixtures.Drained(ctx, k8s, ns, movedClaim, longTimeout)
+		for _, p := range append(hits, moved) {
+			Expect(k8s.Delete(ctx, p)).To(Succeed())
+		}
+		for _, p := range append(hits, moved) {
+			fixtures.Drained(ctx, k8s, ns, fixtures.ClaimOf(p), longTimeout)
+		}
 	})
 })
 
