@@ -114,6 +114,16 @@ func rejectedHolders(err error) []string {
 	return out
 }
 
+// holderUnschedulable says whether the scheduler found no room for holder pod.
+func holderUnschedulable(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return true
+		}
+	}
+	return false
+}
+
 // holderNode is the node holder pod h runs on, or else the one it asks for.
 func holderNode(h *corev1.Pod) string {
 	if h.Spec.NodeName != "" {
@@ -154,7 +164,8 @@ func stageInput(o poolObserved, ns, hash string, deleted []string, demand []pool
 		if h.Namespace != ns {
 			continue
 		}
-		in.Holders = append(in.Holders, pool.Holder{Name: h.Name, Claim: objects.HolderOf(h), Node: holderNode(h), Deleting: !h.DeletionTimestamp.IsZero()})
+		in.Holders = append(in.Holders, pool.Holder{Name: h.Name, Claim: objects.HolderOf(h), Node: holderNode(h),
+			Deleting: !h.DeletionTimestamp.IsZero(), Unschedulable: h.Spec.NodeName == "" && holderUnschedulable(h)})
 	}
 	for i := range o.warm {
 		c := &o.warm[i]
@@ -206,12 +217,44 @@ func stagedPerNode(o poolObserved) (perNode, perNamespace map[string]int) {
 // holders it plans, and delete those it removes.
 func (r *PoolReconciler) stagingOps(ctx context.Context, f *v1alpha1.FluentPVC, np namespacePlan, claims map[string]*corev1.PersistentVolumeClaim, o poolObserved) []func() error {
 	var ops []func() error
+	holder := func(name string) *corev1.Pod {
+		i := slices.IndexFunc(o.holders, func(h corev1.Pod) bool { return h.Namespace == np.namespace && h.Name == name })
+		if i < 0 {
+			return nil
+		}
+		return &o.holders[i]
+	}
+	// A PVC moved off a node without room for its holder: the old holder
+	// goes first, in the same call, since the new one takes its name.
+	moving := map[string]bool{}
+	for _, st := range np.stage.Create {
+		moving[objects.HolderName(st.Claim)] = true
+	}
+	remove := func(name string) error {
+		old := holder(name)
+		if old == nil {
+			return nil
+		}
+		err := r.Delete(ctx, old, client.Preconditions{UID: &old.UID})
+		if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting holder %s/%s: %w", np.namespace, name, err)
+		}
+		if err == nil {
+			pool.HoldersRemoved.WithLabelValues(f.Name, pool.HolderUnstaged).Inc()
+		}
+		return nil
+	}
 	for _, st := range np.stage.Create {
 		c := claims[st.Claim]
 		if c == nil {
 			continue
 		}
 		ops = append(ops, func() error {
+			if slices.Contains(np.stage.Delete, objects.HolderName(st.Claim)) {
+				if err := remove(objects.HolderName(st.Claim)); err != nil {
+					return err
+				}
+			}
 			h := objects.HolderPod(f.Name, c, st.Node, r.opts.BinderImage, r.opts.HolderPriorityClass)
 			err := r.Create(ctx, h)
 			if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) || apierrors.IsAlreadyExists(err) {
@@ -228,23 +271,10 @@ func (r *PoolReconciler) stagingOps(ctx context.Context, f *v1alpha1.FluentPVC, 
 		})
 	}
 	for _, name := range np.stage.Delete {
-		i := slices.IndexFunc(o.holders, func(h corev1.Pod) bool { return h.Namespace == np.namespace && h.Name == name })
-		if i < 0 {
-			continue
+		if moving[name] {
+			continue // removed by the create above
 		}
-		uid := o.holders[i].UID
-		ops = append(ops, func() error {
-			h := &corev1.Pod{}
-			h.Namespace, h.Name = np.namespace, name
-			err := r.Delete(ctx, h, client.Preconditions{UID: &uid})
-			if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
-				return fmt.Errorf("deleting holder %s/%s: %w", np.namespace, name, err)
-			}
-			if err == nil {
-				pool.HoldersRemoved.WithLabelValues(f.Name, pool.HolderUnstaged).Inc()
-			}
-			return nil
-		})
+		ops = append(ops, func() error { return remove(name) })
 	}
 	return ops
 }

@@ -65,6 +65,9 @@ type Holder struct {
 	// Node is the node it is scheduled to, or else the one it asks for.
 	Node     string
 	Deleting bool
+	// Unschedulable is true when the scheduler found no room for it on
+	// its node (its PodScheduled condition).
+	Unschedulable bool
 }
 
 // Stage is a holder to create: warm PVC Claim staged on Node.
@@ -95,7 +98,9 @@ type StageInput struct {
 type StagePlan struct {
 	Create []Stage
 	// Delete are holders to remove: of warm PVCs whose node can no longer
-	// take them, and every holder of a warm PVC when staging is off.
+	// take them (gone, cordoned, tainted, or without room for the holder,
+	// whose PVC is then staged on another node), and every holder of a
+	// warm PVC when staging is off.
 	// Holders of PVCs handed out are the holder reconciler's.
 	Delete []string
 	// Staged is how many warm PVCs have a holder (running or not).
@@ -116,14 +121,24 @@ func PlanStaging(in StageInput) StagePlan {
 	}
 	held := map[string]bool{}
 	covered := map[string]int{}
+	// full are nodes where a holder found no room: none goes there now.
+	full := map[string]bool{}
 	for _, h := range in.Holders {
 		if !warm[h.Claim] {
 			continue // handed out, or gone: the holder reconciler's
 		}
-		held[h.Claim] = true
 		if h.Deleting {
+			held[h.Claim] = true
 			continue
 		}
+		if in.On && h.Unschedulable {
+			// Its PVC is staged elsewhere in this plan; an unscheduled
+			// pod is deleted at once, so its name is free again.
+			p.Delete = append(p.Delete, h.Name)
+			full[h.Node] = true
+			continue
+		}
+		held[h.Claim] = true
 		if !in.On || !in.Eligible(h.Node) {
 			p.Delete = append(p.Delete, h.Name)
 			continue
@@ -147,7 +162,7 @@ func PlanStaging(in StageInput) StagePlan {
 		if held[c.Name] {
 			continue
 		}
-		fits := func(n string) bool { return in.Room[n] > 0 && in.Eligible(n) && c.Reaches(n) }
+		fits := func(n string) bool { return in.Room[n] > 0 && !full[n] && in.Eligible(n) && c.Reaches(n) }
 		node := ""
 		if c.Node != "" && fits(c.Node) {
 			node = c.Node

@@ -135,6 +135,16 @@ func TestPlanStaging(t *testing.T) {
 				Eligible: all, Room: map[string]int{"a-0": 8}},
 			want: StagePlan{}, wantRoom: map[string]int{"a-0": 8},
 		},
+		"a holder its node has no room for: the PVC is staged on another node": {
+			in: StageInput{On: true, Warm: []StageClaim{zonal("w1", "a", "a-0")}, Holders: []Holder{{Name: "w1-hold", Claim: "w1", Node: "a-0", Unschedulable: true}},
+				Eligible: all, Room: map[string]int{"a-0": 7, "a-1": 2}},
+			want: StagePlan{Delete: []string{"w1-hold"}, Create: []Stage{{Claim: "w1", Node: "a-1"}}, Staged: 1}, wantRoom: map[string]int{"a-0": 7, "a-1": 1},
+		},
+		"a holder with no room, and no other node: the PVC stays unstaged": {
+			in: StageInput{On: true, Warm: []StageClaim{zonal("w1", "b", "b-0")}, Holders: []Holder{{Name: "w1-hold", Claim: "w1", Node: "b-0", Unschedulable: true}},
+				Eligible: all, Room: map[string]int{"b-0": 7}},
+			want: StagePlan{Delete: []string{"w1-hold"}}, wantRoom: map[string]int{"b-0": 7},
+		},
 		"holders of PVCs handed out are left to the holder reconciler": {
 			in:   StageInput{On: false, Holders: []Holder{{Name: "w9-hold", Claim: "w9", Node: "a-0"}}, Eligible: all, Room: map[string]int{}},
 			want: StagePlan{}, wantRoom: map[string]int{},
