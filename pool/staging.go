@@ -98,9 +98,9 @@ type StageInput struct {
 type StagePlan struct {
 	Create []Stage
 	// Delete are holders to remove: of warm PVCs whose node can no longer
-	// take them (gone, cordoned, tainted, or without room for the holder,
-	// whose PVC is then staged on another node), and every holder of a
-	// warm PVC when staging is off.
+	// take them (gone, cordoned, tainted), or has no room for them while
+	// another node has (the PVC is then staged there), and every holder of
+	// a warm PVC when staging is off.
 	// Holders of PVCs handed out are the holder reconciler's.
 	Delete []string
 	// Staged is how many warm PVCs have a holder (running or not).
@@ -121,8 +121,10 @@ func PlanStaging(in StageInput) StagePlan {
 	}
 	held := map[string]bool{}
 	covered := map[string]int{}
-	// full are nodes where a holder found no room: none goes there now.
+	// full are nodes where a holder found no room: none goes there now;
+	// stuck are those holders, by PVC.
 	full := map[string]bool{}
+	stuck := map[string]Holder{}
 	for _, h := range in.Holders {
 		if !warm[h.Claim] {
 			continue // handed out, or gone: the holder reconciler's
@@ -132,9 +134,9 @@ func PlanStaging(in StageInput) StagePlan {
 			continue
 		}
 		if in.On && h.Unschedulable {
-			// Its PVC is staged elsewhere in this plan; an unscheduled
-			// pod is deleted at once, so its name is free again.
-			p.Delete = append(p.Delete, h.Name)
+			// Its PVC is staged elsewhere in this plan if another node has
+			// room; else the holder waits where it is.
+			stuck[h.Claim] = h
 			full[h.Node] = true
 			continue
 		}
@@ -178,8 +180,15 @@ func PlanStaging(in StageInput) StagePlan {
 				}
 			}
 		}
+		h, wasStuck := stuck[c.Name]
 		if node == "" {
+			if wasStuck {
+				p.Staged++ // it keeps waiting for room where it is
+			}
 			continue
+		}
+		if wasStuck {
+			p.Delete = append(p.Delete, h.Name)
 		}
 		in.Room[node]--
 		covered[node]++

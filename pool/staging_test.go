@@ -140,10 +140,10 @@ func TestPlanStaging(t *testing.T) {
 				Eligible: all, Room: map[string]int{"a-0": 7, "a-1": 2}},
 			want: StagePlan{Delete: []string{"w1-hold"}, Create: []Stage{{Claim: "w1", Node: "a-1"}}, Staged: 1}, wantRoom: map[string]int{"a-0": 7, "a-1": 1},
 		},
-		"a holder with no room, and no other node: the PVC stays unstaged": {
+		"a holder with no room, and no other node: it waits where it is": {
 			in: StageInput{On: true, Warm: []StageClaim{zonal("w1", "b", "b-0")}, Holders: []Holder{{Name: "w1-hold", Claim: "w1", Node: "b-0", Unschedulable: true}},
 				Eligible: all, Room: map[string]int{"b-0": 7}},
-			want: StagePlan{Delete: []string{"w1-hold"}}, wantRoom: map[string]int{"b-0": 7},
+			want: StagePlan{Staged: 1}, wantRoom: map[string]int{"b-0": 7},
 		},
 		"holders of PVCs handed out are left to the holder reconciler": {
 			in:   StageInput{On: false, Holders: []Holder{{Name: "w9-hold", Claim: "w9", Node: "a-0"}}, Eligible: all, Room: map[string]int{}},
