@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -52,6 +53,35 @@ var _ = Describe("Mounting a claim", func() {
 			WithTimeout(fixtures.Timeout).WithPolling(fixtures.Interval).
 			Should(And(Satisfy(apierrors.IsForbidden), MatchError(ContainSubstring(want))))
 	}
+
+	It("lets the operator's own holder mount a warm PVC read-only, and refuses a holder made by anyone else, one that would write, and one of a PVC handed out", func() {
+		warm := create(claim.NewWarm(fpvc, ns, "h", ""))
+		holder := objects.HolderPod(fpvc.Name, warm, "n1", "pause", "")
+		Eventually(func() error { return k8sClient.Create(ctx, holder.DeepCopy(), client.DryRunAll) }).
+			WithTimeout(fixtures.Timeout).WithPolling(fixtures.Interval).Should(Succeed())
+
+		By("the same holder, created by another user")
+		other := rest.CopyConfig(cfg)
+		other.Impersonate = rest.ImpersonationConfig{UserName: "someone", Groups: []string{"system:masters"}}
+		someone, err := client.New(other, client.Options{Scheme: scheme})
+		Expect(err).NotTo(HaveOccurred())
+		// Without the opt-in label, so that the pod webhook leaves it be.
+		forged := holder.DeepCopy()
+		delete(forged.Labels, v1alpha1.FluentPVCNameLabelKey)
+		Expect(someone.Create(ctx, forged, client.DryRunAll)).To(And(Satisfy(apierrors.IsForbidden), MatchError(ContainSubstring("is a warm PVC"))))
+		Expect(k8sClient.Create(ctx, forged.DeepCopy(), client.DryRunAll)).To(Succeed(), "the operator's own, without the opt-in label")
+
+		By("a holder that would write")
+		writing := holder.DeepCopy()
+		writing.Spec.Volumes[0].PersistentVolumeClaim.ReadOnly = false
+		Expect(k8sClient.Create(ctx, writing, client.DryRunAll)).To(And(Satisfy(apierrors.IsForbidden), MatchError(ContainSubstring("is a warm PVC"))))
+
+		By("a holder of a PVC just handed out, which the cache may not show yet")
+		w, err := claim.Checkout(warm, fixtures.Epoch, claim.NewCheckoutID())
+		Expect(err).NotTo(HaveOccurred())
+		create(w)
+		Expect(k8sClient.Create(ctx, holder.DeepCopy(), client.DryRunAll)).To(And(Satisfy(apierrors.IsForbidden), MatchError(ContainSubstring("no other pod may mount it"))))
+	})
 
 	It("refuses an unlabelled pod that mounts a claim handed to another pod, whether that pod is recorded yet or not", func() {
 		c := create(claim.NewClaimed(fpvc, ns, claim.Name(fpvc.Name), "h", v1alpha1.CheckoutMiss, claim.NewCheckoutID(), "", fixtures.Epoch))

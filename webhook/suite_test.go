@@ -6,6 +6,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -28,6 +29,8 @@ var (
 	scheme    = runtime.NewScheme()
 	// mgrClient is the manager's own client, reading from its caches.
 	mgrClient client.Client
+	// self is the suite's user, which the webhooks take for the operator.
+	self string
 	mutator   *webhook.PodMutator
 )
 
@@ -46,7 +49,12 @@ var _ = BeforeSuite(func() {
 	opts.Cache = controllers.CacheOptions()
 	mgr, err := ctrl.NewManager(cfg, opts)
 	Expect(err).NotTo(HaveOccurred())
-	Expect(webhook.Setup(mgr, webhook.Options{Namespace: "default"})).To(Succeed())
+	// The suite's own user creates pods as the operator would: holders.
+	review := &authenticationv1.SelfSubjectReview{}
+	Expect(k8sClient.Create(context.Background(), review)).To(Succeed())
+	self = review.Status.UserInfo.Username
+	Expect(self).NotTo(BeEmpty())
+	Expect(webhook.Setup(mgr, webhook.Options{Namespace: "default", Self: self})).To(Succeed())
 	mgrClient = mgr.GetClient()
 	mutator = webhook.NewPodMutator(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetClient(), admission.NewDecoder(scheme), clock.RealClock{})
 	DeferCleanup(fixtures.StartManager(mgr))
