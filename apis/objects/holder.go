@@ -50,28 +50,8 @@ func HolderPod(fpvc string, claim *corev1.PersistentVolumeClaim, node, image, pr
 					MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
 				}}},
 			}},
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot:   ptr.To(true),
-				RunAsUser:      ptr.To[int64](65532),
-				RunAsGroup:     ptr.To[int64](65532),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
-			Containers: []corev1.Container{{
-				Name:  "hold",
-				Image: image,
-				Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1m"), corev1.ResourceMemory: resource.MustParse("4Mi")},
-					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
-				},
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: ptr.To(false),
-					ReadOnlyRootFilesystem:   ptr.To(true),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-				// The kubelet attaches, stages and mounts only the volumes
-				// a container mounts.
-				VolumeMounts: []corev1.VolumeMount{{Name: "claim", MountPath: holderMountPath, ReadOnly: true}},
-			}},
+			SecurityContext: PauseSecurityContext(),
+			Containers:      []corev1.Container{holdContainer(image)},
 			Volumes: []corev1.Volume{{Name: "claim", VolumeSource: corev1.VolumeSource{
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim.Name, ReadOnly: true},
 			}}},
@@ -86,6 +66,44 @@ func holderOwner(claim *corev1.PersistentVolumeClaim) metav1.OwnerReference {
 	ref := metav1.NewControllerRef(claim, corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"))
 	ref.BlockOwnerDeletion = ptr.To(false)
 	return *ref
+}
+
+// holdContainer is PauseContainer mounting the claim read-only: the
+// kubelet attaches, stages and mounts only the volumes a container mounts.
+func holdContainer(image string) corev1.Container {
+	c := PauseContainer("hold", image)
+	c.VolumeMounts = []corev1.VolumeMount{{Name: "claim", MountPath: holderMountPath, ReadOnly: true}}
+	return c
+}
+
+// PauseContainer is the container of the operator's pause pods (binders
+// and holders): image, tiny requests and limits, no privilege, a
+// read-only root.
+func PauseContainer(name, image string) corev1.Container {
+	return corev1.Container{
+		Name:  name,
+		Image: image,
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1m"), corev1.ResourceMemory: resource.MustParse("4Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+		},
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+	}
+}
+
+// PauseSecurityContext is the pod security context of the operator's
+// pause pods: non-root, the runtime's default seccomp profile.
+func PauseSecurityContext() *corev1.PodSecurityContext {
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		RunAsUser:      ptr.To[int64](65532),
+		RunAsGroup:     ptr.To[int64](65532),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
 }
 
 // IsHolder says whether pod is labelled as a holder pod. The label proves
