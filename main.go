@@ -270,8 +270,12 @@ func selfUser(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) (st
 		return "", err
 	}
 	review := &authenticationv1.SelfSubjectReview{}
-	if err := c.Create(ctx, review); err != nil {
-		return "", fmt.Errorf("reviewing the operator's own user: %w", err)
+	var lastErr error
+	if err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 6}, func(ctx context.Context) (bool, error) {
+		lastErr = c.Create(ctx, review)
+		return lastErr == nil, nil
+	}); err != nil {
+		return "", fmt.Errorf("reviewing the operator's own user: %w", errors.Join(err, lastErr))
 	}
 	if review.Status.UserInfo.Username == "" {
 		return "", errors.New("the API server names no user for the operator")
