@@ -161,3 +161,24 @@ func TestPlanPoolStaging(t *testing.T) {
 		t.Errorf("status staged %d, want 1 (w1's running holder)", got)
 	}
 }
+
+// TestPlanPoolStagingNoRoom: a warm PVC left unstaged for lack of room is
+// planned again soon. Room comes back as other volumes detach, and nothing
+// the FluentPVC controller watches says so: without the recheck, a pool
+// refilled while its old claims detached stayed half staged.
+func TestPlanPoolStagingNoRoom(t *testing.T) {
+	f := fixtures.MakeFluentPVC("f").PoolSize(1).Mutate(func(f *v1alpha1.FluentPVC) { f.Spec.Pool.Namespaces = []string{"a"} }).Obj()
+	c := claim.NewWarm(f, "a", pool.TemplateHash(&f.Spec.PVCSpecTemplate), "").Object
+	c.Name, c.Status.Phase = "w1", corev1.ClaimBound
+	c.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
+	o := poolObserved{
+		warm:       []corev1.PersistentVolumeClaim{*c},
+		namespaces: map[string]map[string]string{"a": {}},
+		nodes:      map[string]*corev1.Node{"n1": fixtures.MakeNode("n1").Obj()},
+		staging:    true, room: map[string]int{"n1": 0}, stageEligible: map[string]bool{"n1": true},
+	}
+	pp := planPool(f, o, fixtures.Epoch, Options{PoolIdleNamespaceTTL: time.Hour})
+	if got := pp.result.requeueAfter; got != pool.UnstagedRecheck {
+		t.Errorf("requeue after %s, want %s", got, pool.UnstagedRecheck)
+	}
+}

@@ -399,6 +399,9 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 		}
 		p := pool.PlanNamespace(in)
 		stage := pool.PlanStaging(stageInput(o, ns, pp.hash, p.Delete, pool.Demand(claimedByNS[ns])))
+		if stage.Unstaged > 0 && (res.requeueAfter == 0 || pool.UnstagedRecheck < res.requeueAfter) {
+			res.requeueAfter = pool.UnstagedRecheck
+		}
 		pp.namespaces = append(pp.namespaces, namespacePlan{namespace: ns, plan: p, kept: kept, preferred: preferred, stage: stage})
 		if kept {
 			st := v1alpha1.PoolNamespaceStatus{Namespace: ns, Warm: p.Warm, Provisioning: p.Provisioning + int32(p.Create), Staged: int32(stagedNS[ns])}

@@ -105,6 +105,10 @@ type StagePlan struct {
 	Delete []string
 	// Staged is how many warm PVCs have a holder (running or not).
 	Staged int
+	// Unstaged is how many warm PVCs found no node with room: worth
+	// planning again soon, since room comes back when volumes detach,
+	// which nothing else announces.
+	Unstaged int
 }
 
 // PlanStaging decides which warm PVCs of a namespace get a holder, and
@@ -184,6 +188,8 @@ func PlanStaging(in StageInput) StagePlan {
 		if node == "" {
 			if wasStuck {
 				p.Staged++ // it keeps waiting for room where it is
+			} else {
+				p.Unstaged++
 			}
 			continue
 		}
@@ -197,6 +203,10 @@ func PlanStaging(in StageInput) StagePlan {
 	}
 	return p
 }
+
+// UnstagedRecheck is how soon a pool with warm PVCs left unstaged for
+// lack of room is planned again.
+const UnstagedRecheck = 10 * time.Second
 
 // HolderStaged says whether holder pod has its warm PVC attached and
 // staged: it runs on its node (the kubelet mounts a pod's volumes before

@@ -107,7 +107,7 @@ func TestPlanStaging(t *testing.T) {
 		},
 		"no room in its zone: left unstaged": {
 			in:   StageInput{On: true, Warm: []StageClaim{zonal("w1", "a", "")}, Eligible: all, Room: map[string]int{"a-0": 0, "b-0": 8}},
-			want: StagePlan{}, wantRoom: map[string]int{"a-0": 0, "b-0": 8},
+			want: StagePlan{Unstaged: 1}, wantRoom: map[string]int{"a-0": 0, "b-0": 8},
 		},
 		"an ineligible node takes none": {
 			in: StageInput{On: true, Warm: []StageClaim{zonal("w1", "a", "a-0")}, Eligible: func(n string) bool { return n != "a-0" },
