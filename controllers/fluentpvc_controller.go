@@ -8,6 +8,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -214,6 +215,12 @@ func (r *FluentPVCReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// A node that comes, goes or changes whether it qualifies may be
 		// what a pool's pending PVCs wait for (see observePool).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.pools), builder.WithPredicates(nodeEligibilityChanged)).
+		// An attachment that comes or goes changes how many holders its
+		// node may keep (pool.NodeRoom): other volumes take slots from
+		// holders, and slots freed are staged again.
+		Watches(&storagev1.VolumeAttachment{}, handler.EnqueueRequestsFromMapFunc(r.pools), builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(event.UpdateEvent) bool { return false },
+		})).
 		// A pool namespace created after its FluentPVC is filled at once.
 		WatchesMetadata(namespaceMeta(), handler.EnqueueRequestsFromMapFunc(r.pools), builder.WithPredicates(predicate.Funcs{
 			UpdateFunc: func(event.UpdateEvent) bool { return false },

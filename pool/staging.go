@@ -34,19 +34,21 @@ func StagingOn(setting v1alpha1.PoolStaging, class *storagev1.StorageClass, driv
 	return driver.Spec.AttachRequired == nil || *driver.Spec.AttachRequired
 }
 
-// NodeRoom is how many more holders a node may take: at most perNode
-// holders of all pools in all (holders is how many it has), and, when its
-// CSI driver reports an attach limit (allocatable, nil: none), at most
-// half of the slots that volumes other than holders' leave (attached is
-// the driver's VolumeAttachments on the node, holders' included), so that
-// a node never gives its last slots to holders.
+// NodeRoom is how many more holders a node may take, negative when it has
+// too many: at most perNode holders of all pools in all (holders is how
+// many it has), and, when its CSI driver reports an attach limit
+// (allocatable, nil: none), at most half of the slots that volumes other
+// than holders' leave (attached is the driver's VolumeAttachments on the
+// node, holders' included). So a node never gives its last slots to
+// holders, and as other volumes come, holders leave: the scheduler does
+// not preempt a pod for an attach slot.
 func NodeRoom(perNode, holders int, allocatable *int32, attached int) int {
 	room := perNode - holders
 	if allocatable != nil {
 		others := max(0, attached-holders)
 		room = min(room, (int(*allocatable)-others)/2-holders)
 	}
-	return max(0, room)
+	return room
 }
 
 // StageClaim is a warm PVC that may be staged: Bound, from the current
@@ -87,7 +89,8 @@ type StageInput struct {
 	// with the driver).
 	Eligible func(node string) bool
 	// Room is NodeRoom of each node; PlanStaging takes what it uses from
-	// it, so that namespaces planned one after another share it.
+	// it, and gives back what it frees on nodes with too many holders, so
+	// that namespaces planned one after another share it.
 	Room map[string]int
 	// Demand are the nodes where the namespace's pods use claims of the
 	// pool (Demand).
@@ -98,9 +101,10 @@ type StageInput struct {
 type StagePlan struct {
 	Create []Stage
 	// Delete are holders to remove: of warm PVCs whose node can no longer
-	// take them (gone, cordoned, tainted), or has no room for them while
-	// another node has (the PVC is then staged there), and every holder of
-	// a warm PVC when staging is off.
+	// take them (gone, cordoned, tainted, or its attach slots are needed
+	// by other volumes), or has no room for them while another node has
+	// (the PVC is then staged there), and every holder of a warm PVC when
+	// staging is off.
 	// Holders of PVCs handed out are the holder reconciler's.
 	Delete []string
 	// Staged is how many warm PVCs have a holder (running or not).
@@ -146,6 +150,13 @@ func PlanStaging(in StageInput) StagePlan {
 		}
 		held[h.Claim] = true
 		if !in.On || !in.Eligible(h.Node) {
+			p.Delete = append(p.Delete, h.Name)
+			continue
+		}
+		if in.Room[h.Node] < 0 {
+			// Other volumes need the slot. The PVC is staged again once
+			// the holder is gone, where there is room.
+			in.Room[h.Node]++
 			p.Delete = append(p.Delete, h.Name)
 			continue
 		}

@@ -56,14 +56,15 @@ func TestNodeRoom(t *testing.T) {
 	}{
 		"no attach limit: the cap":                      {perNode: 8, holders: 3, want: 5},
 		"the cap reached":                               {perNode: 8, holders: 8, want: 0},
-		"over the cap (lowered)":                        {perNode: 2, holders: 4, want: 0},
+		"over the cap (lowered): two must go":           {perNode: 2, holders: 4, want: -2},
 		"staging off":                                   {perNode: 0, want: 0},
 		"an empty node: half its slots":                 {perNode: 100, allocatable: ptr.To[int32](16), want: 8},
 		"half of what other volumes leave":              {perNode: 100, allocatable: ptr.To[int32](16), attached: 10, want: 3},
 		"holders' own attachments are not others'":      {perNode: 100, holders: 4, allocatable: ptr.To[int32](16), attached: 4, want: 4},
 		"one slot free: it stays free":                  {perNode: 100, allocatable: ptr.To[int32](16), attached: 15, want: 0},
 		"two slots free: one for a holder":              {perNode: 100, allocatable: ptr.To[int32](16), attached: 14, want: 1},
-		"others filled the node after holders came":     {perNode: 100, holders: 3, allocatable: ptr.To[int32](16), attached: 16, want: 0},
+		"others filled the node after holders came":     {perNode: 100, holders: 3, allocatable: ptr.To[int32](16), attached: 16, want: -2},
+		"8 holders, then 8 other volumes: 4 holders go": {perNode: 100, holders: 8, allocatable: ptr.To[int32](16), attached: 16, want: -4},
 		"the cap is lower than half the free slots":     {perNode: 2, allocatable: ptr.To[int32](40), want: 2},
 		"attachments not yet seen are taken as holders": {perNode: 100, holders: 2, allocatable: ptr.To[int32](8), attached: 0, want: 2},
 	}
@@ -134,6 +135,12 @@ func TestPlanStaging(t *testing.T) {
 			in: StageInput{On: true, Warm: []StageClaim{zonal("w1", "a", "a-0")}, Holders: []Holder{{Name: "w1-hold", Claim: "w1", Node: "a-0", Deleting: true}},
 				Eligible: all, Room: map[string]int{"a-0": 8}},
 			want: StagePlan{}, wantRoom: map[string]int{"a-0": 8},
+		},
+		"other volumes need a node's slots: its holders go, as many as it is over": {
+			in: StageInput{On: true, Warm: []StageClaim{zonal("w1", "a", "a-0"), zonal("w2", "a", "a-0"), zonal("w3", "a", "a-0")},
+				Holders:  []Holder{{Name: "w1-hold", Claim: "w1", Node: "a-0"}, {Name: "w2-hold", Claim: "w2", Node: "a-0"}, {Name: "w3-hold", Claim: "w3", Node: "a-0"}},
+				Eligible: all, Room: map[string]int{"a-0": -2, "a-1": 4}},
+			want: StagePlan{Delete: []string{"w1-hold", "w2-hold"}, Staged: 1}, wantRoom: map[string]int{"a-0": 0, "a-1": 4},
 		},
 		"a holder its node has no room for: the PVC is staged on another node": {
 			in: StageInput{On: true, Warm: []StageClaim{zonal("w1", "a", "a-0")}, Holders: []Holder{{Name: "w1-hold", Claim: "w1", Node: "a-0", Unschedulable: true}},
