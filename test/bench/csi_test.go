@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +12,13 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool"
+	"github.com/st-tech/fluent-pvc-operator/test/cluster"
 )
 
 func TestParseNodeLog(t *testing.T) {
@@ -132,32 +139,57 @@ func TestSplitOf(t *testing.T) {
 	// VolumeAttachment, staged (formatted) for 2 s, Running 400 ms after
 	// its publish.
 	hit := volumeSteps{
-		created: at(0), returned: at(60), bound: at(70),
+		created: at(0), returned: at(60), bound: at(70), claim: true,
 		attachSeen: at(100), attached: at(8100),
 		stageStart: at(8700), staged: at(10700), published: at(10710),
 		running: at(11110),
 	}
+	// A staged hit of d: its volume attached and staged before the
+	// create call; only the publish is left.
+	prestaged := volumeSteps{
+		created: at(0), returned: at(60), bound: at(70), claim: true, prestaged: true,
+		published: at(150), running: at(550),
+	}
+	// A hit of g: its volume detached from another node, then attached,
+	// staged (formatted) and published.
+	moved := volumeSteps{
+		created: at(0), returned: at(60), bound: at(70), claim: true, elsewhere: true, detached: at(8170),
+		attachSeen: at(8270), attached: at(16270),
+		stageStart: at(16870), staged: at(18870), published: at(18880),
+		running: at(19280),
+	}
 	nan := math.NaN()
-	type want struct{ toAttach, attach, toStage, stage, publish, stagePublish, start float64 }
+	type want struct {
+		detach, toAttach, attach, toStage, stage, publish, stagePublish, toPublish, start float64
+		prestaged, elsewhere                                                              int
+	}
 	cases := map[string]struct {
 		steps []volumeSteps
 		want  want
 	}{
 		"a pod with a volume": {
 			steps: []volumeSteps{hit},
-			want:  want{0.03, 8, 0.6, 2, 0.01, 2.61, 0.4},
+			want:  want{nan, 0.03, 8, 0.6, 2, 0.01, 2.61, 10.64, 0.4, 0, 0},
+		},
+		"a staged hit: no attach or stage, the publish from bound": {
+			steps: []volumeSteps{prestaged},
+			want:  want{nan, nan, nan, nan, nan, nan, nan, 0.08, 0.4, 1, 0},
+		},
+		"a hit staged elsewhere: the detach, then the rest": {
+			steps: []volumeSteps{moved},
+			want:  want{8.1, 8.2, 8, 0.6, 2, 0.01, 2.61, 18.81, 0.4, 0, 1},
 		},
 		"a pod without a volume: only the container start, from bound": {
 			steps: []volumeSteps{{created: at(0), returned: at(10), bound: at(15), running: at(480)}},
-			want:  want{nan, nan, nan, nan, nan, nan, 0.465},
+			want:  want{nan, nan, nan, nan, nan, nan, nan, nan, 0.465, 0, 0},
 		},
 		"a step not seen is left out, the others kept": {
 			steps: []volumeSteps{func() volumeSteps { s := hit; s.stageStart, s.staged = time.Time{}, time.Time{}; return s }()},
-			want:  want{0.03, 8, nan, nan, nan, 2.61, 0.4},
+			want:  want{nan, 0.03, 8, nan, nan, nan, 2.61, 10.64, 0.4, 0, 0},
 		},
 		"a step the informer saw late counts as 0": {
 			steps: []volumeSteps{func() volumeSteps { s := hit; s.attached = at(8800); return s }()},
-			want:  want{0.03, 8.7, 0, 2, 0.01, 1.91, 0.4},
+			want:  want{nan, 0.03, 8.7, 0, 2, 0.01, 1.91, 10.64, 0.4, 0, 0},
 		},
 		"p50 over pods (nearest rank)": {
 			steps: []volumeSteps{hit, func() volumeSteps {
@@ -169,9 +201,9 @@ func TestSplitOf(t *testing.T) {
 				s.attached, s.stageStart, s.staged, s.published, s.running = at(10100), at(10700), at(12700), at(12710), at(13110)
 				return s
 			}()},
-			want: want{0.03, 9, 0.6, 2, 0.01, 2.61, 0.4},
+			want: want{nan, 0.03, 9, 0.6, 2, 0.01, 2.61, 11.64, 0.4, 0, 0},
 		},
-		"no pods": {want: want{nan, nan, nan, nan, nan, nan, nan}},
+		"no pods": {want: want{nan, nan, nan, nan, nan, nan, nan, nan, nan, 0, 0}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -180,52 +212,61 @@ func TestSplitOf(t *testing.T) {
 				name      string
 				got, want float64
 			}{
+				{"detach", sp.Detach.P50, tc.want.detach},
 				{"to attach", sp.ToAttach.P50, tc.want.toAttach}, {"attach", sp.Attach.P50, tc.want.attach},
 				{"to stage", sp.ToStage.P50, tc.want.toStage}, {"stage", sp.Stage.P50, tc.want.stage},
 				{"publish", sp.Publish.P50, tc.want.publish}, {"stage + publish", sp.StagePublish.P50, tc.want.stagePublish},
-				{"container start", sp.ContainerStart.P50, tc.want.start},
+				{"bound to published", sp.ToPublish.P50, tc.want.toPublish}, {"container start", sp.ContainerStart.P50, tc.want.start},
 			} {
 				if math.IsNaN(c.want) != math.IsNaN(c.got) || (!math.IsNaN(c.want) && math.Abs(c.got-c.want) > 1e-9) {
 					t.Errorf("%s p50 = %v, want %v", c.name, c.got, c.want)
 				}
+			}
+			if sp.Prestaged != tc.want.prestaged || sp.Elsewhere != tc.want.elsewhere {
+				t.Errorf("prestaged, elsewhere = %d, %d; want %d, %d", sp.Prestaged, sp.Elsewhere, tc.want.prestaged, tc.want.elsewhere)
 			}
 		})
 	}
 }
 
 func TestAttachTimeline(t *testing.T) {
-	va := func(uid, pv string, attached bool) *storagev1.VolumeAttachment {
+	va := func(uid, pv, node string, attached bool) *storagev1.VolumeAttachment {
 		return &storagev1.VolumeAttachment{
 			ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid)},
-			Spec:       storagev1.VolumeAttachmentSpec{NodeName: "real-0", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To(pv)}},
+			Spec:       storagev1.VolumeAttachmentSpec{NodeName: node, Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To(pv)}},
 			Status:     storagev1.VolumeAttachmentStatus{Attached: attached},
 		}
 	}
 	tl := newAttachTimeline()
-	tl.observe(va("1", "pv-a", false))
+	tl.observe(va("1", "pv-a", "real-0", false), false)
 	before := time.Now()
-	tl.observe(va("1", "pv-a", true))
-	tl.observe(va("1", "pv-a", true)) // a later event keeps the first sight
-	tl.observe(va("2", "pv-b", false))
-	tl.observe(&storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{UID: "3"}}) // an inline volume's: no PV
+	tl.observe(va("1", "pv-a", "real-0", true), false)
+	tl.observe(va("1", "pv-a", "real-0", true), false) // a later event keeps the first sight
+	tl.observe(va("2", "pv-b", "real-0", false), false)
+	tl.observe(&storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{UID: "3"}}, false) // an inline volume's: no PV
+	// pv-c attached to a kwok node, then detached from it.
+	tl.observe(va("5", "pv-c", "kwok-0", true), false)
+	whileOnKwok := time.Now()
+	tl.observe(toolscache.DeletedFinalStateUnknown{Obj: va("5", "pv-c", "kwok-0", true)}, true)
 	// pv-a detached and attached again: a new VolumeAttachment.
 	again := time.Now()
-	tl.observe(va("4", "pv-a", false))
+	tl.observe(va("4", "pv-a", "real-0", false), false)
 
-	cases := map[string]struct {
-		pv           string
+	firsts := map[string]struct {
+		pv, node     string
 		since        time.Time
 		wantUID      string
 		wantAttached bool
 	}{
-		"the first attachment of a PV":               {pv: "pv-a", since: time.Time{}, wantUID: "1", wantAttached: true},
-		"an attachment after since, not the earlier": {pv: "pv-a", since: again, wantUID: "4"},
-		"not attached yet":                           {pv: "pv-b", since: time.Time{}, wantUID: "2"},
-		"none":                                       {pv: "pv-c", since: time.Time{}},
+		"the first attachment of a PV":               {pv: "pv-a", node: "real-0", since: time.Time{}, wantUID: "1", wantAttached: true},
+		"an attachment after since, not the earlier": {pv: "pv-a", node: "real-0", since: again, wantUID: "4"},
+		"not attached yet":                           {pv: "pv-b", node: "real-0", since: time.Time{}, wantUID: "2"},
+		"none to that node":                          {pv: "pv-c", node: "real-0", since: time.Time{}},
+		"none":                                       {pv: "pv-d", node: "real-0", since: time.Time{}},
 	}
-	for name, tc := range cases {
+	for name, tc := range firsts {
 		t.Run(name, func(t *testing.T) {
-			got, ok := tl.first(tc.pv, tc.since)
+			got, ok := tl.first(tc.pv, tc.node, tc.since)
 			if ok != (tc.wantUID != "") {
 				t.Fatalf("first(%s) found %v, want %v", tc.pv, ok, tc.wantUID != "")
 			}
@@ -243,22 +284,183 @@ func TestAttachTimeline(t *testing.T) {
 			}
 		})
 	}
+
+	ats := map[string]struct {
+		pv, node string
+		onNode   bool
+		at       time.Time
+		wantUID  string
+	}{
+		"attached to the node (a staged hit's)":             {pv: "pv-a", node: "real-0", onNode: true, at: whileOnKwok, wantUID: "1"},
+		"not attached to another node":                      {pv: "pv-a", node: "real-0", at: whileOnKwok},
+		"before it was attached":                            {pv: "pv-a", node: "real-0", onNode: true, at: before.Add(-time.Second)},
+		"attached to another node (a moved hit's)":          {pv: "pv-c", node: "real-0", at: whileOnKwok, wantUID: "5"},
+		"not after its deletion":                            {pv: "pv-c", node: "real-0", at: again},
+		"never attached":                                    {pv: "pv-b", node: "real-0", onNode: true, at: again},
+		"to the node, while it is attached only to another": {pv: "pv-c", node: "real-0", onNode: true, at: whileOnKwok},
+	}
+	for name, tc := range ats {
+		t.Run(name, func(t *testing.T) {
+			got, ok := tl.attachedAt(tc.pv, tc.node, tc.onNode, tc.at)
+			if ok != (tc.wantUID != "") {
+				t.Fatalf("attachedAt(%s, %s, %v) found %v, want %v", tc.pv, tc.node, tc.onNode, ok, tc.wantUID != "")
+			}
+			if ok && got != *tl.va[types.UID(tc.wantUID)] {
+				t.Errorf("attachedAt = %+v, want VolumeAttachment %s's %+v", got, tc.wantUID, *tl.va[types.UID(tc.wantUID)])
+			}
+		})
+	}
+	if d := tl.va["5"].Deleted; d.Before(whileOnKwok) || d.After(again) {
+		t.Errorf("pv-c's VolumeAttachment deleted at %v, want between %v and %v", d, whileOnKwok, again)
+	}
+}
+
+func TestBusyAttachments(t *testing.T) {
+	va := func(pv string, attached, deleting bool) storagev1.VolumeAttachment {
+		a := storagev1.VolumeAttachment{
+			Spec:   storagev1.VolumeAttachmentSpec{NodeName: "real-0", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To(pv)}},
+			Status: storagev1.VolumeAttachmentStatus{Attached: attached},
+		}
+		if deleting {
+			a.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+		}
+		return a
+	}
+	warm := func(pv string, deleting bool) corev1.PersistentVolumeClaim {
+		c := corev1.PersistentVolumeClaim{Spec: corev1.PersistentVolumeClaimSpec{VolumeName: pv}}
+		if deleting {
+			c.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+		}
+		return c
+	}
+	cases := map[string]struct {
+		vas  []storagev1.VolumeAttachment
+		warm []corev1.PersistentVolumeClaim
+		want int
+	}{
+		"none":                                   {},
+		"warm PVCs' volumes, attached: kept":     {vas: []storagev1.VolumeAttachment{va("pv-1", true, false), va("pv-2", true, false)}, warm: []corev1.PersistentVolumeClaim{warm("pv-1", false), warm("pv-2", false)}},
+		"a warm PVC's volume still attaching":    {vas: []storagev1.VolumeAttachment{va("pv-1", false, false)}, warm: []corev1.PersistentVolumeClaim{warm("pv-1", false)}, want: 1},
+		"a warm PVC's volume detaching":          {vas: []storagev1.VolumeAttachment{va("pv-1", true, true)}, warm: []corev1.PersistentVolumeClaim{warm("pv-1", false)}, want: 1},
+		"a claimed PVC's volume":                 {vas: []storagev1.VolumeAttachment{va("pv-1", true, false), va("pv-9", true, false)}, warm: []corev1.PersistentVolumeClaim{warm("pv-1", false)}, want: 1},
+		"a warm PVC being deleted keeps nothing": {vas: []storagev1.VolumeAttachment{va("pv-1", true, false)}, warm: []corev1.PersistentVolumeClaim{warm("pv-1", true)}, want: 1},
+		"an inline volume's":                     {vas: []storagev1.VolumeAttachment{{Status: storagev1.VolumeAttachmentStatus{Attached: true}}}, want: 1},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := busyAttachments(tc.vas, tc.warm); got != tc.want {
+				t.Errorf("busyAttachments = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAttachedTo(t *testing.T) {
+	va := func(pv, node string, attached bool) storagev1.VolumeAttachment {
+		return storagev1.VolumeAttachment{
+			Spec:   storagev1.VolumeAttachmentSpec{NodeName: node, Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To(pv)}},
+			Status: storagev1.VolumeAttachmentStatus{Attached: attached},
+		}
+	}
+	pvc := func(pv string) corev1.PersistentVolumeClaim {
+		return corev1.PersistentVolumeClaim{Spec: corev1.PersistentVolumeClaimSpec{VolumeName: pv}}
+	}
+	gone := pvc("pv-5")
+	gone.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	vas := []storagev1.VolumeAttachment{va("pv-1", "kwok-0", true), va("pv-2", "kwok-0", false), va("pv-3", "real-0", true), va("pv-5", "kwok-0", true)}
+	live, attached := attachedTo(vas, []corev1.PersistentVolumeClaim{pvc("pv-1"), pvc("pv-2"), pvc("pv-3"), pvc("pv-4"), pvc(""), gone}, "kwok-0")
+	if live != 5 || attached != 1 {
+		t.Errorf("attachedTo = %d live, %d attached; want 5, 1 (pv-1 only: pv-2 attaching, pv-3 on another node, pv-4 not attached)", live, attached)
+	}
+}
+
+func TestMovedPod(t *testing.T) {
+	p := (&env{real: true}).podFor(modeMoved, "bench-g-seq", "g-0")
+	if got := p.Spec.NodeSelector[corev1.LabelHostname]; got != cluster.RealNodeName {
+		t.Errorf("nodeSelector %s = %q, want %s", corev1.LabelHostname, got, cluster.RealNodeName)
+	}
+	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		t.Errorf("a required node affinity, which the operator may take as pinned: %+v", a.NodeAffinity)
+	}
+	if !slices.ContainsFunc(p.Spec.Tolerations, func(tol corev1.Toleration) bool { return tol.ToleratesTaint(klog.Background(), &movedTaint, false) }) {
+		t.Errorf("tolerations %v do not tolerate %v", p.Spec.Tolerations, movedTaint)
+	}
+	if p.Labels[v1alpha1.FluentPVCNameLabelKey] != fpvcMoved || p.Labels[measureLabelKey] != "true" {
+		t.Errorf("labels %v, want FluentPVC %s and measured", p.Labels, fpvcMoved)
+	}
+}
+
+func TestAddCounts(t *testing.T) {
+	counts := func(hits, removed map[string]float64) *holderCounts {
+		return &holderCounts{
+			hits:    map[string]map[string]float64{fpvcHit: hits, fpvcUnstaged: {pool.HitUnstaged: 100}},
+			removed: map[string]map[string]float64{fpvcHit: removed},
+		}
+	}
+	before := counts(map[string]float64{pool.HolderServed: 2}, map[string]float64{pool.HolderServed: 2, pool.HolderAbandoned: 1})
+	after := counts(map[string]float64{pool.HolderServed: 10, pool.HitUnstaged: 1}, map[string]float64{pool.HolderServed: 10, pool.HolderAbandoned: 1, pool.HolderEvicted: 1})
+	cases := map[string]struct {
+		mode          string
+		before, after *holderCounts
+		wantHits      map[string]int
+		wantRemoved   map[string]int
+	}{
+		"d's FluentPVC only, each how shown, reasons that changed": {
+			mode: modeHit, before: before, after: after,
+			wantHits:    map[string]int{pool.HolderServed: 8, pool.HolderMoved: 0, pool.HitUnstaged: 1},
+			wantRemoved: map[string]int{pool.HolderServed: 8, pool.HolderEvicted: 1},
+		},
+		"a mode without a FluentPVC": {mode: modePlain, before: before, after: after},
+		"not read":                   {mode: modeHit, before: nil, after: after},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			run := startupRun{Mode: tc.mode}
+			run.addCounts(tc.before, tc.after)
+			if diff := cmp.Diff(tc.wantHits, run.StagedHits); diff != "" {
+				t.Errorf("StagedHits (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantRemoved, run.HoldersRemoved); diff != "" {
+				t.Errorf("HoldersRemoved (-want +got):\n%s", diff)
+			}
+		})
+	}
 }
 
 func TestCSIMarkdown(t *testing.T) {
 	run := func(mode string, p50, p99 float64) startupRun {
-		return startupRun{Mode: mode, Stats: summary{N: 3, P50: p50, P99: p99}}
+		return startupRun{Mode: mode, Stats: summary{N: 8, P50: p50, P99: p99}}
 	}
-	hit := run(modeHit, 11.2, 11.6)
-	hit.Hits = 3
-	hit.CreateCall, hit.ToScheduled = summary{N: 3, P50: 0.063}, summary{N: 3, P50: 0.01}
-	hit.Split = &volumeSplit{
-		ToAttach: summary{N: 3, P50: 0.031}, Attach: summary{N: 3, P50: 8.016}, ToStage: summary{N: 3, P50: 0.627},
-		Stage: summary{N: 3, P50: 2.001}, Publish: summary{N: 3, P50: 0.009}, StagePublish: summary{N: 3, P50: 2.636},
-		ContainerStart: summary{N: 3, P50: 0.406},
+	hit := run(modeHit, 0.6, 0.8)
+	hit.Hits = 8
+	hit.StagedHits = map[string]int{"served": 8, "moved": 0, "unstaged": 0}
+	hit.HoldersRemoved = map[string]int{"served": 8}
+	hit.CreateCall, hit.ToScheduled = summary{N: 8, P50: 0.063}, summary{N: 8, P50: 0.01}
+	hit.Split = func() *volumeSplit {
+		sp := splitOf(nil)
+		sp.Prestaged = 8
+		sp.ToPublish, sp.ContainerStart = summary{N: 8, P50: 0.081}, summary{N: 8, P50: 0.406}
+		return &sp
+	}()
+	unstaged := run(modeUnstaged, 11.2, 11.6)
+	unstaged.Hits = 8
+	unstaged.StagedHits = map[string]int{"served": 0, "moved": 0, "unstaged": 8}
+	unstaged.HoldersRemoved = map[string]int{}
+	unstaged.CreateCall, unstaged.ToScheduled = summary{N: 8, P50: 0.063}, summary{N: 8, P50: 0.01}
+	unstaged.Split = &volumeSplit{
+		Detach: summary{P50: math.NaN()}, ToAttach: summary{N: 8, P50: 0.031}, Attach: summary{N: 8, P50: 8.016}, ToStage: summary{N: 8, P50: 0.627},
+		Stage: summary{N: 8, P50: 2.001}, Publish: summary{N: 8, P50: 0.009}, StagePublish: summary{N: 8, P50: 2.636},
+		ToPublish: summary{N: 8, P50: 10.7}, ContainerStart: summary{N: 8, P50: 0.406},
 	}
-	measured := &realNodeResult{N: 3, CSI: delaysOf(csiOptions), Startup: startupRuns{
-		run(modePlain, 0.5, 0.6), run(modeEphemeral, 17.3, 17.9), run(modeMiss, 16.8, 18.6), hit, run(modeOwnClaim, 11, 11.6),
+	moved := run(modeMoved, 19.5, 20.5)
+	moved.StagedHits = map[string]int{"served": 0, "moved": 8, "unstaged": 0}
+	moved.Split = func() *volumeSplit {
+		sp := splitOf(nil)
+		sp.Elsewhere = 8
+		return &sp
+	}()
+	measured := &realNodeResult{N: 8, CSI: delaysOf(csiOptions), AttachSlots: 16, PoolFillSeconds: 6.1, PoolStagedSeconds: 16.2, Notes: []string{"the pool stalled"}, Startup: startupRuns{
+		run(modePlain, 0.5, 0.6), run(modeEphemeral, 17.3, 17.9), run(modeMiss, 16.8, 18.6), hit, run(modeOwnClaim, 11, 11.6), unstaged, moved,
 	}}
 	cases := map[string]struct {
 		csi  *realNodeResult
@@ -269,23 +471,47 @@ func TestCSIMarkdown(t *testing.T) {
 			want: []string{
 				"## Start-up latency on a real node with CSI storage",
 				"a volume takes 5s to create (and to delete), 8s to attach (and to detach), and 2s to format",
-				"| d/e | 1.02× | 1.00× | n/a |",
-				"| b/d | 1.54× | 1.54× | n/a |",
-				"| c/d | 1.50× | 1.60× | n/a |",
-				"| d/a | 22.40× | 19.33× | n/a |",
-				"| d | operator, warm pool (hit) | 3 | 11.20 s |",
-				"| d | 11.20 s | 63 ms | 10 ms | 31 ms | 8.02 s | 627 ms | 2.00 s | 9 ms | 2.64 s | 406 ms |",
-				"| a | 500 ms | 0 ms | 0 ms | n/a | n/a | n/a | n/a | n/a | n/a | n/a |",
-				"| real node, CSI: start-up d/e p50, sequential | ≤ 1.05 | 1.02× | PASS |",
-				"(create 5s, attach 8s, format 2s); N=3 per mode",
+				"the real node is tainted `bench.fluent-pvc-operator/no-holders` and kwok node kwok-zone-a-0",
+				"filled in 6.1s and staged on real-0 16.2s after its creation",
+				"which takes 16 of the driver's, and the scheduler does not preempt a holder for an attach slot",
+				"the node has room for 8 more volumes, and b beside c need 16",
+				"Notes:\n\n- the pool stalled\n",
+				"| d/a | staged hit / no volume | 1.20× | 1.33× | n/a |",
+				"| b/d | generic ephemeral / staged hit | 28.83× | 22.37× | n/a |",
+				"| e/d | own Bound PVC / staged hit | 18.33× | 14.50× | n/a |",
+				"| f/a | control: hit without staging / no volume | 22.40× | 19.33× | n/a |",
+				"| b/f | control: generic ephemeral / hit without staging | 1.54× | 1.54× | n/a |",
+				"| e/f | control: own Bound PVC / hit without staging | 0.98× | 1.00× | n/a |",
+				"| f/d | what staging saves: hit without / with staging | 18.67× | 14.50× | n/a |",
+				"| g/f | hit staged elsewhere (moved) / hit without staging | 1.74× | 1.77× | n/a |",
+				"| d | operator, warm pool (hit) | 8 | 600 ms | ",
+				"| 8 / 0 | 8 / 0 / 0 | served 8 |",
+				"| f | the operator, warm pool with staging Disabled (hit, attached on demand) | 8 | 11.20 s |",
+				"| 8 / 0 | 0 / 0 / 8 | none |",
+				"| 0 / 0 | 0 / 8 / 0 | none |",
+				"| d | 600 ms | 63 ms | 10 ms | n/a | n/a | n/a | n/a | n/a | n/a | n/a | 81 ms | 406 ms | 8 staged, 0 elsewhere |",
+				"| f | 11.20 s | 63 ms | 10 ms | n/a | 31 ms | 8.02 s | 627 ms | 2.00 s | 9 ms | 2.64 s | 10.70 s | 406 ms |  |",
+				"| g | 19.50 s |",
+				"0 staged, 8 elsewhere |",
+				"| a | 500 ms | 0 ms | 0 ms | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |  |",
+				"| real node, CSI: start-up d/a p50, sequential | ≤ 1.30 | 1.20× | PASS |",
+				"| real node, CSI: start-up d/a p99, sequential | ≤ 1.50 | 1.33× | PASS |",
+				"| real node, CSI: start-up b/d p50, sequential | ≥ 10 | 28.83× | PASS |",
+				"| real node, CSI: start-up e/d p50, sequential | ≥ 10 | 18.33× | PASS |",
+				"| real node, CSI: start-up f/e p50, sequential | ≤ 1.05 | 1.02× | PASS |",
+				"(create 5s, attach 8s, format 2s); N=8 per mode",
 			},
 		},
 		"skipped": {
-			csi:  &realNodeResult{Skipped: "the CSI registration socket's path is too long"},
-			want: []string{"| real node, CSI | skipped: the CSI registration socket's path is too long |", "| real node, CSI: start-up d/e p50, sequential | ≤ 1.05 | skipped: the CSI registration socket's path is too long | n/a |"},
+			csi: &realNodeResult{Skipped: "the CSI registration socket's path is too long"},
+			want: []string{
+				"| real node, CSI | skipped: the CSI registration socket's path is too long |",
+				"| real node, CSI: start-up d/a p50, sequential | ≤ 1.30 | skipped: the CSI registration socket's path is too long | n/a |",
+				"| real node, CSI: start-up f/e p50, sequential | ≤ 1.05 | skipped: the CSI registration socket's path is too long | n/a |",
+			},
 		},
 		"not run": {
-			want: []string{"| real node, CSI | not run |", "| real node, CSI: start-up d/e p50, sequential | ≤ 1.05 | not measured | n/a |"},
+			want: []string{"| real node, CSI | not run |", "| real node, CSI: start-up d/a p50, sequential | ≤ 1.30 | not measured | n/a |"},
 		},
 	}
 	for name, tc := range cases {
@@ -300,6 +526,26 @@ func TestCSIMarkdown(t *testing.T) {
 			}
 			if tc.csi == nil && strings.Contains(md, "with CSI storage") {
 				t.Errorf("the markdown has a CSI section without a CSI tier")
+			}
+		})
+	}
+}
+
+func TestCSIOperatorArgs(t *testing.T) {
+	cases := map[string]struct {
+		args []string
+		n    int
+		want []string
+	}{
+		"the default stages a pool of n":    {args: []string{"--pprof-bind-address=:6060"}, n: 8, want: []string{"--pprof-bind-address=:6060"}},
+		"a larger pool raises it":           {args: []string{"--pprof-bind-address=:6060"}, n: 12, want: []string{"--pprof-bind-address=:6060", "--stage-per-node=12"}},
+		"a value given is kept":             {args: []string{"--stage-per-node=4"}, n: 12, want: []string{"--stage-per-node=4"}},
+		"a value given as two args is kept": {args: []string{"-stage-per-node", "20"}, n: 12, want: []string{"-stage-per-node", "20"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, csiOperatorArgs(tc.args, tc.n)); diff != "" {
+				t.Errorf("csiOperatorArgs (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -69,6 +69,18 @@ type env struct {
 	pvcs    *pvcTimeline
 	// attachments are the VolumeAttachments' times (CSI tier only).
 	attachments *attachTimeline
+	// notes are facts worth a look that do not void a measurement.
+	notesMu sync.Mutex
+	notes   []string
+}
+
+// note records a fact worth a look in the tier's results, and says it.
+func (e *env) note(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	e.progress("note: %s", msg)
+	e.notesMu.Lock()
+	defer e.notesMu.Unlock()
+	e.notes = append(e.notes, msg)
 }
 
 // storageClass is the class of the tier's claims: StorageClassCSI on the
@@ -439,12 +451,16 @@ func (e *env) createFluentPVC(ctx context.Context, name string, size int32, name
 }
 
 // fluentPVC is the tier's FluentPVC named name on the tier's storage class
-// (e.storageClass), with a pool of size in namespaces: on kwok,
+// (e.storageClass), with a pool of size in namespaces (not staged if it is
+// fpvcUnstaged): on kwok,
 // config/samples' with small requests; on the real node, with busybox for
 // the sidecar and the finalizer Job, which start there.
 func (e *env) fluentPVC(name string, size int32, namespaces ...string) *v1alpha1.FluentPVC {
 	f := fixtures.MakeFluentPVC(name).StorageClass(e.storageClass()).PoolSize(size).Mutate(func(f *v1alpha1.FluentPVC) {
 		f.Spec.Pool.Namespaces = namespaces
+		if name == fpvcUnstaged {
+			f.Spec.Pool.Staging = v1alpha1.PoolStagingDisabled
+		}
 	})
 	if e.real {
 		return f.RealContainers(realMountPath, images.BusyboxContainer("sidecar", realSidecarScript), images.BusyboxContainer("drain", realDrainScript)).Obj()

@@ -21,8 +21,11 @@
 // containerd (cluster.Options.RealNode); and the CSI tier: modes a-e,
 // -csi-n pods each one at a time, on a third cluster with the real node
 // and CSI storage that takes a cloud disk's time to create, attach and
-// format a volume (cluster.StartCSI), with where each pod's time went
-// (create call, scheduling, attach, stage and publish, container start).
+// format a volume (cluster.StartCSI), where d's warm pool is staged (kept
+// attached and staged on the node by holder pods), f is d without
+// staging, and g a hit staged on a node the pod cannot run on; with where
+// each pod's time went (create call, scheduling, detach, attach, stage
+// and publish, container start).
 // Where the host cannot run the real node, those tiers are skipped and the
 // reason reported. -tiers picks tiers.
 //
@@ -146,7 +149,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&opArgs, "operator-args", "", "extra flags of the operator, space-separated (e.g. --pprof-bind-address=127.0.0.1:6060)")
 	fs.BoolVar(&c.RealNode, "real-node", true, "also run the real-node tier (a kubelet with containerd) after the kwok one; skipped, saying why, where this machine cannot run it")
 	fs.IntVar(&c.RealN, "real-n", 20, "pods per start-up mode on the real node (one at a time)")
-	fs.IntVar(&c.CSIN, "csi-n", 3, "pods per start-up mode on the CSI tier (one at a time; each waits for a volume's attach and format)")
+	fs.IntVar(&c.CSIN, "csi-n", 6, "pods per start-up mode on the CSI tier (one at a time; most wait for a volume's attach and format), and the size of its warm pools")
 	fs.StringVar(&tiers, "tiers", strings.Join(allTiers, ","), "tiers to run, a subset of "+strings.Join(allTiers, ",")+"; -real-node=false drops the last two")
 	fs.IntVar(&c.ExtraNodes, "extra-nodes", 1000, "fake nodes added for the nodes phase's second checkout level")
 	fs.DurationVar(&c.Timeout, "timeout", 30*time.Minute, "bound on the whole run")

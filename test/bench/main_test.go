@@ -41,13 +41,13 @@ func TestParseFlags(t *testing.T) {
 		// wantRuns are the tiers the run includes (config.runs).
 		wantRuns map[string]bool
 	}{
-		"defaults":              {args: nil, wantN: 40, wantLevels: []int{1, 10, 50}, wantName: "bench", wantRealNode: true, wantRealN: 20, wantCSIN: 3, wantRuns: all},
+		"defaults":              {args: nil, wantN: 40, wantLevels: []int{1, 10, 50}, wantName: "bench", wantRealNode: true, wantRealN: 20, wantCSIN: 6, wantRuns: all},
 		"smoke":                 {args: []string{"-smoke"}, wantN: 3, wantLevels: []int{1, 5}, wantName: "bench-smoke", wantRealNode: true, wantRealN: 3, wantCSIN: 1, wantRuns: all},
 		"smoke keeps set flags": {args: []string{"-smoke", "-n", "7", "-real-n", "5", "-csi-n", "2"}, wantN: 7, wantLevels: []int{1, 5}, wantName: "bench-smoke", wantRealNode: true, wantRealN: 5, wantCSIN: 2, wantRuns: all},
-		"without the real node": {args: []string{"-real-node=false"}, wantN: 40, wantLevels: []int{1, 10, 50}, wantName: "bench", wantRealN: 20, wantCSIN: 3, wantRuns: map[string]bool{tierKwok: true}},
+		"without the real node": {args: []string{"-real-node=false"}, wantN: 40, wantLevels: []int{1, 10, 50}, wantName: "bench", wantRealN: 20, wantCSIN: 6, wantRuns: map[string]bool{tierKwok: true}},
 		"the CSI tier alone":    {args: []string{"-smoke", "-tiers", "csi"}, wantN: 3, wantLevels: []int{1, 5}, wantName: "bench-smoke", wantRealNode: true, wantRealN: 3, wantCSIN: 1, wantRuns: map[string]bool{tierCSI: true}},
 		"-real-node=false wins over -tiers": {
-			args: []string{"-tiers", "kwok,csi", "-real-node=false"}, wantN: 40, wantLevels: []int{1, 10, 50}, wantName: "bench", wantRealN: 20, wantCSIN: 3, wantRuns: map[string]bool{tierKwok: true},
+			args: []string{"-tiers", "kwok,csi", "-real-node=false"}, wantN: 40, wantLevels: []int{1, 10, 50}, wantName: "bench", wantRealN: 20, wantCSIN: 6, wantRuns: map[string]bool{tierKwok: true},
 		},
 	}
 	for name, tc := range cases {

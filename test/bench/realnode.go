@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
 )
 
@@ -36,12 +38,20 @@ type realNodeResult struct {
 	// StorageClass is the class of the tier's claims.
 	StorageClass string `json:"storageClass,omitempty"`
 	// CSI are the CSI driver's delays on the CSI tier.
-	CSI              *csiDelays     `json:"csi,omitempty"`
-	ClusterUpSeconds float64        `json:"clusterUpSeconds"`
-	PoolFillSeconds  float64        `json:"poolFillSeconds"`
-	Startup          startupRuns    `json:"startup"`
-	StartupRatios    []startupRatio `json:"startupRatios"`
-	WallSeconds      float64        `json:"wallSeconds"`
+	CSI              *csiDelays `json:"csi,omitempty"`
+	ClusterUpSeconds float64    `json:"clusterUpSeconds"`
+	PoolFillSeconds  float64    `json:"poolFillSeconds"`
+	// PoolStagedSeconds is from the pools' creation until d's is staged
+	// (CSI tier).
+	PoolStagedSeconds float64        `json:"poolStagedSeconds,omitempty"`
+	Startup           startupRuns    `json:"startup"`
+	StartupRatios     []startupRatio `json:"startupRatios"`
+	WallSeconds       float64        `json:"wallSeconds"`
+	// AttachSlots is how many of the CSI driver's volumes the real node
+	// takes (its CSINode's allocatable count), on the CSI tier.
+	AttachSlots int `json:"attachSlots,omitempty"`
+	// Notes are facts worth a look that do not void a measurement.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // runRealNode runs the real-node tier into res.RealNode: its own cluster
@@ -54,13 +64,24 @@ func runRealNode(ctx context.Context, cfg config, res *results, progress io.Writ
 }
 
 // runCSI runs the CSI tier into res.CSI: its own cluster with the real node
-// and CSI storage (csiOptions), and its own operator, then modes a-e, N
+// and CSI storage (csiOptions), and its own operator, then modes a-g, N
 // each, one pod at a time (b beside c with -parallel-slow), on
 // StorageClassCSI.
 func runCSI(ctx context.Context, cfg config, res *results, progress io.Writer) error {
 	r := &realNodeResult{N: cfg.CSIN, StorageClass: cluster.StorageClassCSI, CSI: delaysOf(csiOptions)}
 	res.CSI = r
+	cfg.OperatorArgs = csiOperatorArgs(cfg.OperatorArgs, cfg.CSIN)
 	return runRealTier(ctx, cfg, r, &env{cfg: cfg, out: progress, real: true, csi: true}, "-csi", csiModes)
+}
+
+// csiOperatorArgs are the operator's args on the CSI tier: args, and
+// --stage-per-node=n where the default would not stage all n warm PVCs of
+// a pool on one node (modes d and g), unless args set it.
+func csiOperatorArgs(args []string, n int) []string {
+	if n <= pool.DefaultStagePerNode || slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(strings.TrimLeft(a, "-"), "stage-per-node") }) {
+		return args
+	}
+	return append(slices.Clone(args), fmt.Sprintf("--stage-per-node=%d", n))
 }
 
 // runRealTier brings up a cluster with the real node (named cfg.Name plus
@@ -97,7 +118,7 @@ func runRealTier(ctx context.Context, cfg config, r *realNodeResult, e *env, suf
 		if err != nil {
 			return fmt.Errorf("starting the CSI driver: %w", err)
 		}
-		if err := waitCSINode(ctx, kc); err != nil {
+		if r.AttachSlots, err = waitCSINode(ctx, kc); err != nil {
 			return err
 		}
 	}
@@ -110,13 +131,16 @@ func runRealTier(ctx context.Context, cfg config, r *realNodeResult, e *env, suf
 	if err := e.startInformers(informerCtx); err != nil {
 		return err
 	}
+	defer func() { r.Notes = e.notes }()
 	return e.realStartup(ctx, r, modes)
 }
 
-// realStartup fills mode d's pool and prepares mode e's claims, then runs
-// a, d and e one after another, each alone on a quiet node, then b and c
-// (if among modes), side by side with cfg.ParallelSlow, each one pod at a
-// time.
+// realStartup fills the warm pools (on the CSI tier d's staged on the real
+// node) and prepares mode e's claims, then runs the modes one after
+// another, each alone and one pod at a time, except b and c (if among
+// modes), which run side by side with cfg.ParallelSlow (on the CSI tier
+// once the pools of d and f are gone), and g (CSI tier), which runs last
+// (measureMoved).
 func (e *env) realStartup(ctx context.Context, r *realNodeResult, modes []string) error {
 	n := r.N
 	for _, mode := range modes {
@@ -129,17 +153,32 @@ func (e *env) realStartup(ctx context.Context, r *realNodeResult, modes []string
 			return err
 		}
 	}
-	hitNS, ownNS := startupNamespace(modeHit, false), startupNamespace(modeOwnClaim, false)
-	e.progress("filling the warm pool of mode d (%d)", n)
-	fillStart := time.Now()
-	if err := e.createFluentPVC(ctx, fpvcHit, int32(n), hitNS); err != nil {
-		return err
+	pooled := []string{modeHit}
+	if slices.Contains(modes, modeUnstaged) {
+		pooled = append(pooled, modeUnstaged)
 	}
-	if err := e.waitPoolWarm(ctx, fpvcHit, int32(n), hitNS); err != nil {
-		return err
+	hitNS, ownNS := startupNamespace(modeHit, false), startupNamespace(modeOwnClaim, false)
+	e.progress("filling the warm pools of modes %v (%d each)", pooled, n)
+	fillStart := time.Now()
+	for _, mode := range pooled {
+		if err := e.createFluentPVC(ctx, poolOf(mode), int32(n), startupNamespace(mode, false)); err != nil {
+			return err
+		}
+	}
+	for _, mode := range pooled {
+		if err := e.waitPoolWarm(ctx, poolOf(mode), int32(n), startupNamespace(mode, false)); err != nil {
+			return err
+		}
 	}
 	r.PoolFillSeconds = time.Since(fillStart).Seconds()
-	e.progress("pool full in %.1fs", r.PoolFillSeconds)
+	e.progress("pools full in %.1fs", r.PoolFillSeconds)
+	if e.csi {
+		if err := e.waitPoolStaged(ctx, fpvcHit, hitNS, n, cluster.RealNodeName); err != nil {
+			return err
+		}
+		r.PoolStagedSeconds = time.Since(fillStart).Seconds()
+		e.progress("pool of mode d staged on %s in %.1fs", cluster.RealNodeName, r.PoolStagedSeconds)
+	}
 	if err := e.prepareOwnClaims(ctx, ownNS, n); err != nil {
 		return err
 	}
@@ -154,15 +193,19 @@ func (e *env) realStartup(ctx context.Context, r *realNodeResult, modes []string
 		}
 		e.progress("mode %s %-10s p50 %s p90 %s p99 %s (wall %.1fs) %s", run.Mode, run.kind(), secs(run.Stats.P50), secs(run.Stats.P90), secs(run.Stats.P99), run.Wall, run.Error)
 		if sp := run.Split; sp != nil {
-			e.progress("mode %s p50s: create call %s, scheduling %s, to VolumeAttachment %s, attach %s, stage + publish %s (to stage %s, stage %s, publish %s), container start %s",
-				run.Mode, secs(run.CreateCall.P50), secs(run.ToScheduled.P50), secs(sp.ToAttach.P50), secs(sp.Attach.P50), secs(sp.StagePublish.P50),
-				secs(sp.ToStage.P50), secs(sp.Stage.P50), secs(sp.Publish.P50), secs(sp.ContainerStart.P50))
+			e.progress("mode %s p50s: create call %s, scheduling %s, detach elsewhere %s, to VolumeAttachment %s, attach %s, stage + publish %s (to stage %s, stage %s, publish %s), bound to published %s, container start %s; %d staged, %d elsewhere at the create call",
+				run.Mode, secs(run.CreateCall.P50), secs(run.ToScheduled.P50), secs(sp.Detach.P50), secs(sp.ToAttach.P50), secs(sp.Attach.P50), secs(sp.StagePublish.P50),
+				secs(sp.ToStage.P50), secs(sp.Stage.P50), secs(sp.Publish.P50), secs(sp.ToPublish.P50), secs(sp.ContainerStart.P50), sp.Prestaged, sp.Elsewhere)
+		}
+		if run.StagedHits != nil {
+			e.progress("mode %s staged hits %v, holders removed %v", run.Mode, run.StagedHits, run.HoldersRemoved)
 		}
 		r.Startup = append(r.Startup, run)
 	}
 	// cleanup cleans up after the runs of modes; on the CSI tier it also
-	// waits until every volume is detached, so that the next run starts
-	// on a quiet node without a detach in its background.
+	// waits until the only volumes attached are warm PVCs' that their
+	// holders keep, so that the next run starts on a quiet node without
+	// a detach or attach in its background.
 	cleanup := func(modes ...string) error {
 		for _, mode := range modes {
 			if err := e.cleanupStartup(ctx, startupNamespace(mode, false), mode, n); err != nil {
@@ -173,44 +216,74 @@ func (e *env) realStartup(ctx context.Context, r *realNodeResult, modes []string
 			return nil
 		}
 		start := time.Now()
-		if err := e.waitNoAttachments(ctx); err != nil {
+		if err := e.waitQuiet(ctx); err != nil {
 			return err
 		}
 		e.progress("volumes detached in %.1fs", time.Since(start).Seconds())
 		return nil
 	}
+	// measure runs modes side by side, each one pod at a time, cleans up
+	// after them, and records them with the operator's counts over the
+	// runs and the clean-up.
+	measure := func(modes ...string) error {
+		before := e.readHolderCounts(ctx)
+		runs := make([]startupRun, len(modes))
+		runErrs := make([]error, len(modes))
+		var wg sync.WaitGroup
+		for i, mode := range modes {
+			wg.Go(func() { runs[i], runErrs[i] = e.measureStartup(ctx, mode, false, n) })
+		}
+		wg.Wait()
+		err := cleanup(modes...)
+		after := e.readHolderCounts(ctx)
+		for i := range modes {
+			runs[i].addCounts(before, after)
+			record(runs[i], runErrs[i])
+		}
+		return err
+	}
 	var slow []string
 	for _, mode := range modes {
-		if mode == modeEphemeral || mode == modeMiss {
+		switch mode {
+		case modeEphemeral, modeMiss:
 			slow = append(slow, mode)
 			continue
+		case modeMoved:
+			continue
 		}
-		record(e.measureStartup(ctx, mode, false, n))
-		if err := cleanup(mode); err != nil {
+		if err := measure(mode); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+	}
+	if e.csi {
+		// d's holders keep n volumes attached to the real node, and the
+		// scheduler does not preempt holders for attach slots (the
+		// driver's 16 on the node): b beside c need 2n more.
+		if err := e.dropPools(ctx); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
 	}
 	if e.cfg.ParallelSlow && len(slow) > 1 {
-		runs := make([]startupRun, len(slow))
-		runErrs := make([]error, len(slow))
-		var wg sync.WaitGroup
-		for i, mode := range slow {
-			wg.Go(func() { runs[i], runErrs[i] = e.measureStartup(ctx, mode, false, n) })
-		}
-		wg.Wait()
-		for i := range slow {
-			record(runs[i], runErrs[i])
-		}
-		if err := cleanup(slow...); err != nil {
+		if err := measure(slow...); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		return errors.Join(errs...)
+	} else {
+		for _, mode := range slow {
+			if err := measure(mode); err != nil {
+				return errors.Join(append(errs, err)...)
+			}
+		}
 	}
-	for _, mode := range slow {
-		record(e.measureStartup(ctx, mode, false, n))
-		if err := cleanup(mode); err != nil {
-			return errors.Join(append(errs, err)...)
+	if slices.Contains(modes, modeMoved) {
+		before := e.readHolderCounts(ctx)
+		run, err := e.measureMoved(ctx, n)
+		run.addCounts(before, e.readHolderCounts(ctx))
+		if err != nil && run.Stats.N > 0 {
+			// Measured; what failed came after.
+			errs = append(errs, fmt.Errorf("mode %s, after its run: %w", modeMoved, err))
+			err = nil
 		}
+		record(run, err)
 	}
 	return errors.Join(errs...)
 }

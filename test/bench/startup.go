@@ -17,6 +17,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/test/cluster"
 	"github.com/st-tech/fluent-pvc-operator/test/images"
 )
 
@@ -27,6 +28,8 @@ const (
 	modeMiss      = "c" // the operator, pool size 0: claim created at admission
 	modeHit       = "d" // the operator, warm pool: claim taken at admission
 	modeOwnClaim  = "e" // a Bound PVC of its own and d's sidecar, no operator: the floor of d
+	modeUnstaged  = "f" // CSI tier: the operator, warm pool with staging Disabled (d's control)
+	modeMoved     = "g" // CSI tier: the operator, warm pool staged on a node the pod cannot run on
 	modeNoop      = "w" // control: a plain pod through a no-op webhook
 )
 
@@ -36,6 +39,8 @@ var modeNames = map[string]string{
 	modeMiss:      "operator, pool size 0 (miss)",
 	modeHit:       "operator, warm pool (hit)",
 	modeOwnClaim:  "own Bound PVC + d's sidecar, no operator",
+	modeUnstaged:  "the operator, warm pool with staging Disabled (hit, attached on demand)",
+	modeMoved:     "the operator, warm pool staged on a node the pod cannot run on (hit, moved)",
 	modeNoop:      "control: plain pod, no-op webhook",
 }
 
@@ -43,7 +48,26 @@ var modeNames = map[string]string{
 const (
 	fpvcMiss = "bench-miss" // pool size 0, used by c and later phases
 	fpvcHit  = "bench-pool" // warm pool of N in the d namespaces
+	// fpvcUnstaged is mode f's warm pool of N, spec.pool.staging Disabled.
+	fpvcUnstaged = "bench-pool-unstaged"
+	// fpvcMoved is mode g's warm pool of N, staged on a kwok node.
+	fpvcMoved = "bench-pool-moved"
 )
+
+// poolOf is the FluentPVC whose pods mode runs, "" for a mode without one.
+func poolOf(mode string) string {
+	switch mode {
+	case modeMiss:
+		return fpvcMiss
+	case modeHit:
+		return fpvcHit
+	case modeUnstaged:
+		return fpvcUnstaged
+	case modeMoved:
+		return fpvcMoved
+	}
+	return ""
+}
 
 // startupRun is one mode run sequentially or as a burst.
 type startupRun struct {
@@ -60,10 +84,17 @@ type startupRun struct {
 	// attach, stage and publish, container start.
 	Split      *volumeSplit `json:"split,omitempty"`
 	SplitError string       `json:"splitError,omitempty"`
-	// Hits and Misses count the checkouts of modes c and d, from the
-	// claims' checkout annotation.
+	// Hits and Misses count the checkouts of the operator's modes, from
+	// the claims' checkout annotation.
 	Hits   int `json:"hits"`
 	Misses int `json:"misses"`
+	// StagedHits are the operator's fluentpvc_pool_staged_hits_total over
+	// the run (CSI tier), by how the volume met the pod: served, moved or
+	// unstaged.
+	StagedHits map[string]int `json:"stagedHits,omitempty"`
+	// HoldersRemoved are its fluentpvc_pool_holders_removed_total over
+	// the run, by reason.
+	HoldersRemoved map[string]int `json:"holdersRemoved,omitempty"`
 	// Wall is how long the whole run took.
 	Wall  float64 `json:"wallSeconds"`
 	Error string  `json:"error,omitempty"`
@@ -97,10 +128,10 @@ func (e *env) podFor(mode, ns, name string) *corev1.Pod {
 	switch mode {
 	case modeEphemeral:
 		p = ephemeralPod(ns, name, e.storageClass())
-	case modeMiss:
-		p = fluentPod(ns, name, fpvcMiss)
-	case modeHit:
-		p = fluentPod(ns, name, fpvcHit)
+	case modeMiss, modeHit, modeUnstaged:
+		p = fluentPod(ns, name, poolOf(mode))
+	case modeMoved:
+		p = movedPod(fluentPod(ns, name, fpvcMoved))
 	case modeOwnClaim:
 		p = ownClaimPod(plainPod(ns, name), &e.fluentPVC(fpvcHit, 0).Spec, name)
 	case modeNoop:
@@ -197,6 +228,12 @@ func schedulableNodes(nodes []corev1.Node) []string {
 // (each waits for the previous to be Running) or all at once, and returns
 // the time from each pod's create call to its first Running event.
 func (e *env) measureStartup(ctx context.Context, mode string, burst bool, n int) (startupRun, error) {
+	return e.measureStartupEach(ctx, mode, burst, n, nil)
+}
+
+// measureStartupEach is measureStartup that, in a sequential run, calls
+// before (unless nil) ahead of each pod's create call, outside its time.
+func (e *env) measureStartupEach(ctx context.Context, mode string, burst bool, n int, before func(context.Context) error) (startupRun, error) {
 	run := startupRun{Mode: mode, Burst: burst}
 	ns := startupNamespace(mode, burst)
 	start := time.Now()
@@ -230,6 +267,11 @@ func (e *env) measureStartup(ctx context.Context, mode string, burst bool, n int
 		}
 	} else {
 		for i := range n {
+			if before != nil {
+				if err := before(ctx); err != nil {
+					return run, err
+				}
+			}
 			t, err := one(i)
 			if err != nil {
 				return run, err
@@ -256,7 +298,7 @@ func (e *env) measureStartup(ctx context.Context, mode string, burst bool, n int
 			e.progress("mode %s: splitting the start-up: %v", mode, err)
 		}
 	}
-	if mode == modeMiss || mode == modeHit {
+	if poolOf(mode) != "" {
 		var pvcs corev1.PersistentVolumeClaimList
 		if err := e.cl.List(ctx, &pvcs, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed}); err != nil {
 			return run, err
@@ -410,11 +452,17 @@ func (e *env) cleanupStartup(ctx context.Context, ns, mode string, n int) error 
 	}
 	e.progress("drained %s in %.1fs", ns, time.Since(start).Seconds())
 	switch mode {
-	case modeHit:
-		// The pool refilled what the pods took; wait for it so that
-		// the refill does not overlap the next run.
-		if err := e.waitPoolWarm(ctx, fpvcHit, int32(n), ns); err != nil {
+	case modeHit, modeUnstaged:
+		// The pool refilled what the pods took; wait for it (and on the
+		// CSI tier for d's to be staged again) so that the refill does
+		// not overlap the next run.
+		if err := e.waitPoolWarm(ctx, poolOf(mode), int32(n), ns); err != nil {
 			return err
+		}
+		if e.csi && mode == modeHit {
+			if err := e.waitPoolStaged(ctx, fpvcHit, ns, n, cluster.RealNodeName); err != nil {
+				return err
+			}
 		}
 	case modeOwnClaim:
 		if err := e.cl.DeleteAllOf(ctx, &corev1.PersistentVolumeClaim{}, client.InNamespace(ns)); err != nil {

@@ -49,24 +49,34 @@ func TestStartupRatios(t *testing.T) {
 			pairs: [][2]string{{modeHit, modeOwnClaim}},
 			want:  []startupRatio{{Ratio: "d/e", Run: "sequential", P99: ptr.To(2.0)}},
 		},
-		"the CSI tier's pairs: d/e, b/d, c/d, d/a, e/a, b/a": {
-			runs:  startupRuns{seq(modePlain, 0.5, 1), seq(modeEphemeral, 18, 20), seq(modeMiss, 16.5, 22), seq(modeHit, 11, 12.5), seq(modeOwnClaim, 10, 10)},
+		"the CSI tier's pairs: d against a, b, e and c; the same for f, d's control; g against f and d; e and b against a": {
+			runs: startupRuns{
+				seq(modePlain, 0.5, 1), seq(modeEphemeral, 18, 20), seq(modeMiss, 16.5, 22), seq(modeHit, 0.6, 1.25), seq(modeOwnClaim, 10, 10),
+				seq(modeUnstaged, 11, 12.5), seq(modeMoved, 22, 25),
+			},
 			pairs: csiRatioPairs,
 			want: []startupRatio{
-				{Ratio: "d/e", Run: "sequential", P50: ptr.To(1.1), P99: ptr.To(1.25)},
-				{Ratio: "b/d", Run: "sequential", P50: ptr.To(18.0 / 11), P99: ptr.To(1.6)},
-				{Ratio: "c/d", Run: "sequential", P50: ptr.To(1.5), P99: ptr.To(1.76)},
-				{Ratio: "d/a", Run: "sequential", P50: ptr.To(22.0), P99: ptr.To(12.5)},
+				{Ratio: "d/a", Run: "sequential", P50: ptr.To(1.2), P99: ptr.To(1.25)},
+				{Ratio: "b/d", Run: "sequential", P50: ptr.To(30.0), P99: ptr.To(16.0)},
+				{Ratio: "e/d", Run: "sequential", P50: ptr.To(10.0 / 0.6), P99: ptr.To(8.0)},
+				{Ratio: "c/d", Run: "sequential", P50: ptr.To(27.5), P99: ptr.To(17.6)},
+				{Ratio: "f/a", Run: "sequential", P50: ptr.To(22.0), P99: ptr.To(12.5)},
+				{Ratio: "b/f", Run: "sequential", P50: ptr.To(18.0 / 11), P99: ptr.To(1.6)},
+				{Ratio: "e/f", Run: "sequential", P50: ptr.To(10.0 / 11), P99: ptr.To(0.8)},
+				{Ratio: "f/e", Run: "sequential", P50: ptr.To(1.1), P99: ptr.To(1.25)},
+				{Ratio: "f/d", Run: "sequential", P50: ptr.To(11 / 0.6), P99: ptr.To(10.0)},
+				{Ratio: "g/f", Run: "sequential", P50: ptr.To(2.0), P99: ptr.To(2.0)},
+				{Ratio: "g/d", Run: "sequential", P50: ptr.To(22 / 0.6), P99: ptr.To(20.0)},
 				{Ratio: "e/a", Run: "sequential", P50: ptr.To(20.0), P99: ptr.To(10.0)},
 				{Ratio: "b/a", Run: "sequential", P50: ptr.To(36.0), P99: ptr.To(20.0)},
 			},
 		},
-		"the CSI tier without b: its pairs are left out": {
+		"the CSI tier without b, f and g: their pairs are left out": {
 			runs:  startupRuns{seq(modePlain, 0.5, 1), seq(modeHit, 11, 12.5), seq(modeOwnClaim, 10, 10)},
 			pairs: csiRatioPairs,
 			want: []startupRatio{
-				{Ratio: "d/e", Run: "sequential", P50: ptr.To(1.1), P99: ptr.To(1.25)},
 				{Ratio: "d/a", Run: "sequential", P50: ptr.To(22.0), P99: ptr.To(12.5)},
+				{Ratio: "e/d", Run: "sequential", P50: ptr.To(10.0 / 11), P99: ptr.To(0.8)},
 				{Ratio: "e/a", Run: "sequential", P50: ptr.To(20.0), P99: ptr.To(10.0)},
 			},
 		},

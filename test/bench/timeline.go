@@ -114,16 +114,15 @@ func breakdown(pvcs []pvcTimes, start time.Time) refillBreakdown {
 }
 
 // attachTimes are the first times the bench's informer saw a
-// VolumeAttachment and saw it attached.
+// VolumeAttachment, saw it attached, and saw it deleted.
 type attachTimes struct {
-	PV, Node       string
-	Seen, Attached time.Time
+	PV, Node                string
+	Seen, Attached, Deleted time.Time
 }
 
 // attachTimeline records attachTimes of every VolumeAttachment from
 // informer events (the CSI tier's). A volume attached again after a
-// detach has a new VolumeAttachment of the same name: they are told apart
-// by UID.
+// detach has a new VolumeAttachment: they are told apart by UID.
 type attachTimeline struct {
 	mu sync.Mutex
 	va map[types.UID]*attachTimes
@@ -131,8 +130,11 @@ type attachTimeline struct {
 
 func newAttachTimeline() *attachTimeline { return &attachTimeline{va: map[types.UID]*attachTimes{}} }
 
-func (t *attachTimeline) observe(obj any) {
+func (t *attachTimeline) observe(obj any, deleted bool) {
 	now := time.Now()
+	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
 	a, ok := obj.(*storagev1.VolumeAttachment)
 	if !ok || a.Spec.Source.PersistentVolumeName == nil {
 		return
@@ -147,23 +149,27 @@ func (t *attachTimeline) observe(obj any) {
 	if a.Status.Attached && p.Attached.IsZero() {
 		p.Attached = now
 	}
+	if deleted && p.Deleted.IsZero() {
+		p.Deleted = now
+	}
 }
 
 func (t *attachTimeline) handler() toolscache.ResourceEventHandler {
 	return toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { t.observe(obj) },
-		UpdateFunc: func(_, obj any) { t.observe(obj) },
+		AddFunc:    func(obj any) { t.observe(obj, false) },
+		UpdateFunc: func(_, obj any) { t.observe(obj, false) },
+		DeleteFunc: func(obj any) { t.observe(obj, true) },
 	}
 }
 
-// first is the earliest VolumeAttachment of PV pv first seen at or after
-// since. (The CSI tier's pods all run on the real node.)
-func (t *attachTimeline) first(pv string, since time.Time) (attachTimes, bool) {
+// first is the earliest VolumeAttachment of PV pv to node first seen at
+// or after since.
+func (t *attachTimeline) first(pv, node string, since time.Time) (attachTimes, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var best *attachTimes
 	for _, a := range t.va {
-		if a.PV == pv && !a.Seen.Before(since) && (best == nil || a.Seen.Before(best.Seen)) {
+		if a.PV == pv && a.Node == node && !a.Seen.Before(since) && (best == nil || a.Seen.Before(best.Seen)) {
 			best = a
 		}
 	}
@@ -171,4 +177,17 @@ func (t *attachTimeline) first(pv string, since time.Time) (attachTimes, bool) {
 		return attachTimes{}, false
 	}
 	return *best, true
+}
+
+// attachedAt is the VolumeAttachment of PV pv that was attached, and not
+// yet deleted, at time at, on node if onNode, else on another node.
+func (t *attachTimeline) attachedAt(pv, node string, onNode bool, at time.Time) (attachTimes, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, a := range t.va {
+		if a.PV == pv && (a.Node == node) == onNode && !a.Attached.IsZero() && !a.Attached.After(at) && (a.Deleted.IsZero() || a.Deleted.After(at)) {
+			return *a, true
+		}
+	}
+	return attachTimes{}, false
 }
