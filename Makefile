@@ -223,11 +223,11 @@ test-e2e-real: bins csi-bins $(HELM) ## Run the end-to-end suite on the real nod
 	fi
 
 .PHONY: chaos
-chaos: bins ## Run the full fault-injection suite (two replicas, API faults, SIGKILLs; >= 300 pods, under 15 min); results in test/chaos/results/latest.md.
+chaos: bins csi-bins ## Run the full fault-injection suite (two replicas, API faults, SIGKILLs; >= 300 pods, under 15 min); results in test/chaos/results/latest.md.
 	CHAOS=full go test ./test/chaos -count=1 -timeout 30m -v -run '^TestChaos$$'
 
 .PHONY: chaos-reduced
-chaos-reduced: bins ## Run a reduced fault-injection run (about 2 min); results in test/chaos/results/reduced.md (not tracked).
+chaos-reduced: bins csi-bins ## Run a reduced fault-injection run (about 2 min); results in test/chaos/results/reduced.md (not tracked).
 	CHAOS=reduced go test ./test/chaos -count=1 -timeout 20m -v -run '^TestChaos$$'
 
 ##@ Benchmarks

@@ -80,6 +80,12 @@ func TestPlanPool(t *testing.T) {
 			want:     []nsWant{{namespace: "a", kept: true, create: 1, delete: []string{"old"}}},
 			wantRows: []string{"a"},
 		},
+		"a namespace being deleted: nothing created there, which the API server would refuse": {
+			f:        listed(3, "a"),
+			o:        poolObserved{namespaces: existing("a"), terminating: map[string]bool{"a": true}},
+			want:     []nsWant{{namespace: "a", kept: true}},
+			wantRows: []string{"a"},
+		},
 		"pool turned off: the namespace is emptied and has no row": {
 			f:    listed(0, "a"),
 			o:    poolObserved{warm: []corev1.PersistentVolumeClaim{warm(listed(0, "a"), "a", "w1", "")}, namespaces: existing("a")},

@@ -131,6 +131,9 @@ type poolObserved struct {
 	// namespaces are the labels of every namespace that exists, by name
 	// (the cache's metadata).
 	namespaces map[string]map[string]string
+	// terminating are the namespaces being deleted: nothing is created
+	// there, which the API server would refuse.
+	terminating map[string]bool
 	// staging is pool.StagingOn for the pool; holders are its holder
 	// pods; room is, per node a holder may go to, pool.NodeRoom.
 	staging bool
@@ -208,6 +211,12 @@ func (r *PoolReconciler) observePool(ctx context.Context, f *v1alpha1.FluentPVC,
 	o.namespaces = make(map[string]map[string]string, len(namespaces.Items))
 	for _, ns := range namespaces.Items {
 		o.namespaces[ns.Name] = ns.Labels
+		if !ns.DeletionTimestamp.IsZero() {
+			if o.terminating == nil {
+				o.terminating = map[string]bool{}
+			}
+			o.terminating[ns.Name] = true
+		}
 	}
 
 	for _, ns := range f.Status.Pool {
@@ -373,7 +382,9 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 				}
 				continue
 			}
-			in.Size = size
+			if !o.terminating[ns] {
+				in.Size = size
+			}
 		}
 		adapted := pool.Adapt(byNS[ns], o.unseen[ns], pp.hash, nodes)
 		in.Claims = adapted.Claims
