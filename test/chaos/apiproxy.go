@@ -43,9 +43,15 @@ type faultCounts struct {
 	Requests, Resets, Throttled, Failed, Delayed, WatchesCut int64
 }
 
+// operatorUser is the user as whom the operator's requests reach the API
+// server: the proxy impersonates it with the cluster's admin credentials,
+// so that the audit log tells the operator's writes (its holder pods)
+// from the driver's, which are the admin's.
+const operatorUser = "chaos-operator"
+
 // apiProxy stands between the operator and kube-apiserver: it terminates
-// TLS with its own certificate, passes requests on with the cluster's admin
-// credentials, and injects faults while enabled.
+// TLS with its own certificate, passes requests on as operatorUser, and
+// injects faults while enabled.
 type apiProxy struct {
 	rates   faultRates
 	enabled atomic.Bool
@@ -64,7 +70,9 @@ func newAPIProxy(c *cluster.Cluster, dir string, rates faultRates) (*apiProxy, e
 	if err != nil {
 		return nil, err
 	}
-	transport, err := rest.TransportFor(c.Config)
+	cfg := rest.CopyConfig(c.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: operatorUser, Groups: []string{"system:masters", "system:authenticated"}}
+	transport, err := rest.TransportFor(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -90,6 +91,10 @@ func TestChaos(t *testing.T) {
 	if err := kc.InstallCRDs(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// CSI storage that attaches, for the staged FluentPVC's claims.
+	if err := kc.StartCSI(ctx, cluster.CSIOptions{CreateDelay: 500 * time.Millisecond, AttachDelay: time.Second}); err != nil {
+		t.Fatalf("CSI storage: %v (log %s)", err, logPath)
+	}
 	reps, err := startReplicas(ctx, kc, 2, proxy.Kubeconfig, []string{
 		"--orphan-grace-period=10s", "--allow-short-orphan-grace-period", "--drain-backoff-base=1s", "--drain-backoff-max=5s",
 	})
@@ -103,7 +108,7 @@ func TestChaos(t *testing.T) {
 	})
 
 	d := newDriver(m, c, user, kc, logFile)
-	for _, o := range []client.Object{nodeLocalClass(), fluentPVC(), localFluentPVC()} {
+	for _, o := range []client.Object{nodeLocalClass(), fluentPVC(), localFluentPVC(), stagedFluentPVC()} {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
@@ -134,6 +139,8 @@ func TestChaos(t *testing.T) {
 	every(loadCtx, &wg, m.BindingQuotaEvery, d.bindingQuota)
 	every(loadCtx, &wg, m.DrainRefusalEvery, d.refuseDrainPods)
 	every(loadCtx, &wg, m.NodeEvery, d.deleteNode)
+	every(loadCtx, &wg, m.StagedNodeEvery, d.deleteStagedNode)
+	every(loadCtx, &wg, m.HolderKillEvery, d.killHolder)
 	<-loadCtx.Done()
 	wg.Wait()
 	stopLoad()
@@ -152,16 +159,13 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(kc.AuditLog())
+	events, err := readAuditLogs(kc.AuditLog())
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, err := oracle.ReadAudit(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	report := oracle.Check(events, final, oracle.Options{StuckAfter: 2 * time.Minute, Users: []string{chaosUser}})
+	report := oracle.Check(events, final, oracle.Options{
+		StuckAfter: 2 * time.Minute, Users: []string{chaosUser}, Operator: operatorUser, Lease: leaderElectionNamespace + "/" + leaderElectionID,
+	})
 
 	res := results{
 		Mode: m.Name, Start: start, Setup: loadStart.Sub(start), Load: loadEnd.Sub(loadStart), Settle: settleEnd.Sub(loadEnd), Settled: settled,
@@ -191,7 +195,8 @@ func TestChaos(t *testing.T) {
 
 // settle scales the load to zero, deletes every pod left in the load
 // namespaces and waits, up to timeout, until no pod, binding, claimed PVC
-// or terminating load namespace is left.
+// or terminating load namespace is left. The holders of warm PVCs stay
+// with them (the oracle checks that no other is left).
 func settle(ctx context.Context, t *testing.T, d *driver, c client.Client, timeout time.Duration) bool {
 	var deps appsv1.DeploymentList
 	if err := c.List(ctx, &deps); err != nil {
@@ -215,7 +220,7 @@ func settle(ctx context.Context, t *testing.T, d *driver, c client.Client, timeo
 		}
 		var n int
 		for i := range pods.Items {
-			if p := &pods.Items[i]; strings.HasPrefix(p.Namespace, "chaos-") {
+			if p := &pods.Items[i]; strings.HasPrefix(p.Namespace, "chaos-") && p.Labels[v1alpha1.ComponentLabelKey] != v1alpha1.ComponentHolder {
 				n++
 				if p.DeletionTimestamp.IsZero() && p.Labels[v1alpha1.ComponentLabelKey] == "" {
 					d.fail("deleting a load pod", client.IgnoreNotFound(c.Delete(ctx, p)))
@@ -254,6 +259,32 @@ func dumpState(ctx context.Context, c client.Client) (oracle.State, error) {
 	}
 	s.Pods, s.PVCs, s.Jobs, s.Bindings, s.At = pods.Items, pvcs.Items, jobs.Items, bindings.Items, time.Now()
 	return s, nil
+}
+
+// readAuditLogs reads the audit log at path and the backups kube-apiserver
+// rotated out of it (at 100 MB, its default), oldest first: <name>-<time>
+// beside it, whose times sort as their names do.
+func readAuditLogs(path string) ([]oracle.Event, error) {
+	ext := filepath.Ext(path)
+	backups, err := filepath.Glob(strings.TrimSuffix(path, ext) + "-*" + ext)
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(backups)
+	var events []oracle.Event
+	for _, p := range append(backups, path) {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, err
+		}
+		e, err := oracle.ReadAudit(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		events = append(events, e...)
+	}
+	return events, nil
 }
 
 // failedDrains counts the drain Jobs that failed, from the audit log.
@@ -299,6 +330,7 @@ func (r results) Markdown() string {
 	row("labelled pods created (audit log)", r.Report.Stats.PodsCreated)
 	row("bare pods created by the driver (the rest from Deployments)", t.BarePods.Load())
 	row("bare pods with node-local claims", t.LocalPods.Load())
+	row("bare pods with staged claims (CSI storage that attaches)", t.StagedPods.Load())
 	row("pods whose sidecar failed", t.SidecarFailPods.Load())
 	row("Deployment scalings", t.Scales.Load())
 	row("replica SIGKILLs (each restarted)", t.ReplicaKills.Load())
@@ -330,6 +362,8 @@ func (r results) Markdown() string {
 	row("windows of a zero quota on bindings", t.BindingQuotas.Load())
 	row("windows of refused drain Job pods (ValidatingAdmissionPolicy)", t.DrainPodRefusals.Load())
 	row("nodes with node-local claims deleted (made again 30-60 s later)", t.NodesDeleted.Load())
+	row("nodes with holders deleted (made again 30-60 s later, with their CSINode)", t.StagedNodesDeleted.Load())
+	row("holders killed (deleted, as by a preemption)", t.HoldersKilled.Load())
 	row("unexpected driver errors", t.Errors.Load())
 	fmt.Fprintf(&b, "\n## Invariants\n\n")
 	for _, inv := range oracle.Invariants {

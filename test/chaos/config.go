@@ -22,8 +22,10 @@ type mode struct {
 	KillEvery, NamespaceEvery, FluentPVCEvery, StripEvery, UnlabelEvery, CopyEvery, ScaleEvery [2]time.Duration
 	// And those of faults.go: unlabelled copies, users' deletions of held
 	// claims, refused binding writes, quotas on bindings, refused drain
-	// pods, deleted nodes.
-	DebugCopyEvery, ClaimDeleteEvery, BindingRefusalEvery, BindingQuotaEvery, DrainRefusalEvery, NodeEvery [2]time.Duration
+	// pods, deleted nodes (with node-local claims, with holders), killed
+	// holders.
+	DebugCopyEvery, ClaimDeleteEvery, BindingRefusalEvery, BindingQuotaEvery, DrainRefusalEvery, NodeEvery, StagedNodeEvery,
+	HolderKillEvery [2]time.Duration
 	// Window is how long a refusal or quota lasts; NodeDown how long a
 	// deleted node stays away.
 	Window, NodeDown [2]time.Duration
@@ -42,6 +44,7 @@ var (
 		DebugCopyEvery: [2]time.Duration{6 * time.Second, 12 * time.Second}, ClaimDeleteEvery: [2]time.Duration{6 * time.Second, 12 * time.Second},
 		BindingRefusalEvery: [2]time.Duration{5 * time.Second, 20 * time.Second}, BindingQuotaEvery: [2]time.Duration{10 * time.Second, 25 * time.Second},
 		DrainRefusalEvery: [2]time.Duration{10 * time.Second, 25 * time.Second}, NodeEvery: [2]time.Duration{10 * time.Second, 20 * time.Second},
+		StagedNodeEvery: [2]time.Duration{10 * time.Second, 20 * time.Second}, HolderKillEvery: [2]time.Duration{3 * time.Second, 8 * time.Second},
 		Window: [2]time.Duration{15 * time.Second, 25 * time.Second}, NodeDown: [2]time.Duration{30 * time.Second, 60 * time.Second},
 	}
 	full = mode{
@@ -54,6 +57,7 @@ var (
 		DebugCopyEvery: [2]time.Duration{8 * time.Second, 15 * time.Second}, ClaimDeleteEvery: [2]time.Duration{10 * time.Second, 20 * time.Second},
 		BindingRefusalEvery: [2]time.Duration{30 * time.Second, 60 * time.Second}, BindingQuotaEvery: [2]time.Duration{40 * time.Second, 80 * time.Second},
 		DrainRefusalEvery: [2]time.Duration{40 * time.Second, 80 * time.Second}, NodeEvery: [2]time.Duration{60 * time.Second, 120 * time.Second},
+		StagedNodeEvery: [2]time.Duration{60 * time.Second, 120 * time.Second}, HolderKillEvery: [2]time.Duration{5 * time.Second, 12 * time.Second},
 		Window: [2]time.Duration{15 * time.Second, 25 * time.Second}, NodeDown: [2]time.Duration{30 * time.Second, 60 * time.Second},
 	}
 )

@@ -17,14 +17,19 @@
 // pod-protection finalizer before they are recorded; a ResourceQuota
 // allows no bindings; or a policy refuses the drain Jobs' pods. A second
 // FluentPVC takes node-local claims, and a node holding some is deleted
-// and made again 30-60 s later.
+// and made again 30-60 s later. A third takes its claims from CSI storage
+// that attaches (cluster.StartCSI), so its pool keeps each warm PVC staged
+// on a node by a holder pod: holders are killed as a preemption would,
+// and a node with holders is deleted and made again, with its CSINode,
+// 30-60 s later.
 //
 // The judge is independent of the operator: after the load stops and the
 // system settles, the oracle package reads only the kube-apiserver audit
-// log and the final state, and counts violations of the invariants I1-I4.
-// Every pod that mounts a claim counts, labelled or not; a release that
-// follows a user's deletion of the claim is excused, as is one that
-// follows its namespace's deletion.
+// log and the final state, and counts violations of the invariants I1-I5.
+// Every pod that mounts a claim counts, labelled or not, but a holder the
+// operator made (its requests reach the API server as operatorUser, which
+// the proxy impersonates); a release that follows a user's deletion of
+// the claim is excused, as is one that follows its namespace's deletion.
 //
 // Run it with `make chaos` (the full run, CHAOS=full, at least 300 pods,
 // results in test/chaos/results/latest.md); `make test` runs a reduced run

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -500,51 +501,146 @@ func (d *driver) refuseDrainPods(ctx context.Context) {
 }
 
 // deleteNode deletes the node of a running pod with a node-local claim
-// and makes it again after the mode's NodeDown (at once when the load
-// stops): the drains of its claims cannot schedule meanwhile and must go
-// on by themselves once it is back.
+// and makes it again after the mode's NodeDown (bounceNode): the drains
+// of its claims cannot schedule meanwhile and must go on by themselves
+// once it is back.
 func (d *driver) deleteNode(ctx context.Context) {
+	nodes := d.nodesOf(ctx, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: localFluentPVCName})
+	d.bounceNode(ctx, nodes, "node-local claims in use", &d.t.NodesDeleted)
+}
+
+// deleteStagedNode deletes the node of a running holder pod, where warm
+// PVCs are staged, and makes it again after the mode's NodeDown
+// (bounceNode): the pool must stage them on other nodes meanwhile.
+func (d *driver) deleteStagedNode(ctx context.Context) {
+	nodes := d.nodesOf(ctx, client.MatchingLabels{v1alpha1.ComponentLabelKey: v1alpha1.ComponentHolder})
+	d.bounceNode(ctx, nodes, "holders of staged warm PVCs", &d.t.StagedNodesDeleted)
+}
+
+// killHolder deletes a random holder pod, as a preemption by a pod of
+// higher priority would: the pool must stage its warm PVC again, and a
+// pod handed the PVC meanwhile must start all the same.
+func (d *driver) killHolder(ctx context.Context) {
 	var l corev1.PodList
-	if err := d.c.List(ctx, &l, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: localFluentPVCName}); err != nil {
-		d.fail("listing node-local pods", err)
+	if err := d.c.List(ctx, &l, client.MatchingLabels{v1alpha1.ComponentLabelKey: v1alpha1.ComponentHolder}); err != nil {
+		d.fail("listing holders", err)
 		return
 	}
+	var pick []*corev1.Pod
+	for i := range l.Items {
+		if l.Items[i].DeletionTimestamp.IsZero() {
+			pick = append(pick, &l.Items[i])
+		}
+	}
+	if len(pick) == 0 {
+		return
+	}
+	h := pick[rand.N(len(pick))]
+	if err := d.c.Delete(ctx, h, client.Preconditions{UID: &h.UID}); err != nil {
+		d.fail("killing a holder", err)
+		return
+	}
+	d.t.HoldersKilled.Add(1)
+	d.logf("killed holder %s/%s on node %s (%s)", h.Namespace, h.Name, h.Spec.NodeName, h.Status.Phase)
+}
+
+// nodesOf are the nodes of the Running pods that match opts, but those
+// deleted and not made again yet.
+func (d *driver) nodesOf(ctx context.Context, opts ...client.ListOption) []string {
+	var l corev1.PodList
+	if err := d.c.List(ctx, &l, opts...); err != nil {
+		d.fail("listing pods", err)
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	var nodes []string
 	for _, p := range l.Items {
-		if p.Status.Phase == corev1.PodRunning && p.Spec.NodeName != "" && !slices.Contains(nodes, p.Spec.NodeName) {
+		if p.Status.Phase == corev1.PodRunning && p.Spec.NodeName != "" && d.down[p.Spec.NodeName] == "" && !slices.Contains(nodes, p.Spec.NodeName) {
 			nodes = append(nodes, p.Spec.NodeName)
 		}
 	}
-	if len(nodes) == 0 {
+	return nodes
+}
+
+// bounceNode deletes one of nodes, at random, leaving alone a node in a
+// zone that has another one down (every zone keeps a node for its zonal
+// volumes), and makes it again, with its CSINode, after the mode's
+// NodeDown (at once when the load stops). what says what the node had,
+// deleted counts it.
+func (d *driver) bounceNode(ctx context.Context, nodes []string, what string, deleted *atomic.Int64) {
+	rand.Shuffle(len(nodes), func(i, j int) { nodes[i], nodes[j] = nodes[j], nodes[i] })
+	var node *corev1.Node
+	for _, name := range nodes {
+		n := &corev1.Node{}
+		if err := d.c.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+			d.fail("reading a node", err)
+			continue
+		}
+		if _, ok := nodeIndex(n.Name, n.Labels[corev1.LabelTopologyZone]); !ok {
+			d.logf("node %s is not one the cluster can make again; left alone", n.Name)
+			continue
+		}
+		if d.claimNode(n) {
+			node = n
+			break
+		}
+	}
+	if node == nil {
 		return
 	}
-	node := &corev1.Node{}
-	if err := d.c.Get(ctx, client.ObjectKey{Name: nodes[rand.N(len(nodes))]}, node); err != nil {
-		d.fail("reading a node", err)
-		return
-	}
+	defer d.releaseNode(node.Name)
 	zone := node.Labels[corev1.LabelTopologyZone]
-	i, ok := nodeIndex(node.Name, zone)
-	if !ok {
-		d.logf("node %s is not one the cluster can make again; left alone", node.Name)
-		return
-	}
-	if err := d.c.Delete(ctx, node); err != nil {
+	i, _ := nodeIndex(node.Name, zone)
+	if err := d.c.Delete(ctx, node, client.Preconditions{UID: &node.UID}); err != nil {
 		d.fail("deleting a node", err)
 		return
 	}
-	d.t.NodesDeleted.Add(1)
-	d.logf("deleted node %s with node-local claims in use", node.Name)
+	deleted.Add(1)
+	d.logf("deleted node %s with %s", node.Name, what)
 	pause(ctx, between(d.m.NodeDown))
 	bg := context.WithoutCancel(ctx)
+	// The garbage collector removes the old node's CSINode (owned by it);
+	// one left would be collected after the node is made again.
 	err := wait.PollUntilContextTimeout(bg, time.Second, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		return d.kc.CreateNodes(ctx, cluster.NodeSet{Zones: []string{zone}, PerZone: 1, First: i}) == nil, nil
+		err := d.c.Get(ctx, client.ObjectKey{Name: node.Name}, &storagev1.CSINode{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		d.logf("the CSINode of node %s was not collected; deleting it", node.Name)
+		d.fail("deleting a CSINode", client.IgnoreNotFound(d.c.Delete(bg, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: node.Name}})))
+	}
+	err = wait.PollUntilContextTimeout(bg, time.Second, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := d.kc.CreateNodes(ctx, cluster.NodeSet{Zones: []string{zone}, PerZone: 1, First: i}); err != nil {
+			return false, nil
+		}
+		return d.kc.RegisterCSINode(ctx, node.Name) == nil, nil
 	})
 	if err != nil {
 		d.fail("making node "+node.Name+" again", err)
 		return
 	}
-	d.logf("made node %s again", node.Name)
+	d.logf("made node %s again, with its CSINode", node.Name)
+}
+
+// claimNode marks node n down unless a node of its zone is.
+func (d *driver) claimNode(n *corev1.Node) bool {
+	zone := n.Labels[corev1.LabelTopologyZone]
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, z := range d.down {
+		if z == zone {
+			return false
+		}
+	}
+	d.down[n.Name] = zone
+	return true
+}
+
+func (d *driver) releaseNode(name string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.down, name)
 }
 
 // nodeIndex is the number of node name within zone (cluster.NodeName).

@@ -24,7 +24,7 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
-// fluentPVCName is the FluentPVC every load pod opts into.
+// fluentPVCName is the FluentPVC most load pods opt into.
 const fluentPVCName = "chaos"
 
 // deploymentsPerNamespace run in each load namespace.
@@ -32,11 +32,13 @@ const deploymentsPerNamespace = 2
 
 // tally counts what the driver did, for the results.
 type tally struct {
-	BarePods, LocalPods, SidecarFailPods, ReplicaKills, ReplicaExits, NamespacesDeleted, PoolChanges, TemplateChanges,
+	BarePods, LocalPods, StagedPods, SidecarFailPods, ReplicaKills, ReplicaExits, NamespacesDeleted, PoolChanges, TemplateChanges,
 	BindingsStripped, LabelsRemoved, CopiesDenied, CopiesAdmitted, Scales, Errors atomic.Int64
 	// The faults of faults.go.
 	DebugCopiesDenied, DebugCopiesAdmitted, ClaimDeletesDenied, ClaimDeletesAdmitted, ClaimDeletingReported, ClaimsGivenUp,
 	BindingRefusals, PodFinalizersStripped, BindingQuotas, DrainPodRefusals, NodesDeleted atomic.Int64
+	// Faults on staging: holders killed, nodes with holders deleted.
+	HoldersKilled, StagedNodesDeleted atomic.Int64
 }
 
 // driver runs the load and the faults.
@@ -56,12 +58,14 @@ type driver struct {
 	bare map[types.NamespacedName]time.Time
 	// after tracks the recoveries that outlive their faults (later).
 	after sync.WaitGroup
+	// down are the nodes deleted and not yet made again, with their zones.
+	down map[string]string
 
 	t tally
 }
 
 func newDriver(m mode, c, user client.Client, kc *cluster.Cluster, log io.Writer) *driver {
-	return &driver{m: m, c: c, user: user, kc: kc, log: log, bare: map[types.NamespacedName]time.Time{}}
+	return &driver{m: m, c: c, user: user, kc: kc, log: log, bare: map[types.NamespacedName]time.Time{}, down: map[string]string{}}
 }
 
 func (d *driver) logf(format string, args ...any) {
@@ -93,6 +97,17 @@ func localFluentPVC() *v1alpha1.FluentPVC {
 	return loadFluentPVC(fixtures.MakeFluentPVC(localFluentPVCName).PoolSize(2).StorageClass(localStorageClass))
 }
 
+// stagedFluentPVCName is the FluentPVC whose claims come from the CSI
+// storage that attaches (cluster.StorageClassCSI): its pool, staging
+// Auto, keeps each warm PVC attached to a node by a holder pod.
+const stagedFluentPVCName = "chaos-staged"
+
+// stagedFluentPVC is fluentPVC with claims from cluster.StorageClassCSI
+// and a pool of 3, staged.
+func stagedFluentPVC() *v1alpha1.FluentPVC {
+	return loadFluentPVC(fixtures.MakeFluentPVC(stagedFluentPVCName).PoolSize(3).StorageClass(cluster.StorageClassCSI))
+}
+
 func loadFluentPVC(w *fixtures.FluentPVCWrapper) *v1alpha1.FluentPVC {
 	return w.DeletePodOnSidecarFailure(true).
 		Mutate(func(f *v1alpha1.FluentPVC) {
@@ -113,7 +128,12 @@ func (d *driver) addNamespace(ctx context.Context) {
 		return
 	}
 	for i := range deploymentsPerNamespace {
-		labels := map[string]string{"app": fmt.Sprintf("app-%d", i), v1alpha1.FluentPVCNameLabelKey: fluentPVCName}
+		// The second Deployment's pods take staged claims.
+		fpvc := fluentPVCName
+		if i == 1 {
+			fpvc = stagedFluentPVCName
+		}
+		labels := map[string]string{"app": fmt.Sprintf("app-%d", i), v1alpha1.FluentPVCNameLabelKey: fpvc}
 		dep := &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("app-%d", i), Namespace: name},
 			Spec: appsv1.DeploymentSpec{
@@ -172,11 +192,15 @@ func (d *driver) createBarePod(ctx context.Context) {
 
 // createBarePodIn creates a labelled pod in ns that lives for a random
 // time, and returns it (nil on error); one in ten has a sidecar that
-// fails, one in four opts into the FluentPVC of node-local claims.
+// fails, one in four opts into the FluentPVC of node-local claims and one
+// in four into that of staged claims.
 func (d *driver) createBarePodIn(ctx context.Context, ns string) *corev1.Pod {
 	fpvc := fluentPVCName
-	if rand.N(4) == 0 {
+	switch rand.N(4) {
+	case 0:
 		fpvc = localFluentPVCName
+	case 1:
+		fpvc = stagedFluentPVCName
 	}
 	w := fixtures.MakePod("", ns).GenerateName("bare-").FluentPVC(fpvc)
 	sidecarFails := rand.N(10) == 0
@@ -189,8 +213,11 @@ func (d *driver) createBarePodIn(ctx context.Context, ns string) *corev1.Pod {
 		return nil
 	}
 	d.t.BarePods.Add(1)
-	if fpvc == localFluentPVCName {
+	switch fpvc {
+	case localFluentPVCName:
 		d.t.LocalPods.Add(1)
+	case stagedFluentPVCName:
+		d.t.StagedPods.Add(1)
 	}
 	if sidecarFails {
 		d.t.SidecarFailPods.Add(1)
@@ -260,10 +287,16 @@ func (d *driver) deleteNamespace(ctx context.Context) {
 	d.addNamespace(ctx)
 }
 
-// changeFluentPVC changes the pool size or a template at random.
+// changeFluentPVC changes the pool size or a template at random, of the
+// FluentPVC most pods use or, one time in three, of the staged one (whose
+// warm PVCs then go with their holders).
 func (d *driver) changeFluentPVC(ctx context.Context) {
+	name := fluentPVCName
+	if rand.N(3) == 0 {
+		name = stagedFluentPVCName
+	}
 	f := &v1alpha1.FluentPVC{}
-	if err := d.c.Get(ctx, client.ObjectKey{Name: fluentPVCName}, f); err != nil {
+	if err := d.c.Get(ctx, client.ObjectKey{Name: name}, f); err != nil {
 		d.fail("reading the FluentPVC", err)
 		return
 	}

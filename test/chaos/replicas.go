@@ -12,6 +12,13 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
 )
 
+// The operator's leader-election Lease: the namespace the replicas are
+// given, and the name the operator gives it (main.go).
+const (
+	leaderElectionNamespace = "default"
+	leaderElectionID        = "fluent-pvc-operator.tech.zozo.com"
+)
+
 // replicas are the operator's replicas, with leader election, serving the
 // webhook behind one round-robin load balancer.
 type replicas struct {
@@ -29,7 +36,7 @@ func startReplicas(ctx context.Context, c *cluster.Cluster, n int, kubeconfig st
 	if _, err := cluster.WriteServingCert(certDir); err != nil {
 		return nil, err
 	}
-	args = append([]string{"--leader-elect=true", "--leader-election-namespace=default"}, args...)
+	args = append([]string{"--leader-elect=true", "--leader-election-namespace=" + leaderElectionNamespace}, args...)
 	for i := range n {
 		op, err := cluster.RunOperator(ctx, c, cluster.OperatorOptions{
 			Instance: fmt.Sprintf("%d", i), CertDir: certDir, Kubeconfig: kubeconfig, WebhookPort: -1, Args: args,

@@ -95,22 +95,26 @@ type policy struct {
 		Level     string   `json:"level"`
 		Verbs     []string `json:"verbs"`
 		Resources []struct {
-			Group     string   `json:"group"`
-			Resources []string `json:"resources"`
+			Group         string   `json:"group"`
+			Resources     []string `json:"resources"`
+			ResourceNames []string `json:"resourceNames"`
 		} `json:"resources"`
 	} `json:"rules"`
 }
 
 // level is the level of the first rule matching a request, as
-// kube-apiserver picks it (empty lists match everything).
+// kube-apiserver picks it (empty lists match everything); resource may
+// name the object too, as "resource#name".
 func (p policy) level(verb, group, resource string) string {
+	resource, name, _ := strings.Cut(resource, "#")
 	for _, r := range p.Rules {
 		if len(r.Verbs) > 0 && !slices.Contains(r.Verbs, verb) {
 			continue
 		}
 		match := len(r.Resources) == 0
 		for _, g := range r.Resources {
-			if g.Group == group && (len(g.Resources) == 0 || slices.Contains(g.Resources, resource)) {
+			if g.Group == group && (len(g.Resources) == 0 || slices.Contains(g.Resources, resource)) &&
+				(len(g.ResourceNames) == 0 || slices.Contains(g.ResourceNames, name)) {
 				match = true
 			}
 		}
@@ -147,11 +151,14 @@ func TestPolicy(t *testing.T) {
 		{"get", "", "pods", "None"},
 		{"list", "", "persistentvolumeclaims", "None"},
 		{"watch", "batch", "jobs", "None"},
-		{"update", "", "pods/status", "None"},
+		{"patch", "", "pods/status", "RequestResponse"},
+		{"create", "", "pods/binding", "RequestResponse"},
+		{"update", "", "persistentvolumeclaims/status", "None"},
 		{"patch", "", "events", "None"},
 		{"update", "", "namespaces", "None"},
 		{"create", "", "configmaps", "None"},
-		{"update", "coordination.k8s.io", "leases", "None"},
+		{"update", "coordination.k8s.io", "leases#kube-scheduler", "None"},
+		{"update", "coordination.k8s.io", "leases#fluent-pvc-operator.tech.zozo.com", "RequestResponse"},
 	}
 	for _, tc := range cases {
 		if got := p.level(tc.verb, tc.group, tc.resource); got != tc.want {

@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
@@ -173,11 +176,90 @@ func (l *auditLog) deleteAnsweredByStatus(pvc *corev1.PersistentVolumeClaim) {
 	l.events = append(l.events, e)
 }
 
-// pod logs the create of a labelled pod mounting claim and the PVCs in more.
-func (l *auditLog) pod(ns, name, claim string, more ...string) {
+// pod logs the create of a labelled pod mounting claim and the PVCs in
+// more, and returns it.
+func (l *auditLog) pod(ns, name, claim string, more ...string) *corev1.Pod {
 	pod := labelledPod(ns, name, claim, more...)
 	pod.UID = l.uid(name)
 	l.write("create", "", "pods", "", pod)
+	return pod
+}
+
+// operatorUser is the operator's username in the fixtures (Options.Operator).
+const operatorUser = "system:operator"
+
+// holderPod is the holder pod of warm PVC pvc as the operator makes it:
+// labelled, controlled by pvc, mounting it read-only.
+func holderPod(pvc *corev1.PersistentVolumeClaim) *corev1.Pod {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Namespace: pvc.Namespace, Name: pvc.Name + "-hold",
+		Labels: map[string]string{
+			v1alpha1.FluentPVCNameLabelKey: pvc.Labels[v1alpha1.FluentPVCNameLabelKey],
+			v1alpha1.ComponentLabelKey:     v1alpha1.ComponentHolder,
+			v1alpha1.WarmClaimLabelKey:     pvc.Name,
+		},
+		OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "v1", Kind: "PersistentVolumeClaim", Name: pvc.Name, UID: pvc.UID, Controller: ptr.To(true),
+		}},
+	}}
+	pod.Spec.Volumes = []corev1.Volume{{Name: "claim", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: pvc.Name, ReadOnly: true},
+	}}}
+	pod.Spec.Containers = []corev1.Container{{Name: "hold", VolumeMounts: []corev1.VolumeMount{{Name: "claim", MountPath: "/held", ReadOnly: true}}}}
+	return pod
+}
+
+// holder logs user's create of the holder pod of pvc (holderPod).
+func (l *auditLog) holder(pvc *corev1.PersistentVolumeClaim, user string) *corev1.Pod {
+	return l.createPodAs(holderPod(pvc), user)
+}
+
+// createPodAs logs user's create of pod, with a fresh UID, and returns it.
+func (l *auditLog) createPodAs(pod *corev1.Pod, user string) *corev1.Pod {
+	pod.UID = l.uid(pod.Name)
+	l.write("create", "", "pods", "", pod)
+	l.events[len(l.events)-1].User = UserInfo{Username: user}
+	return pod
+}
+
+// deletePod logs user's delete of pod (whose grace period, 0, removes it
+// at once).
+func (l *auditLog) deletePod(pod *corev1.Pod, user string) {
+	pod.DeletionTimestamp = &metav1.Time{Time: t0.Add(time.Duration(l.n+1) * time.Second)}
+	l.write("delete", "", "pods", "", pod)
+	l.events[len(l.events)-1].User = UserInfo{Username: user}
+}
+
+// bind logs the scheduler's binding of pod to a node (pods/binding,
+// answered by a Status).
+func (l *auditLog) bind(pod *corev1.Pod) {
+	e := l.next("create", "system:kube-scheduler", ObjectRef{Resource: "pods", Namespace: pod.Namespace, Name: pod.Name, Subresource: "binding"}, 201)
+	e.RequestObject, _ = json.Marshal(&corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: "node-1"},
+	})
+	e.ResponseObject, _ = json.Marshal(&metav1.Status{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}, Status: metav1.StatusSuccess})
+	l.events = append(l.events, e)
+	pod.Spec.NodeName = "node-1"
+}
+
+// leaseName is the operator's leader-election Lease in the fixtures
+// (Options.Lease).
+const leaseName = "default/fluent-pvc-operator.tech.zozo.com"
+
+// lease logs a write of the operator's Lease by holder: a renewal, or a
+// new leader's taking of it.
+func (l *auditLog) lease(holder string) {
+	ns, name, _ := strings.Cut(leaseName, "/")
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: "uid-lease"}}
+	lease.Spec.HolderIdentity = &holder
+	l.write("update", "coordination.k8s.io", "leases", "", lease)
+}
+
+// start logs the node's status write that shows pod Running.
+func (l *auditLog) start(pod *corev1.Pod) {
+	pod.Status.Phase = corev1.PodRunning
+	l.write("patch", "", "pods", "status", pod)
 }
 
 // unlabelledPod logs the create of a pod without the opt-in and binding

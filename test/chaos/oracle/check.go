@@ -27,6 +27,11 @@ const (
 	// InvariantStuckTerminating (I4): a pod of the final state has been
 	// Terminating for longer than Options.StuckAfter.
 	InvariantStuckTerminating = "I4"
+	// InvariantHolder (I5): a holder pod of the operator's mounted a claim
+	// while it was not warm: created after its checkout, kept past the
+	// start of the pod it went to (beyond Options.HolderGrace), or there
+	// when a drain Job of it was created or in the final state.
+	InvariantHolder = "I5"
 )
 
 // Invariants lists the invariants in report order with a one-line title.
@@ -35,6 +40,7 @@ var Invariants = []struct{ ID, Title string }{
 	{InvariantUndrainedRelease, "a used claim is let go of only after a drain succeeded (or its namespace, or the claim by a user, is deleted)"},
 	{InvariantLeftover, "nothing of the operator's is left once the load is gone"},
 	{InvariantStuckTerminating, "no pod is stuck Terminating"},
+	{InvariantHolder, "a holder mounts a claim only while it is warm and until the pod it goes to starts"},
 }
 
 // DefaultStuckAfter is Options.StuckAfter when it is zero.
@@ -57,6 +63,23 @@ type Options struct {
 	// a claim deleted while held gives up its data. Empty: no user's
 	// deletion excuses anything.
 	Users []string
+	// Operator is the username of the operator's requests. A pod it
+	// creates that is labelled as the holder of a warm claim, is
+	// controlled by that claim and mounts it read-only is the claim's
+	// holder, judged by I5, not a user of the claim (I1, I2). Empty: no
+	// pod is a holder; every pod that mounts a claim is a user of it.
+	Operator string
+	// HolderGrace is how long after the start of the pod a claim was
+	// handed to the deletion of the claim's holder may be requested (I5).
+	// Zero means DefaultHolderGrace.
+	HolderGrace time.Duration
+	// Lease names the operator's leader-election Lease, as
+	// "namespace/name" (Policy logs its writes by that name): a holder's
+	// grace bounds the time a replica led after the pod's start, without
+	// the spans from an old leader's last write of it to a new leader's
+	// taking of it, since no replica acts while none leads. Empty: the
+	// grace bounds all the time from the start.
+	Lease string
 }
 
 func (o Options) stuckAfter() time.Duration {
@@ -64,6 +87,13 @@ func (o Options) stuckAfter() time.Duration {
 		return DefaultStuckAfter
 	}
 	return o.StuckAfter
+}
+
+func (o Options) holderGrace() time.Duration {
+	if o.HolderGrace == 0 {
+		return DefaultHolderGrace
+	}
+	return o.HolderGrace
 }
 
 // State is the final state of the cluster, dumped once the system has
@@ -74,13 +104,14 @@ type State struct {
 	Jobs     []batchv1.Job
 	Bindings []v1alpha1.FluentPVCBinding
 	// At is when the dump was taken. Zero means there is no final state:
-	// I3, I4 and the check for claims that vanished unlogged are skipped.
+	// I3, I4, I5's check of holders left and the check for claims that
+	// vanished unlogged are skipped.
 	At time.Time
 }
 
 // Violation is one breach of an invariant.
 type Violation struct {
-	// Invariant is "I1" to "I4".
+	// Invariant is "I1" to "I5".
 	Invariant string
 	// Object names the object at fault, as "kind namespace/name (uid ...)".
 	Object string
@@ -147,6 +178,7 @@ type Report struct {
 	Violations []Violation
 	Excused    []Excuse
 	Stats      Stats
+	Holders    HolderReport
 }
 
 // Count is the number of violations of invariant id.
@@ -163,19 +195,24 @@ func (r Report) Count(id string) int {
 // OK is true when no invariant was violated.
 func (r Report) OK() bool { return len(r.Violations) == 0 }
 
-// Check counts the violations of I1 and I2 in the audit log events (in log
-// order, as ReadAudit returns them) and of I3 and I4 in the final state.
+// Check counts the violations of I1, I2 and I5 in the audit log events
+// (in log order, as ReadAudit returns them) and of I3, I4 and I5 in the
+// final state.
 func Check(events []Event, final State, opts Options) Report {
-	h := buildHistory(events, ordering{byTime: opts.OrderByTime}, opts.Users)
+	h := buildHistory(events, opts)
 	uses := h.claimUses()
 	var r Report
 	r.Violations = append(r.Violations, h.checkShared(uses)...)
 	released, excused, stats := h.checkReleases(uses, final)
 	r.Violations = append(r.Violations, released...)
 	r.Excused = excused
+	held, holders := h.checkHolders(uses, opts.holderGrace())
+	r.Violations = append(r.Violations, held...)
+	r.Holders = holders
 	if !final.At.IsZero() {
 		r.Violations = append(r.Violations, checkLeftovers(final)...)
 		r.Violations = append(r.Violations, checkStuck(final, opts.stuckAfter())...)
+		r.Violations = append(r.Violations, checkFinalHolders(final)...)
 	}
 	r.Stats = stats
 	r.Stats.AuditEvents = len(events)

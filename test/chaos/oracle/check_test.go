@@ -627,3 +627,334 @@ func TestCheckLeftoverReasons(t *testing.T) {
 		t.Errorf("violation = %+v", v)
 	}
 }
+
+// TestCheckHolders covers I5 from the log, and how I1 and I2 see holders:
+// the operator's read-only holder of a warm claim is no user of it; a pod
+// that only looks like one is.
+func TestCheckHolders(t *testing.T) {
+	operator := Options{Operator: operatorUser}
+	cases := []struct {
+		name  string
+		log   func(l *auditLog)
+		opts  Options
+		want  counts
+		check func(t *testing.T, r Report)
+	}{
+		{
+			name: "ok: the holder, made while warm, is deleted by the operator as its pod starts, within the grace",
+			log: func(l *auditLog) {
+				w := l.warmPVC("ns", "w")
+				h := l.holder(w, operatorUser)
+				l.checkout(w)
+				p := l.pod("ns", "a", "w")
+				l.bind(p)
+				l.start(p)
+				l.deletePod(h, operatorUser)
+				l.drainAndDelete(w, 1)
+			},
+			opts: operator,
+			want: counts{},
+			check: func(t *testing.T, r Report) {
+				h := r.Holders
+				if h.Created != 1 || h.Checked != 1 || h.AfterStart != 1 || h.Grace != DefaultHolderGrace {
+					t.Errorf("holders = %+v", h)
+				}
+				if h.BoundToDeleted.N != 1 || h.BoundToDeleted.Max != 2*time.Second || h.StartedToDeleted.Max != time.Second {
+					t.Errorf("step-away = %+v, %+v; want 2s from the binding, 1s from the start", h.BoundToDeleted, h.StartedToDeleted)
+				}
+				if r.Stats.PodsCreated != 1 || r.Stats.ClaimsReferenced != 1 {
+					t.Errorf("stats = %+v: the holder is no pod of the load", r.Stats)
+				}
+			},
+		},
+		{
+			name: "ok: the holder is deleted once its pod is bound, before it starts",
+			log: func(l *auditLog) {
+				w := l.warmPVC("ns", "w")
+				h := l.holder(w, operatorUser)
+				l.checkout(w)
+				p := l.pod("ns", "a", "w")
+				l.bind(p)
+				l.deletePod(h, operatorUser)
+				l.start(p)
+				l.drainAndDelete(w, 1)
+			},
+			opts: operator,
+			want: counts{},
+			check: func(t *testing.T, r Report) {
+				if h := r.Holders; h.Checked != 1 || h.AfterStart != 0 || h.StartedToDeleted.Min != -time.Second {
+					t.Errorf("holders = %+v", h)
+				}
+			},
+		},
+		{
+			name: "ok: a killed holder is made again while the claim is warm; the killing is no step-away",
+			log: func(l *auditLog) {
+				w := l.warmPVC("ns", "w")
+				h1 := l.holder(w, operatorUser)
+				l.deletePod(h1, "chaos")
+				h2 := l.holder(w, operatorUser)
+				l.checkout(w)
+				p := l.pod("ns", "a", "w")
+				l.bind(p)
+				l.start(p)
+				l.deletePod(h2, operatorUser)
+				l.drainAndDelete(w, 1)
+			},
+			opts: operator,
+			want: counts{},
+			check: func(t *testing.T, r Report) {
+				if h := r.Holders; h.Created != 2 || h.Checked != 2 || h.BoundToDeleted.N != 1 {
+					t.Errorf("holders = %+v", h)
+				}
+			},
+		},
+		{
+			name: "ok: the claim returns warm and gets a holder again",
+			log: func(l *auditLog) {
+				w := l.warmPVC("ns", "w")
+				h := l.holder(w, operatorUser)
+				l.checkout(w)
+				p := l.pod("ns", "a", "w")
+				l.start(p)
+				l.deletePod(h, operatorUser)
+				l.complete(l.drainJob(w, 1))
+				l.returnWarm(w)
+				l.holder(w, operatorUser)
+			},
+			opts: operator,
+			want: counts{},
+		},
+		{
+			name: "violation: the holder is deleted later than the grace after its pod started",
+			log: func(l *auditLog) {
+				w := l.warmPVC("ns", "w")
+				h := l.holder(w, operatorUser)
+				l.checkout(w)
+				p := l.pod("ns", "a", "w")
+				l.start(p)
+				l.deletePod(h, operatorUser) // 1 s after the start
+				l.drainAndDelete(w, 1)
+			},
+			opts: Options{Operator: operatorUser, HolderGrace: 500 * time.Millisecond},
+			want: counts{InvariantHolder: 1},
+			check: func(t *testing.T, r Report) {
+				if d := r.Violations[0].Detail; !strings.Contains(d, "ns/a") || !strings.Contains(d, "1s after the start") {
+					t.Errorf("detail = %s", d)
+				}
+			},
+		},
+		{
+			name: "ok: the leader dies; the new leader deletes the holder within the grace of the time a replica led",
+			log: func(l *auditLog) {
+				w := l.warmPVC("ns", "w")
+				h := l.holder(w, operatorUser)
+				l.checkout(w)
+				p := l.pod("ns", "a", "w")
+				l.lease("replica-0") // its last renewal
+				l.start(p)
+				l.write("update", "", "persistentvolumeclaims", "", w) // time passes
+				l.lease("replica-1")                                   // takes the Lease 2 s after the start
+				l.deletePod(h, operatorUser)                           // 1 s later
+				l.drainAndDelete(w, 1)
+			},
+			opts: Options{Operator: operatorUser, Lease: leaseName, HolderGrace: 1500 * time.Millisecond},
+			want: counts{},
+			check: func(t *testing.T, r Report) {
+				h := r.Holders
+				if h.Failovers != 1 || h.LeaderChanges != 1 || h.AfterStart != 1 || h.StartedToDeleted.Max != 3*time.Second || h.LedToDeleted.Max != time.Second {
+					t.Errorf("holders = %+v", h)
+				}
+			},
+		},
+		{
+			name: "violation: a leader that goes on renewing the Lease excuses nothing",
+			log: func(l *auditLog) {
+				w := l.warmPVC("ns", "w")
+				h := l.holder(w, operatorUser)
+				l.checkout(w)
+				p := l.pod("ns", "a", "w")
+				l.lease("replica-0")
+				l.start(p)
+				l.lease("replica-0")
+				l.deletePod(h, operatorUser)
+				l.drainAndDelete(w, 1)
+			},
+			opts: Options{Operator: operatorUser, Lease: leaseName, HolderGrace: 1500 * time.Millisecond},
+			want: counts{InvariantHolder: 1},
+			check: func(t *testing.T, r Report) {
+				if d := r.Violations[0].Detail; !strings.Contains(d, "a replica of the operator led 2s") {
+					t.Errorf("detail = %s", d)
+				}
+			},
+		},
+		{
+			name: "violation: the Lease of another name excuses nothing",
+			log: func(l *auditLog) {
+				w := l.warmPVC("ns", "w")
+				h := l.holder(w, operatorUser)
+				l.checkout(w)
+				p := l.pod("ns", "a", "w")
+				l.lease("replica-0")
+				l.start(p)
+				l.lease("replica-1")
+				l.deletePod(h, operatorUser)
+				l.drainAndDelete(w, 1)
+			},
+			opts: Options{Operator: operatorUser, Lease: "default/another", HolderGrace: 1500 * time.Millisecond},
+			want: counts{InvariantHolder: 1},
+		},
+		{
+			name: "violation: the holder is never deleted though its pod started",
+			log: func(l *auditLog) {
+				w := l.warmPVC("ns", "w")
+				l.holder(w, operatorUser)
+				l.checkout(w)
+				l.start(l.pod("ns", "a", "w"))
+			},
+			opts: operator,
+			want: counts{InvariantHolder: 1},
+			check: func(t *testing.T, r Report) {
+				if d := r.Violations[0].Detail; !strings.Contains(d, "never requested") {
+					t.Errorf("detail = %s", d)
+				}
+			},
+		},
+		{
+			name: "violation: a holder created after the claim's checkout",
+			log: func(l *auditLog) {
+				w := l.warmPVC("ns", "w")
+				l.checkout(w)
+				h := l.holder(w, operatorUser)
+				p := l.pod("ns", "a", "w")
+				l.bind(p)
+				l.deletePod(h, operatorUser)
+				l.start(p)
+				l.drainAndDelete(w, 1)
+			},
+			opts: operator,
+			want: counts{InvariantHolder: 1},
+			check: func(t *testing.T, r Report) {
+				if d := r.Violations[0].Detail; !strings.Contains(d, "not warm") || !strings.Contains(d, `claim-role="claimed"`) {
+					t.Errorf("detail = %s", d)
+				}
+			},
+		},
+		{
+			name: "violation: the holder is still there when a drain Job of its claim is created",
+			log: func(l *auditLog) {
+				w := l.warmPVC("ns", "w")
+				h := l.holder(w, operatorUser)
+				l.checkout(w)
+				l.pod("ns", "a", "w") // deleted before it started
+				j := l.drainJob(w, 1)
+				l.deletePod(h, operatorUser)
+				l.complete(j)
+				l.release(w)
+				l.deletePVC(w)
+			},
+			opts: operator,
+			want: counts{InvariantHolder: 1},
+			check: func(t *testing.T, r Report) {
+				if d := r.Violations[0].Detail; !strings.Contains(d, "drain Job ns/w-drain-1") {
+					t.Errorf("detail = %s", d)
+				}
+			},
+		},
+		{
+			name: "I1 and I2 violations: a holder look-alike made by another user is a user of the claim",
+			log: func(l *auditLog) {
+				w := l.warmPVC("ns", "w")
+				l.holder(w, "mallory")
+				l.checkout(w)
+				l.start(l.pod("ns", "a", "w"))
+				l.drainAndDelete(w, 1)
+			},
+			opts: operator,
+			want: counts{InvariantSharedClaim: 1, InvariantUndrainedRelease: 1},
+			check: func(t *testing.T, r Report) {
+				if r.Holders.Created != 0 || r.Stats.PodsCreated != 2 {
+					t.Errorf("holders = %+v, stats = %+v", r.Holders, r.Stats)
+				}
+			},
+		},
+		{
+			name: "I1 and I2 violations: the operator's holder that mounts the claim writable is a user of it",
+			log: func(l *auditLog) {
+				w := l.warmPVC("ns", "w")
+				pod := holderPod(w)
+				pod.Spec.Containers[0].VolumeMounts[0].ReadOnly = false
+				l.createPodAs(pod, operatorUser)
+				l.checkout(w)
+				l.start(l.pod("ns", "a", "w"))
+				l.drainAndDelete(w, 1)
+			},
+			opts: operator,
+			want: counts{InvariantSharedClaim: 1, InvariantUndrainedRelease: 1},
+		},
+		{
+			name: "I1 and I2 violations: without Options.Operator no pod is a holder",
+			log: func(l *auditLog) {
+				w := l.warmPVC("ns", "w")
+				h := l.holder(w, operatorUser)
+				l.checkout(w)
+				p := l.pod("ns", "a", "w")
+				l.start(p)
+				l.deletePod(h, operatorUser)
+				l.drainAndDelete(w, 1)
+			},
+			want: counts{InvariantSharedClaim: 1, InvariantUndrainedRelease: 1},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newAuditLog()
+			tc.log(l)
+			r := Check(l.events, State{}, tc.opts)
+			if got := counts(nil).of(r); !equalCounts(got, tc.want) {
+				t.Errorf("violations = %v, want %v:\n%s", got, tc.want, strings.Join(r.Markdown(), "\n"))
+			}
+			if tc.check != nil {
+				tc.check(t, r)
+			}
+		})
+	}
+}
+
+// TestCheckFinalHolders covers I5 in the final state: a holder is left
+// only for a warm claim.
+func TestCheckFinalHolders(t *testing.T) {
+	at := t0.Add(time.Hour)
+	pvc := func(name, role string) corev1.PersistentVolumeClaim {
+		return corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
+			Namespace: "ns", Name: name, UID: types.UID("uid-" + name),
+			Labels: map[string]string{v1alpha1.FluentPVCNameLabelKey: "fpvc", v1alpha1.ClaimRoleLabelKey: role},
+		}}
+	}
+	warm, claimed := pvc("w", v1alpha1.ClaimRoleWarm), pvc("c", v1alpha1.ClaimRoleClaimed)
+	deleting := pvc("d", v1alpha1.ClaimRoleWarm)
+	deleting.DeletionTimestamp = &metav1.Time{Time: at}
+	stale := pvc("w", v1alpha1.ClaimRoleWarm)
+	stale.UID = "uid-w-before"
+	cases := []struct {
+		name  string
+		final State
+		want  counts
+	}{
+		{"a holder of a warm claim stays", State{PVCs: []corev1.PersistentVolumeClaim{warm}, Pods: []corev1.Pod{*holderPod(&warm)}}, counts{}},
+		{"a holder of a claim handed out (itself an I3 leftover)", State{PVCs: []corev1.PersistentVolumeClaim{claimed}, Pods: []corev1.Pod{*holderPod(&claimed)}},
+			counts{InvariantLeftover: 1, InvariantHolder: 1}},
+		{"a holder of a claim being deleted", State{PVCs: []corev1.PersistentVolumeClaim{deleting}, Pods: []corev1.Pod{*holderPod(&deleting)}}, counts{InvariantHolder: 1}},
+		{"a holder of a claim gone", State{Pods: []corev1.Pod{*holderPod(&warm)}}, counts{InvariantHolder: 1}},
+		{"a holder of an earlier claim of the same name", State{PVCs: []corev1.PersistentVolumeClaim{warm}, Pods: []corev1.Pod{*holderPod(&stale)}}, counts{InvariantHolder: 1}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.final.At = at
+			r := Check(nil, tc.final, Options{Operator: operatorUser})
+			if got := counts(nil).of(r); !equalCounts(got, tc.want) {
+				t.Errorf("violations = %v, want %v:\n%s", got, tc.want, strings.Join(r.Markdown(), "\n"))
+			}
+		})
+	}
+}

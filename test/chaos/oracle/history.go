@@ -49,7 +49,7 @@ func (r objRef) String() string {
 }
 
 // podCreate is a successful create of a pod that is not one of the
-// operator's own (drain or binder) pods.
+// operator's own (drain, binder or holder) pods.
 type podCreate struct {
 	ev  *Event
 	pos position
@@ -116,12 +116,31 @@ type warning struct {
 	objects []objRef
 }
 
+// podMoment is the logged write that marks a moment of a pod's life.
+type podMoment struct {
+	ev  *Event
+	pos position
+}
+
 // history is what the audit log says happened, per object.
 type history struct {
 	order ordering
-	// users are the usernames of Options.Users.
-	users      map[string]bool
-	pods       []podCreate
+	// users are the usernames of Options.Users; operator is Options.Operator.
+	users    map[string]bool
+	operator string
+	pods     []podCreate
+	// holders are the operator's holder pods, in log order.
+	holders []holderLife
+	// Moments of pods, by UID: the first binding to a node, the first
+	// write that shows a container started, the first deletion request.
+	bound, started, deleted map[types.UID]podMoment
+	// lease names the operator's leader-election Lease (Options.Lease);
+	// leaseWrites are its logged writes, ordered by position once the log
+	// is read, and leaderless the spans in which no replica led.
+	lease       string
+	leaseWrites []leaseWrite
+	leaderless  []span
+
 	claims     map[types.UID]*claimLife
 	claimNames map[string][]*claimLife // by "namespace/name"
 	jobs       map[types.UID]*jobLife
@@ -135,18 +154,25 @@ type history struct {
 }
 
 // buildHistory reads the successful, non-dry-run writes of events into a
-// history; users are the usernames whose deletes are the users'.
-func buildHistory(events []Event, order ordering, users []string) *history {
+// history, ordered as opts say; opts.Users are the usernames whose deletes
+// are the users', opts.Operator the operator's.
+func buildHistory(events []Event, opts Options) *history {
+	order := ordering{byTime: opts.OrderByTime}
 	h := &history{
 		order:      order,
 		users:      map[string]bool{},
+		operator:   opts.Operator,
+		lease:      opts.Lease,
+		bound:      map[types.UID]podMoment{},
+		started:    map[types.UID]podMoment{},
+		deleted:    map[types.UID]podMoment{},
 		claims:     map[types.UID]*claimLife{},
 		claimNames: map[string][]*claimLife{},
 		jobs:       map[types.UID]*jobLife{},
 		namespaces: map[string][]nsChange{},
 		drains:     map[types.UID][]*jobLife{},
 	}
-	for _, u := range users {
+	for _, u := range opts.Users {
 		h.users[u] = true
 	}
 	for i := range events {
@@ -157,13 +183,19 @@ func buildHistory(events []Event, order ordering, users []string) *history {
 		var ok bool
 		switch {
 		case e.is("", "pods", ""):
-			ok = e.Verb != "create" || h.addPod(e, i)
+			ok = h.addPodWrite(e, i)
+		case e.is("", "pods", "status"):
+			ok = h.addPodStatus(e, i)
+		case e.is("", "pods", "binding"):
+			ok = e.Verb != "create" || h.addBinding(e, i)
 		case e.is("", "persistentvolumeclaims", ""):
 			ok = h.addClaimWrite(e, i)
 		case e.ObjectRef.APIGroup == "batch" && e.ObjectRef.Resource == "jobs":
 			ok = h.addJobWrite(e, i)
 		case e.is("", "namespaces", ""):
 			ok = h.addNamespace(e, i)
+		case e.is("coordination.k8s.io", "leases", ""):
+			ok = h.addLeaseWrite(e, i)
 		case e.ObjectRef.Resource == "events" && (e.ObjectRef.APIGroup == "" || e.ObjectRef.APIGroup == "events.k8s.io"):
 			ok = e.Verb != "create" || h.addEvent(e)
 		default:
@@ -180,12 +212,28 @@ func buildHistory(events []Event, order ordering, users []string) *history {
 		sort.SliceStable(chs, func(i, j int) bool { return order.before(chs[i].pos, chs[j].pos) })
 	}
 	h.attributeDrains()
+	h.findLeaderless()
 	return h
 }
 
+// addPodWrite records a write of a pod: its create, a start its
+// response shows, or its deletion.
+func (h *history) addPodWrite(e *Event, line int) bool {
+	switch e.Verb {
+	case "create":
+		return h.addPod(e, line)
+	case "update", "patch":
+		return h.addPodStatus(e, line)
+	case "delete", "deletecollection":
+		return h.addPodDelete(e, line)
+	}
+	return true
+}
+
 // addPod records the create of a pod, labelled or not, that is not one
-// of the operator's own (drain or binder) pods: any pod that mounts a
-// claim can read or write its data.
+// of the operator's own pods: any pod that mounts a claim can read or
+// write its data. The operator's holders are recorded apart; its drain
+// and binder pods, which the Job controller creates, not at all.
 func (h *history) addPod(e *Event, line int) bool {
 	var pod corev1.Pod
 	if !decode(e.ResponseObject, &pod) {
@@ -194,10 +242,19 @@ func (h *history) addPod(e *Event, line int) bool {
 	if c := pod.Labels[v1alpha1.ComponentLabelKey]; c == v1alpha1.ComponentDrain || c == v1alpha1.ComponentBinder {
 		return true
 	}
+	pod.Namespace = orElse(pod.Namespace, e.ObjectRef.Namespace)
+	pos := positionOf(e, line, pod.ResourceVersion)
+	if claim, uid, ok := operatorHolder(&pod, e.Username(), h.operator); ok {
+		h.holders = append(h.holders, holderLife{
+			ev: e, pos: pos, pod: objRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+			claim: objRef{Namespace: pod.Namespace, Name: claim, UID: uid},
+		})
+		return true
+	}
 	p := podCreate{
 		ev:       e,
-		pos:      positionOf(e, line, pod.ResourceVersion),
-		pod:      objRef{Namespace: orElse(pod.Namespace, e.ObjectRef.Namespace), Name: pod.Name, UID: pod.UID},
+		pos:      pos,
+		pod:      objRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
 		labelled: pod.Labels[v1alpha1.FluentPVCNameLabelKey] != "",
 		binding:  pod.Labels[v1alpha1.BindingNameLabelKey],
 	}
@@ -208,6 +265,74 @@ func (h *history) addPod(e *Event, line int) bool {
 	}
 	h.pods = append(h.pods, p)
 	return true
+}
+
+// addPodStatus records the first write of a pod whose response shows it
+// started (podStarted).
+func (h *history) addPodStatus(e *Event, line int) bool {
+	if e.Verb != "update" && e.Verb != "patch" {
+		return true
+	}
+	var pod corev1.Pod
+	if !decode(e.ResponseObject, &pod) {
+		return false
+	}
+	if pod.UID != "" && podStarted(&pod) {
+		h.firstMoment(h.started, pod.UID, podMoment{ev: e, pos: positionOf(e, line, pod.ResourceVersion)})
+	}
+	return true
+}
+
+// addBinding records the first binding of a pod to a node (the scheduler's
+// create of pods/binding, whose request names the pod's UID).
+func (h *history) addBinding(e *Event, line int) bool {
+	var b corev1.Binding
+	if !decode(e.RequestObject, &b) {
+		return false
+	}
+	if b.UID != "" {
+		h.firstMoment(h.bound, b.UID, podMoment{ev: e, pos: positionOf(e, line, "")})
+	}
+	return true
+}
+
+// addPodDelete records the first request to delete each pod a delete or
+// deletecollection names in its response: the pod itself (marked or
+// removed), a list of them, or a Status whose details carry its UID.
+func (h *history) addPodDelete(e *Event, line int) bool {
+	var k responseKind
+	if !decode(e.ResponseObject, &k) {
+		return false
+	}
+	switch {
+	case k.Kind == "Status":
+		if k.Details != nil && k.Details.UID != "" {
+			h.firstMoment(h.deleted, k.Details.UID, podMoment{ev: e, pos: positionOf(e, line, "")})
+		}
+	case strings.HasSuffix(k.Kind, "List"):
+		var list corev1.PodList
+		if !decode(e.ResponseObject, &list) {
+			return false
+		}
+		for i := range list.Items {
+			h.firstMoment(h.deleted, list.Items[i].UID, podMoment{ev: e, pos: positionOf(e, line, list.Items[i].ResourceVersion)})
+		}
+	default:
+		var pod corev1.Pod
+		if !decode(e.ResponseObject, &pod) || pod.UID == "" {
+			return false
+		}
+		h.firstMoment(h.deleted, pod.UID, podMoment{ev: e, pos: positionOf(e, line, pod.ResourceVersion)})
+	}
+	return true
+}
+
+// firstMoment keeps m as pod uid's moment in moments unless an earlier
+// one is there.
+func (h *history) firstMoment(moments map[types.UID]podMoment, uid types.UID, m podMoment) {
+	if old, ok := moments[uid]; !ok || h.order.before(m.pos, old.pos) {
+		moments[uid] = m
+	}
 }
 
 // responseKind peeks at a response's kind and, for a Status, its details.

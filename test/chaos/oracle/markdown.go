@@ -3,6 +3,7 @@ package oracle
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Markdown renders the report as Markdown lines, without headings (the
@@ -32,9 +33,15 @@ func (r Report) Markdown() []string {
 		{"claims never let go of in the log", s.NotReleased},
 		{"ClaimAbandoned Warning events", s.AbandonWarnings},
 		{"namespaces deleted", s.NamespacesDeleted},
+		{"holder pods the operator created", r.Holders.Created},
+		{"holders whose claim went to a pod that started", r.Holders.Checked},
+		{"of those, deleted after that start (within the grace)", r.Holders.AfterStart},
+		{"of those, deleted after a span in which no replica led", r.Holders.Failovers},
+		{"new leaders of the operator (Lease taken from another)", r.Holders.LeaderChanges},
 	} {
 		lines = append(lines, fmt.Sprintf("| %s | %d |", row.what, row.n))
 	}
+	lines = append(lines, r.Holders.markdown()...)
 	if len(r.Violations) > 0 {
 		lines = append(lines, "", "Violations:", "")
 		for _, v := range r.Violations {
@@ -62,3 +69,26 @@ func (r Report) Markdown() []string {
 func oneLine(s string) string {
 	return strings.ReplaceAll(s, "\n", " ")
 }
+
+// markdown renders the holders' step-away delays and I5's grace.
+func (h HolderReport) markdown() []string {
+	lines := []string{"",
+		fmt.Sprintf("Holder step-away: from the pod a holder's claim went to, to the operator's request to delete the holder "+
+			"(I5 allows up to %s of the time a replica led after the pod started):", h.Grace),
+		"", "| from | n | min | p50 | p99 | max |", "|---|---|---|---|---|---|"}
+	for _, row := range []struct {
+		from string
+		d    Delays
+	}{
+		{"pod bound to a node", h.BoundToDeleted},
+		{"pod started", h.StartedToDeleted},
+		{"pod started, counting only the time a replica led", h.LedToDeleted},
+	} {
+		d := row.d
+		lines = append(lines, fmt.Sprintf("| %s | %d | %s | %s | %s | %s |", row.from, d.N, ms(d.Min), ms(d.P50), ms(d.P99), ms(d.Max)))
+	}
+	return lines
+}
+
+// ms renders d to the millisecond.
+func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }

@@ -25,6 +25,9 @@ func TestMarkdown(t *testing.T) {
 		"- **I2** `persistentvolumeclaim ns/c1 (uid ",
 		"- `gone/c2 (uid ",
 		"no ClaimAbandoned Warning about it",
+		"| I5 | a holder mounts a claim only while it is warm and until the pod it goes to starts | 0 |",
+		"| holder pods the operator created | 0 |",
+		"| pod started | 0 | 0s | 0s | 0s | 0s |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("markdown lacks %q:\n%s", want, md)
