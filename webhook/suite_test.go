@@ -30,8 +30,8 @@ var (
 	// mgrClient is the manager's own client, reading from its caches.
 	mgrClient client.Client
 	// self is the suite's user, which the webhooks take for the operator.
-	self string
-	mutator   *webhook.PodMutator
+	self    string
+	mutator *webhook.PodMutator
 )
 
 func TestIntegration(t *testing.T) {
