@@ -409,14 +409,13 @@ func latestEvent(events []corev1.Event) *corev1.Event {
 // unschedulable quotes the scheduler for a pod of job that it cannot
 // place; "" when none is known to be unschedulable.
 func unschedulable(pods []corev1.Pod, job *batchv1.Job) string {
-	for _, p := range pods {
-		if !metav1.IsControlledBy(&p, job) || p.Spec.NodeName != "" || !p.DeletionTimestamp.IsZero() {
+	for i := range pods {
+		p := &pods[i]
+		if !metav1.IsControlledBy(p, job) || !p.DeletionTimestamp.IsZero() {
 			continue
 		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-				return fmt.Sprintf("the pod %s of finalizer Job %s cannot be scheduled: %s", p.Name, job.Name, c.Message)
-			}
+		if why, ok := pool.Unschedulable(p); ok {
+			return fmt.Sprintf("the pod %s of finalizer Job %s cannot be scheduled: %s", p.Name, job.Name, why)
 		}
 	}
 	return ""

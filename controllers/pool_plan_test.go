@@ -147,13 +147,12 @@ func TestPlanPoolStaging(t *testing.T) {
 	}
 	handedOut := warm("gone", hash)
 	o := poolObserved{
-		warm:          []corev1.PersistentVolumeClaim{w1, w2, stale},
-		namespaces:    map[string]map[string]string{"a": {}},
-		nodes:         map[string]*corev1.Node{"n1": fixtures.MakeNode("n1").Obj(), "n2": fixtures.MakeNode("n2").Obj()},
-		staging:       true,
-		holders:       []corev1.Pod{running(w1, "n1"), running(handedOut, "n1")},
-		room:          map[string]int{"n1": 1, "n2": 8},
-		stageEligible: map[string]bool{"n1": true, "n2": true},
+		warm:       []corev1.PersistentVolumeClaim{w1, w2, stale},
+		namespaces: map[string]map[string]string{"a": {}},
+		nodes:      map[string]*corev1.Node{"n1": fixtures.MakeNode("n1").Obj(), "n2": fixtures.MakeNode("n2").Obj()},
+		staging:    true,
+		holders:    []corev1.Pod{running(w1, "n1"), running(handedOut, "n1")},
+		room:       map[string]int{"n1": 1, "n2": 8},
 	}
 	pp := planPool(f, o, now, Options{PoolIdleNamespaceTTL: time.Hour})
 	if len(pp.namespaces) != 1 {
@@ -181,7 +180,7 @@ func TestPlanPoolStagingNoRoom(t *testing.T) {
 		warm:       []corev1.PersistentVolumeClaim{*c},
 		namespaces: map[string]map[string]string{"a": {}},
 		nodes:      map[string]*corev1.Node{"n1": fixtures.MakeNode("n1").Obj()},
-		staging:    true, room: map[string]int{"n1": 0}, stageEligible: map[string]bool{"n1": true},
+		staging:    true, room: map[string]int{"n1": 0},
 	}
 	pp := planPool(f, o, fixtures.Epoch, Options{PoolIdleNamespaceTTL: time.Hour})
 	if got := pp.result.requeueAfter; got != pool.UnstagedRecheck {

@@ -135,12 +135,11 @@ type poolObserved struct {
 	// there, which the API server would refuse.
 	terminating map[string]bool
 	// staging is pool.StagingOn for the pool; holders are its holder
-	// pods; room is, per node a holder may go to, pool.NodeRoom.
+	// pods; room is, per node a holder may go to (and only those),
+	// pool.NodeRoom.
 	staging bool
 	holders []corev1.Pod
 	room    map[string]int
-	// stageEligible are the nodes holders may go to.
-	stageEligible map[string]bool
 }
 
 // emptied is true once every warm PVC and binder is gone or being deleted.

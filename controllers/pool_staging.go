@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
@@ -48,7 +49,7 @@ func (r *PoolReconciler) observeStaging(ctx context.Context, f *v1alpha1.FluentP
 			driver = nil
 		}
 	}
-	block := ptrDeref(f.Spec.PVCSpecTemplate.VolumeMode) == corev1.PersistentVolumeBlock
+	block := ptr.Deref(f.Spec.PVCSpecTemplate.VolumeMode, corev1.PersistentVolumeFilesystem) == corev1.PersistentVolumeBlock
 	o.staging = pool.StagingOn(f.Spec.Pool.Staging, sc, driver, block)
 	if !o.staging {
 		return nil
@@ -74,13 +75,11 @@ func (r *PoolReconciler) observeStaging(ctx context.Context, f *v1alpha1.FluentP
 		}
 	}
 	o.room = map[string]int{}
-	o.stageEligible = map[string]bool{}
 	for _, n := range pool.EligibleNodes(nodes, sc, csiNodes) {
 		limit, registered := limits[n.Name]
 		if !registered {
 			continue // the kubelet there cannot stage the volume
 		}
-		o.stageEligible[n.Name] = true
 		o.room[n.Name] = pool.NodeRoom(r.opts.StagePerNode, perNode[n.Name], limit, attached[n.Name])
 	}
 	return nil
@@ -114,39 +113,19 @@ func rejectedHolders(err error) []string {
 	return out
 }
 
-// holderUnschedulable says whether the scheduler found no room for holder pod.
-func holderUnschedulable(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-			return true
-		}
-	}
-	return false
+// unschedulableHolder says whether the scheduler found no room for h.
+func unschedulableHolder(h *corev1.Pod) bool {
+	_, ok := pool.Unschedulable(h)
+	return ok
 }
 
-// holderNode is the node holder pod h runs on, or else the one it asks for.
+// holderNode is the node holder pod h runs on, or else the one its
+// required node affinity names.
 func holderNode(h *corev1.Pod) string {
-	if h.Spec.NodeName != "" {
-		return h.Spec.NodeName
-	}
-	if a := h.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
-		for _, t := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
-			for _, req := range t.MatchFields {
-				if req.Key == "metadata.name" && len(req.Values) == 1 {
-					return req.Values[0]
-				}
-			}
-		}
+	if names, ok := pool.PinnedNodeNames(h); ok && len(names) == 1 {
+		return names[0]
 	}
 	return ""
-}
-
-func ptrDeref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
 }
 
 // stageInput is namespace ns's part of o for pool.PlanStaging, given the
@@ -155,7 +134,7 @@ func ptrDeref[T any](p *T) T {
 func stageInput(o poolObserved, ns, hash string, deleted []string, demand []pool.DemandNode) pool.StageInput {
 	in := pool.StageInput{
 		On:       o.staging,
-		Eligible: func(node string) bool { return o.stageEligible[node] },
+		Eligible: func(node string) bool { _, ok := o.room[node]; return ok },
 		Room:     o.room,
 		Demand:   demand,
 	}
@@ -165,7 +144,7 @@ func stageInput(o poolObserved, ns, hash string, deleted []string, demand []pool
 			continue
 		}
 		in.Holders = append(in.Holders, pool.Holder{Name: h.Name, Claim: objects.HolderOf(h), Node: holderNode(h),
-			Deleting: !h.DeletionTimestamp.IsZero(), Unschedulable: h.Spec.NodeName == "" && holderUnschedulable(h)})
+			Deleting: !h.DeletionTimestamp.IsZero(), Unschedulable: unschedulableHolder(h)})
 	}
 	for i := range o.warm {
 		c := &o.warm[i]

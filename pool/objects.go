@@ -74,16 +74,27 @@ func BinderPodLabels(fpvc string) map[string]string {
 // (its PodScheduled condition), sorted.
 func BinderUnschedulable(pods []corev1.Pod) []string {
 	var out []string
-	for _, p := range pods {
-		if !p.DeletionTimestamp.IsZero() || p.Spec.NodeName != "" {
-			continue
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-				out = append(out, fmt.Sprintf("the binder of warm PVC %s/%s cannot be scheduled: %s", p.Namespace, p.Labels[v1alpha1.WarmClaimLabelKey], c.Message))
-			}
+	for i := range pods {
+		p := &pods[i]
+		if why, ok := Unschedulable(p); ok && p.DeletionTimestamp.IsZero() {
+			out = append(out, fmt.Sprintf("the binder of warm PVC %s/%s cannot be scheduled: %s", p.Namespace, p.Labels[v1alpha1.WarmClaimLabelKey], why))
 		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// Unschedulable says whether the scheduler found no node for pod, which
+// is not on one (its PodScheduled condition is False, Unschedulable), and
+// quotes the scheduler's reason.
+func Unschedulable(pod *corev1.Pod) (string, bool) {
+	if pod.Spec.NodeName != "" {
+		return "", false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return c.Message, true
+		}
+	}
+	return "", false
 }

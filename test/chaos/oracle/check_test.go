@@ -37,14 +37,36 @@ func equalCounts(a, b counts) bool {
 
 // TestCheckAudit covers I1 and I2: each case logs a history and tells how
 // many violations of each invariant it holds.
+// auditCase is an audit log, the options of the check, and the violations
+// it must count.
+type auditCase struct {
+	name  string
+	log   func(l *auditLog)
+	opts  Options
+	want  counts
+	check func(t *testing.T, r Report)
+}
+
+// runAuditCases checks each case's log against its wanted violations.
+func runAuditCases(t *testing.T, cases []auditCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newAuditLog()
+			tc.log(l)
+			r := Check(l.events, State{}, tc.opts)
+			if got := counts(nil).of(r); !equalCounts(got, tc.want) {
+				t.Errorf("violations = %v, want %v:\n%s", got, tc.want, strings.Join(r.Markdown(), "\n"))
+			}
+			if tc.check != nil {
+				tc.check(t, r)
+			}
+		})
+	}
+}
+
 func TestCheckAudit(t *testing.T) {
-	cases := []struct {
-		name  string
-		log   func(l *auditLog)
-		opts  Options
-		want  counts
-		check func(t *testing.T, r Report)
-	}{
+	cases := []auditCase{
 		{
 			name: "claim created at admission, drained, released and deleted",
 			log: func(l *auditLog) {
@@ -490,19 +512,7 @@ func TestCheckAudit(t *testing.T) {
 			want: counts{InvariantUndrainedRelease: 1},
 		},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			l := newAuditLog()
-			tc.log(l)
-			r := Check(l.events, State{}, tc.opts)
-			if got := counts(nil).of(r); !equalCounts(got, tc.want) {
-				t.Errorf("violations = %v, want %v:\n%s", got, tc.want, strings.Join(r.Markdown(), "\n"))
-			}
-			if tc.check != nil {
-				tc.check(t, r)
-			}
-		})
-	}
+	runAuditCases(t, cases)
 }
 
 // TestCheckVanishedClaim: a used claim the log never lets go of must still
@@ -633,13 +643,7 @@ func TestCheckLeftoverReasons(t *testing.T) {
 // that only looks like one is.
 func TestCheckHolders(t *testing.T) {
 	operator := Options{Operator: operatorUser}
-	cases := []struct {
-		name  string
-		log   func(l *auditLog)
-		opts  Options
-		want  counts
-		check func(t *testing.T, r Report)
-	}{
+	cases := []auditCase{
 		{
 			name: "ok: the holder, made while warm, is deleted by the operator as its pod starts, within the grace",
 			log: func(l *auditLog) {
@@ -906,19 +910,7 @@ func TestCheckHolders(t *testing.T) {
 			want: counts{InvariantSharedClaim: 1, InvariantUndrainedRelease: 1},
 		},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			l := newAuditLog()
-			tc.log(l)
-			r := Check(l.events, State{}, tc.opts)
-			if got := counts(nil).of(r); !equalCounts(got, tc.want) {
-				t.Errorf("violations = %v, want %v:\n%s", got, tc.want, strings.Join(r.Markdown(), "\n"))
-			}
-			if tc.check != nil {
-				tc.check(t, r)
-			}
-		})
-	}
+	runAuditCases(t, cases)
 }
 
 // TestCheckFinalHolders covers I5 in the final state: a holder is left
