@@ -127,8 +127,9 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 		}
 		// Another webhook replica, whose cache has not yet seen the deletion,
 		// may have just admitted a pod, and this cache may not show its claim
-		// or binding yet. Without the FluentPVC that binding could never be
-		// drained: only live reads may let it go.
+		// or binding yet; or it may be about to hand out a warm PVC this
+		// cache does not show. Without the FluentPVC that binding could never
+		// be drained: only live reads may let it go.
 		if waiting, err := r.claimsWaitLive(ctx, f); err != nil || waiting {
 			return result, err
 		}
@@ -140,9 +141,20 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 }
 
 // claimsWaitLive is true when a live read finds a binding or a claimed PVC
-// of f.
+// of f, or a warm PVC of f not being deleted. A webhook hands out a warm
+// PVC by an update conditioned on the resourceVersion it read, and its
+// deletion changes that version, so once every warm PVC is being deleted
+// no admission can hand one out: a hit needs no live read of f to know
+// that f stays until its claim is drained.
 func (r *FluentPVCReconciler) claimsWaitLive(ctx context.Context, f *v1alpha1.FluentPVC) (bool, error) {
 	ofF := client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name}
+	var warm corev1.PersistentVolumeClaimList
+	if err := r.apiReader.List(ctx, &warm, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name, v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm}); err != nil {
+		return false, fmt.Errorf("listing warm PVCs: %w", err)
+	}
+	if slices.ContainsFunc(warm.Items, func(c corev1.PersistentVolumeClaim) bool { return c.DeletionTimestamp.IsZero() }) {
+		return true, nil
+	}
 	var bindings v1alpha1.FluentPVCBindingList
 	if err := r.apiReader.List(ctx, &bindings, ofF); err != nil {
 		return false, fmt.Errorf("listing bindings: %w", err)

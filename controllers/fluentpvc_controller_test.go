@@ -34,6 +34,16 @@ func TestReconcileDeletedFluentPVCStaleCache(t *testing.T) {
 		return fixtures.Claim(f, "ns", f.Name+"-abc", "h", v1alpha1.CheckoutMiss, now)
 	}
 
+	warmOf := func(f *v1alpha1.FluentPVC, deleting *metav1.Time) *corev1.PersistentVolumeClaim {
+		c := fixtures.Returned(claimOf(f))
+		c.Name = f.Name + "-warm"
+		if deleting != nil {
+			c.DeletionTimestamp = deleting
+			c.Finalizers = append(c.Finalizers, "kubernetes.io/pvc-protection")
+		}
+		return c
+	}
+
 	scheme := newScheme(t)
 	cases := map[string]struct {
 		objs          []client.Object
@@ -46,6 +56,15 @@ func TestReconcileDeletedFluentPVCStaleCache(t *testing.T) {
 		"its new claim, before its binding is made: keep the finalizer": {
 			objs:          []client.Object{claimOf(deleted)},
 			wantFinalizer: true,
+		},
+		"its warm PVC, not cached, not being deleted: keep the finalizer": {
+			// A webhook replica that has not seen the deletion may hand it
+			// out, with no live read of the FluentPVC.
+			objs:          []client.Object{warmOf(deleted, nil)},
+			wantFinalizer: true,
+		},
+		"its warm PVC, being deleted: let go": {
+			objs: []client.Object{warmOf(deleted, &metav1.Time{Time: now})},
 		},
 		"only another FluentPVC's claim: let go": {
 			objs: []client.Object{other, claimOf(other), fixtures.Binding(claimOf(other), other.UID)},

@@ -13,6 +13,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/utils/clock"
@@ -113,7 +114,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 func NewPodMutator(cache, apiReader client.Reader, w client.Writer, d admission.Decoder, clk clock.PassiveClock) *PodMutator {
 	return &PodMutator{
 		Reader: cache, APIReader: apiReader, Writer: w, Decoder: d, Clock: clk,
-		Pool: pool.NewCheckouter(cache, apiReader, w),
+		Pool: pool.NewCheckouter(cache, apiReader, w), Handouts: NewHandouts(),
 	}
 }
 
@@ -135,8 +136,8 @@ type PodMutator struct {
 	// Reader reads FluentPVCs, from the manager's cache.
 	Reader client.Reader
 	// APIReader reads nodes, for pods that name one, what an already
-	// injected pod's claim is, and the FluentPVC once the claim is
-	// written; it bypasses the cache.
+	// injected pod's claim is (unless Handouts know it), and the
+	// FluentPVC once a miss created its claim; it bypasses the cache.
 	APIReader client.Reader
 	// Writer creates and checks out claims.
 	Writer  client.Writer
@@ -153,6 +154,11 @@ type PodMutator struct {
 	// Self is the operator's own user name, which creates holder pods
 	// ("" when unknown).
 	Self string
+	// Handouts are the claims this process handed out moments ago, which
+	// tell the API server's reinvocation of an admission from a copy of
+	// an admitted pod's manifest without a live read; nil: every pod that
+	// already carries a claim is checked live.
+	Handouts *Handouts
 }
 
 // Handle implements admission.Handler.
@@ -225,6 +231,12 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	if objects.PodInjected(pod, &fpvc.Spec) {
 		// A reinvocation on this webhook's own output, or a pod created from
 		// a copy of another pod's manifest, which would share its claim.
+		switch own, err := m.ownHandout(ctx, pod, ptr.Deref(req.DryRun, false)); {
+		case err != nil:
+			return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
+		case own:
+			return admission.Allowed("the pod already has the claim its admission handed it"), resultSkipped, reasonNone
+		}
 		why, err := m.claimTaken(ctx, pod, ptr.Deref(req.DryRun, false))
 		if err != nil {
 			return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
@@ -260,22 +272,33 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	}
 	claimName, stagedOn := claim.Name(fpvc.Name), ""
 	if !ptr.Deref(req.DryRun, false) {
-		var err error
-		if claimName, stagedOn, err = m.provision(ctx, fpvc, pod); err != nil {
+		var (
+			hit bool
+			err error
+		)
+		if claimName, stagedOn, hit, err = m.provision(ctx, fpvc, pod); err != nil {
 			return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
 		}
 		// This replica's cache may not have seen the FluentPVC's deletion
-		// yet. The operator lets a deleting FluentPVC go once live reads
-		// find none of its claims; a live read made after the claim was
-		// written closes the gap: either that list sees the claim, or this
-		// read sees the deletion. A pod admitted after the FluentPVC is gone
-		// could never be drained. The claim written is reclaimed as an
-		// orphan once no pod appears.
-		switch deleting, err := m.deletingLive(ctx, name); {
-		case err != nil:
-			return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
-		case deleting:
-			return deletingDenial(name), resultDenied, reasonFluentPVCDeleting
+		// yet. A pod admitted after the FluentPVC is gone could never be
+		// drained. The operator lets a deleting FluentPVC go once live
+		// reads find none of its claims and every warm PVC being deleted.
+		// A hit's write, conditioned on the warm PVC's resourceVersion,
+		// fails once its deletion began, so the claim it made is in that
+		// list. A miss creates its claim: a live read made after it closes
+		// the gap, since either that list sees the claim or this read sees
+		// the deletion. The claim written is reclaimed as an orphan once no
+		// pod appears.
+		if !hit {
+			switch deleting, err := m.deletingLive(ctx, name); {
+			case err != nil:
+				return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
+			case deleting:
+				return deletingDenial(name), resultDenied, reasonFluentPVCDeleting
+			}
+		}
+		if m.Handouts != nil {
+			m.Handouts.Record(types.NamespacedName{Namespace: pod.Namespace, Name: claimName}, m.Clock.Now())
 		}
 	}
 
@@ -307,6 +330,22 @@ func (m *PodMutator) deletingLive(ctx context.Context, name string) (bool, error
 		return false, fmt.Errorf("reading FluentPVC %q: %w", name, err)
 	}
 	return !f.DeletionTimestamp.IsZero(), nil
+}
+
+// ownHandout says whether pod, which carries a claim, is the output of an
+// admission of this process, reinvoked: the claim is among the Handouts
+// (taken from them), and no pod in the cache carries it. A dry run hands
+// out nothing.
+func (m *PodMutator) ownHandout(ctx context.Context, pod *corev1.Pod, dryRun bool) (bool, error) {
+	name := pod.Labels[v1alpha1.BindingNameLabelKey]
+	if dryRun || m.Handouts == nil || !m.Handouts.Take(types.NamespacedName{Namespace: pod.Namespace, Name: name}, m.Clock.Now()) {
+		return false, nil
+	}
+	var pods corev1.PodList
+	if err := m.Reader.List(ctx, &pods, client.InNamespace(pod.Namespace), client.MatchingLabels{v1alpha1.BindingNameLabelKey: name}, client.UnsafeDisableDeepCopy); err != nil {
+		return false, fmt.Errorf("listing the pods of claim %s: %w", name, err)
+	}
+	return len(pods.Items) == 0, nil
 }
 
 // claimTaken says why the claim of pod, which already carries one, is not
@@ -351,15 +390,15 @@ func (m *PodMutator) claimTaken(ctx context.Context, pod *corev1.Pod, dryRun boo
 }
 
 // provision hands the pod a claim, from the warm pool when one fits (a hit)
-// or created now (a miss), and returns the claim's name and, for a warm
-// PVC staged on a node the pod can run on, that node. Either way it makes
-// one API write.
-func (m *PodMutator) provision(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod) (string, string, error) {
+// or created now (a miss), and returns the claim's name, for a warm PVC
+// staged on a node the pod can run on that node, and whether it was a hit.
+// Either way it makes one API write.
+func (m *PodMutator) provision(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod) (string, string, bool, error) {
 	start := m.Clock.Now()
 	if fpvc.Spec.Pool.Size > 0 {
 		got, err := m.Pool.Checkout(ctx, fpvc, pod, start)
 		if err != nil {
-			return "", "", err
+			return "", "", false, err
 		}
 		if got.PVC != nil {
 			pool.CheckoutsTotal.WithLabelValues(fpvc.Name, pool.ResultHit).Inc()
@@ -367,7 +406,7 @@ func (m *PodMutator) provision(ctx context.Context, fpvc *v1alpha1.FluentPVC, po
 			if got.Holder == "" {
 				pool.StagedHits.WithLabelValues(fpvc.Name, pool.HitUnstaged).Inc()
 			}
-			return got.PVC.Name, got.StagedOn, nil
+			return got.PVC.Name, got.StagedOn, true, nil
 		}
 	}
 	name, err := m.create(ctx, fpvc, pod, start)
@@ -375,7 +414,7 @@ func (m *PodMutator) provision(ctx context.Context, fpvc *v1alpha1.FluentPVC, po
 		pool.CheckoutsTotal.WithLabelValues(fpvc.Name, pool.ResultMiss).Inc()
 		pool.CheckoutDuration.WithLabelValues(pool.ResultMiss).Observe(m.Clock.Since(start).Seconds())
 	}
-	return name, "", err
+	return name, "", false, err
 }
 
 // create creates the claim under a fresh name and returns that name.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	. "github.com/onsi/ginkgo/v2"
@@ -278,6 +279,46 @@ var _ = Describe("Pod admission", func() {
 		Expect(claims()).To(HaveLen(1))
 	})
 
+	It("hands out a warm PVC and lets its reinvocation through with no live read, though the FluentPVC is being deleted unseen; a second pod with that claim is checked live", func() {
+		pooled := createFluentPVC(fixtures.MakeFluentPVC("pooled-" + ns).PoolSize(1).Obj())
+		warm := claim.NewWarm(pooled, ns, pool.TemplateHash(&pooled.Spec.PVCSpecTemplate), "").Object
+		warm.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""} // its volume can be used on any node
+		Expect(k8sClient.Create(ctx, warm)).To(Succeed())
+		warm.Status.Phase = corev1.ClaimBound
+		Expect(k8sClient.Status().Update(ctx, warm)).To(Succeed())
+		Eventually(func(g Gomega) {
+			got := &corev1.PersistentVolumeClaim{}
+			g.Expect(mgrClient.Get(ctx, client.ObjectKeyFromObject(warm), got)).To(Succeed())
+			g.Expect(got.Status.Phase).To(Equal(corev1.ClaimBound))
+		}).Should(Succeed())
+		deleteHeld(pooled)
+
+		// A replica whose cache has not seen the deletion, counting its
+		// live reads.
+		live := &countingReader{Reader: k8sClient}
+		m := webhook.NewPodMutator(staleCache{mgrClient}, live, k8sClient, admission.NewDecoder(scheme), clock.RealClock{})
+		pod := fixtures.MakePod("hit", ns).FluentPVC(pooled.Name).Obj()
+		resp := m.Handle(ctx, createRequest(pod, false))
+		Expect(resp.Allowed).To(BeTrue(), "%v", resp.Result)
+		mutated := applyPatch(pod, resp)
+		Expect(mutated.Labels).To(HaveKeyWithValue(v1alpha1.BindingNameLabelKey, warm.Name))
+		resp = m.Handle(ctx, createRequest(mutated, false))
+		Expect(resp.Allowed).To(BeTrue(), "%v", resp.Result)
+		Expect(resp.Patches).To(BeEmpty())
+		Expect(live.calls.Load()).To(BeZero(), "live reads on a hit's admission")
+		// The warm PVC's update was conditioned on its resourceVersion, so
+		// the operator, which lets a deleting FluentPVC go only once every
+		// warm PVC is being deleted, sees it claimed and keeps the
+		// FluentPVC until its drain.
+		got := &corev1.PersistentVolumeClaim{}
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(warm), got)).To(Succeed())
+		Expect(claim.Held(got)).To(BeTrue())
+
+		resp = m.Handle(ctx, createRequest(mutated, false))
+		Expect(resp.Allowed).To(BeTrue(), "%v", resp.Result) // no pod uses the claim yet
+		Expect(live.calls.Load()).To(BeNumerically(">", 0), "a second pod with the claim is no reinvocation")
+	})
+
 	It("denies a pod created from a copy of another pod's manifest, which would share its claim", func() {
 		// The copy carries the binding label and the claim volume, so it
 		// looks already admitted.
@@ -426,6 +467,22 @@ func createRequest(pod *corev1.Pod, dryRun bool) admission.Request {
 		Object:    runtime.RawExtension{Raw: raw},
 		DryRun:    ptr.To(dryRun),
 	}}
+}
+
+// countingReader counts the reads made through it.
+type countingReader struct {
+	client.Reader
+	calls atomic.Int32
+}
+
+func (r *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	r.calls.Add(1)
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+func (r *countingReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	r.calls.Add(1)
+	return r.Reader.List(ctx, list, opts...)
 }
 
 // unsyncedCache is a cache that has not seen any FluentPVC yet.
