@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,10 +26,13 @@ type costResult struct {
 	// PerPod is rest_client_requests_total's delta by method, per pod.
 	PerPod map[string]float64 `json:"perPod"`
 	// Writes is POST+PUT+PATCH+DELETE per pod.
-	Writes  float64 `json:"writes"`
-	Seconds float64 `json:"seconds"`
-	Note    string  `json:"note,omitempty"`
-	Error   string  `json:"error,omitempty"`
+	Writes float64 `json:"writes"`
+	// ByResource is the same requests by verb and resource, from
+	// kube-apiserver's audit log (auditPolicy).
+	ByResource *auditTally `json:"byResource,omitempty"`
+	Seconds    float64     `json:"seconds"`
+	Note       string      `json:"note,omitempty"`
+	Error      string      `json:"error,omitempty"`
 }
 
 var writeVerbs = []string{"POST", "PUT", "PATCH", "DELETE"}
@@ -73,6 +77,7 @@ func (e *env) cost(ctx context.Context, kind string) (costResult, error) {
 	if err := e.settle(ctx); err != nil {
 		return c, err
 	}
+	from := time.Now() // of the audit log's window
 	before, err := e.operatorScrape(ctx)
 	if err != nil {
 		return c, err
@@ -109,6 +114,7 @@ func (e *env) cost(ctx context.Context, kind string) (costResult, error) {
 	if err != nil {
 		return c, err
 	}
+	to := time.Now()
 	c.Seconds = time.Since(start).Seconds()
 	b, a := before.sumBy("rest_client_requests_total", "method", nil), after.sumBy("rest_client_requests_total", "method", nil)
 	c.PerPod = map[string]float64{}
@@ -123,10 +129,30 @@ func (e *env) cost(ctx context.Context, kind string) (costResult, error) {
 	const total = "fluentpvc_pool_checkouts_total"
 	got := int(math.Round(after.sum(total, map[string]string{"result": kind}) - before.sum(total, map[string]string{"result": kind})))
 	var errs []error
+	var notes []string
 	if got != k {
 		// Measured all the same: a fact about the checkouts.
-		c.Note = fmt.Sprintf("%d of %d checkouts were %ss", got, k, kind)
+		notes = append(notes, fmt.Sprintf("%d of %d checkouts were %ss", got, k, kind))
 	}
+	names := make([]string, k)
+	for i, p := range pods {
+		names[i] = p.Name
+	}
+	if t, err := e.auditTally(auditQuery{From: from, To: to, Pods: k, Namespace: ns, Admitted: names}); err != nil {
+		errs = append(errs, fmt.Errorf("reading the audit log: %w", err))
+	} else {
+		c.ByResource = &t
+		// The policy leaves out writes the operator is not known to make;
+		// and a request that never reached the API server is counted by
+		// the operator only.
+		if d := t.WriteTotal() - c.Writes; math.Abs(d) >= 0.05 {
+			notes = append(notes, fmt.Sprintf("the audit log has %.2f writes per pod, rest_client_requests_total %.2f", t.WriteTotal(), c.Writes))
+		}
+		if t.Elsewhere > 0 {
+			notes = append(notes, fmt.Sprintf("%.2f requests per pod were about objects outside namespace %s", t.Elsewhere, ns))
+		}
+	}
+	c.Note = strings.Join(notes, "; ")
 	if len(a) == 0 {
 		errs = append(errs, errors.New("the operator exposes no rest_client_requests_total"))
 	}
@@ -135,4 +161,15 @@ func (e *env) cost(ctx context.Context, kind string) (costResult, error) {
 	}
 	errs = append(errs, e.deleteNamespace(ctx, ns, true))
 	return c, errors.Join(errs...)
+}
+
+// auditTally tallies the operator's requests of q from the cluster's audit
+// log (cluster.Options.AuditPolicy, auditPolicy).
+func (e *env) auditTally(q auditQuery) (auditTally, error) {
+	r, closeLog, err := openAuditLog(e.kc.AuditLog())
+	if err != nil {
+		return auditTally{}, err
+	}
+	defer closeLog()
+	return tallyAudit(r, q)
 }

@@ -287,7 +287,12 @@ func run(ctx context.Context, cfg config, stdout, progress io.Writer) (err error
 func runKwok(ctx context.Context, cfg config, res *results, progress io.Writer) (err error) {
 	started := time.Now()
 	e := &env{cfg: cfg, out: progress}
-	kc, err := cluster.Up(ctx, cluster.Options{Name: cfg.Name, ProvisionerDelay: cfg.Delay, Out: progress})
+	opts := cluster.Options{Name: cfg.Name, ProvisionerDelay: cfg.Delay, Out: progress}
+	if slices.Contains(cfg.Phases, "cost") {
+		// The cost phase reads the operator's requests from the audit log.
+		opts.AuditPolicy = []byte(auditPolicy)
+	}
+	kc, err := cluster.Up(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("bringing the cluster up: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
 )
 
@@ -500,6 +501,7 @@ func (r *results) markdown(chart string) string {
 		}
 		w("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0fs |\n", c.Checkout, c.PerPod["POST"], c.PerPod["PUT"], c.PerPod["PATCH"], c.PerPod["DELETE"], c.Writes, c.PerPod["GET"], c.Seconds)
 	}
+	w("%s", costByResource(r.Cost))
 
 	if m := r.Memory; m != nil {
 		w("\n## Memory of the operator\n\n")
@@ -641,4 +643,78 @@ func pointAt(path, target string) error {
 		return err
 	}
 	return nil
+}
+
+// costByResource renders the cost phase's audit tallies: the operator's
+// writes per pod by verb and resource, hits and misses side by side, and
+// its uncached reads.
+func costByResource(cost []costResult) string {
+	kinds := []string{pool.ResultHit, pool.ResultMiss}
+	tallies := make([]*auditTally, len(kinds))
+	var writes []map[string]float64
+	for i, kind := range kinds {
+		for _, c := range cost {
+			if c.Checkout == kind && c.ByResource != nil {
+				tallies[i] = c.ByResource
+				writes = append(writes, c.ByResource.Writes)
+			}
+		}
+	}
+	if len(writes) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	cell := func(t *auditTally, key string) string {
+		switch {
+		case t == nil:
+			return "–"
+		case t.Writes[key] == 0:
+			return ""
+		case t.Failed[key] > 0:
+			return fmt.Sprintf("%.2f (%.2f failed)", t.Writes[key], t.Failed[key])
+		}
+		return fmt.Sprintf("%.2f", t.Writes[key])
+	}
+	w("\n### API writes of the operator per pod, by resource\n\n")
+	w("The same windows, from kube-apiserver's audit log (level Metadata): the operator's requests (user agent `%s…`) by Kubernetes verb (create is POST, update PUT, patch PATCH, delete and deletecollection DELETE) and resource, divided by the pods. Failed writes (a response other than 2xx, e.g. a conflict) are counted, and also shown in parentheses.\n\n", operatorUserAgent)
+	w("| request | %s |\n|---|%s\n", strings.Join(kinds, " | "), strings.Repeat("---|", len(kinds)))
+	for _, key := range auditRows(writes...) {
+		w("| %s |", key)
+		for _, t := range tallies {
+			w(" %s |", cell(t, key))
+		}
+		w("\n")
+	}
+	w("| **all writes** |")
+	for _, t := range tallies {
+		if t == nil {
+			w(" – |")
+			continue
+		}
+		w(" **%.2f** |", t.WriteTotal())
+	}
+	w("\n")
+	list := func(m map[string]float64) string {
+		var parts []string
+		var sum float64
+		for _, key := range auditRows(m) {
+			parts = append(parts, fmt.Sprintf("%s %.2f", key, m[key]))
+			sum += m[key]
+		}
+		if len(parts) == 0 {
+			return "none"
+		}
+		return fmt.Sprintf("%.2f (%s)", sum, strings.Join(parts, ", "))
+	}
+	w("\nUncached reads (get, list) per pod:\n\n")
+	for i, t := range tallies {
+		if t != nil {
+			w("- %s: %s\n", kinds[i], list(t.Reads))
+		}
+	}
+	if t := tallies[0]; t != nil {
+		w("- of a hit, received while one of its pods' create calls was in flight (the webhook's, unless a controller's read of an earlier pod fell into the same time): %s\n", list(t.AdmissionReads))
+	}
+	return b.String()
 }
