@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -13,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -557,7 +559,7 @@ func (r *BindingReconciler) releaseLabelledPods(ctx context.Context, namespace, 
 		return fmt.Errorf("listing the pods of claim %s: %w", name, err)
 	}
 	for i := range pods.Items {
-		if err := removeFinalizer(ctx, r.Client, &pods.Items[i], v1alpha1.PodProtectionFinalizer); err != nil {
+		if err := releasePod(ctx, r.Client, &pods.Items[i]); err != nil {
 			return fmt.Errorf("releasing pod %s: %w", pods.Items[i].Name, err)
 		}
 	}
@@ -592,7 +594,7 @@ func (r *BindingReconciler) apply(ctx context.Context, o *observed, p plan, now 
 		o.pvc = pvc
 	}
 	if p.releasePod {
-		if err := removeFinalizer(ctx, r.Client, o.pod, v1alpha1.PodProtectionFinalizer); err != nil {
+		if err := releasePod(ctx, r.Client, o.pod); err != nil {
 			return ctrl.Result{}, fmt.Errorf("releasing pod %s: %w", o.pod.Name, err)
 		}
 	}
@@ -748,6 +750,28 @@ func removeFinalizer(ctx context.Context, c client.Client, obj client.Object, fi
 	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(obj, finalizer)
 	return client.IgnoreNotFound(c.Patch(ctx, obj, patch))
+}
+
+// releasePod removes the pod-protection finalizer from pod. The patch
+// tests that the pod is the one read (its UID) and that the finalizer is
+// where it was read, and needs no resourceVersion: the kubelet writes a
+// pod's status often, and a patch conditioned on the version read would
+// lose to it, costing a failed write and a retry. A pod whose finalizers
+// moved fails the test, and is released on the next reconcile.
+func releasePod(ctx context.Context, c client.Client, pod *corev1.Pod) error {
+	i := slices.Index(pod.Finalizers, v1alpha1.PodProtectionFinalizer)
+	if i < 0 {
+		return nil
+	}
+	ops, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": pod.UID},
+		{"op": "test", "path": fmt.Sprintf("/metadata/finalizers/%d", i), "value": v1alpha1.PodProtectionFinalizer},
+		{"op": "remove", "path": fmt.Sprintf("/metadata/finalizers/%d", i)},
+	})
+	if err != nil {
+		return err
+	}
+	return client.IgnoreNotFound(c.Patch(ctx, pod, client.RawPatch(types.JSONPatchType, ops)))
 }
 
 // bindingWorkers is how many bindings are reconciled at once.

@@ -590,3 +590,67 @@ func TestReconcileOrphanListsPodsOnce(t *testing.T) {
 		t.Errorf("%d live lists of the namespace's pods, want 1", lists)
 	}
 }
+
+// TestReleasePod removes the pod-protection finalizer from pods read some
+// time ago: a status write since the read must not make it fail, another
+// pod of the same name or finalizers that moved must.
+func TestReleasePod(t *testing.T) {
+	read := fixtures.MakePod("app", "ns").Obj()
+	read.UID = "app-uid"
+	read.Finalizers = []string{"example.com/other", v1alpha1.PodProtectionFinalizer}
+	with := func(f func(*corev1.Pod)) *corev1.Pod {
+		p := read.DeepCopy()
+		f(p)
+		return p
+	}
+	cases := map[string]struct {
+		live          *corev1.Pod // nil: gone
+		afterRead     func(*corev1.Pod)
+		wantErr       bool
+		wantFinalizer []string
+	}{
+		"as read":                           {live: read, wantFinalizer: []string{"example.com/other"}},
+		"its status written since the read": {live: read, afterRead: func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning }, wantFinalizer: []string{"example.com/other"}},
+		"another pod of the same name":      {live: with(func(p *corev1.Pod) { p.UID = "new-uid" }), wantErr: true, wantFinalizer: read.Finalizers},
+		"its finalizers moved":              {live: with(func(p *corev1.Pod) { p.Finalizers = []string{v1alpha1.PodProtectionFinalizer, "example.com/other"} }), wantErr: true, wantFinalizer: []string{v1alpha1.PodProtectionFinalizer, "example.com/other"}},
+		"already released":                  {live: with(func(p *corev1.Pod) { p.Finalizers = []string{"example.com/other"} }), wantErr: true, wantFinalizer: []string{"example.com/other"}},
+		"gone":                              {},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var objs []client.Object
+			if tc.live != nil {
+				objs = append(objs, tc.live.DeepCopy())
+			}
+			c := fakeAPI(t, interceptor.Funcs{}, objs...)
+			pod := read.DeepCopy()
+			if tc.live != nil {
+				got := &corev1.Pod{}
+				if err := c.Get(context.Background(), client.ObjectKeyFromObject(read), got); err != nil {
+					t.Fatal(err)
+				}
+				pod.ResourceVersion = got.ResourceVersion
+				if tc.afterRead != nil {
+					tc.afterRead(got)
+					if err := c.Update(context.Background(), got); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			err := releasePod(context.Background(), c, pod)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("releasePod: %v, want error %v", err, tc.wantErr)
+			}
+			if tc.live == nil {
+				return
+			}
+			got := &corev1.Pod{}
+			if err := c.Get(context.Background(), client.ObjectKeyFromObject(read), got); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got.Finalizers, tc.wantFinalizer) {
+				t.Errorf("finalizers %v, want %v", got.Finalizers, tc.wantFinalizer)
+			}
+		})
+	}
+}

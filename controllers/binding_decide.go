@@ -503,7 +503,11 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 	p.status.DrainAttempts = p.createJob
 	p.status.DrainJobName = objects.DrainJobName(b.Name, p.createJob)
 	setDrained(v1alpha1.DrainedReasonRunning, fmt.Sprintf("finalizer Job %s (attempt %d) runs", p.status.DrainJobName, p.createJob))
-	p.tell(outcomeDrainStarted, fmt.Sprintf("started finalizer Job %s (attempt %d) for claim %s", p.status.DrainJobName, p.createJob, b.Spec.PVC.Name))
+	// The first attempt is told by the binding's status (Draining, the
+	// Job's name) alone: an Event would be one more write per pod saying
+	// the same. A retry is told, after the DrainFailed of the last one.
+	p.outcomes = append(p.outcomes, outcome{kind: outcomeDrainStarted, silent: p.createJob == 1,
+		message: fmt.Sprintf("started finalizer Job %s (attempt %d) for claim %s", p.status.DrainJobName, p.createJob, b.Spec.PVC.Name)})
 	decideBlocked(o, now, p)
 }
 

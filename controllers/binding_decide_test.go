@@ -134,12 +134,12 @@ func TestDecide(t *testing.T) {
 		"pod gone: start the first finalizer Job": {
 			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc},
 			now:  admitted.Add(time.Hour),
-			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1, events: []string{v1alpha1.EventReasonDrainStarted}},
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
 		},
 		"pod Succeeded but still there: drain it": {
 			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, pod: pod(corev1.PodSucceeded, false)},
 			now:  admitted.Add(time.Hour),
-			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1, events: []string{v1alpha1.EventReasonDrainStarted}},
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
 		},
 		"a different pod with a copied label is not ours: drain": {
 			obs: observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, pod: func() *corev1.Pod {
@@ -148,7 +148,7 @@ func TestDecide(t *testing.T) {
 				return p
 			}()},
 			now:  admitted.Add(time.Hour),
-			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1, events: []string{v1alpha1.EventReasonDrainStarted}},
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
 		},
 		"Job running: wait for it": {
 			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, "", time.Time{})}},
@@ -243,12 +243,12 @@ func TestDecide(t *testing.T) {
 		"binding made again after its pod is gone: the claim names the pod, drain": {
 			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: pvc},
 			now:  admitted.Add(time.Hour),
-			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, recordPod: true, createJob: 1, attempts: 1, events: []string{v1alpha1.EventReasonDrainStarted}},
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, recordPod: true, createJob: 1, attempts: 1},
 		},
 		"no pod recorded, history unknown (no record on the claim): drain, never reclaim": {
 			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: legacy},
 			now:  admitted.Add(time.Hour),
-			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1, events: []string{v1alpha1.EventReasonDrainStarted}},
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
 		},
 		"no pod within the grace period: reclaim the orphan without a Job": {
 			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: fresh, claimUnused: true},
@@ -312,7 +312,7 @@ func TestDecide(t *testing.T) {
 				b.Status.FluentPVCMissingSince = &metav1.Time{Time: admitted.Add(time.Hour)}
 			}), fluentPVC: fpvc, pvc: pvc},
 			now:  admitted.Add(2 * time.Hour),
-			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1, events: []string{v1alpha1.EventReasonDrainStarted}},
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
 		},
 		"claim gone after its drain succeeded, the Drained status lost to a conflict: finish as drained, no warning": {
 			obs: observed{binding: mkBinding(func(b *v1alpha1.FluentPVCBinding) {
@@ -338,7 +338,7 @@ func TestDecide(t *testing.T) {
 		"Job refused: still refused while no Job exists, tried again": {
 			obs:  observed{binding: mkBinding(refused(0)), fluentPVC: fpvc, pvc: pvc},
 			now:  admitted.Add(time.Hour),
-			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1, events: []string{v1alpha1.EventReasonDrainStarted}, refused: true},
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1, refused: true},
 		},
 		"Job refused, then made by a reconcile that read an older binding: the refusal is cleared": {
 			obs:  observed{binding: mkBinding(refused(0)), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, "", time.Time{})}},

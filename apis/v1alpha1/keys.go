@@ -153,7 +153,8 @@ const BindingProtectionFinalizer = keyPrefix + "fluentpvcbinding-protection"
 const (
 	// EventReasonSidecarFailed: the pod was deleted because its sidecar failed.
 	EventReasonSidecarFailed = "SidecarFailed"
-	// EventReasonDrainStarted: a finalizer Job was created.
+	// EventReasonDrainStarted: a finalizer Job was created for a retry
+	// (attempt 2 or later; the first shows in the binding's status only).
 	EventReasonDrainStarted = "DrainStarted"
 	// EventReasonDrainFailed: a finalizer Job failed; it will be retried.
 	EventReasonDrainFailed = "DrainFailed"
