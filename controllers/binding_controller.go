@@ -63,6 +63,9 @@ type BindingReconciler struct {
 	opts      Options
 	// history proves that no pod was created with an unrecorded claim.
 	history podHistory
+	// own are the bindings' versions this reconciler's writes replaced,
+	// and the bindings it created, until the cache shows the writes.
+	own ownWrites
 }
 
 // NewBindingReconciler returns a BindingReconciler that reads through c
@@ -74,15 +77,25 @@ func NewBindingReconciler(c client.Client, apiReader client.Reader, recorder eve
 // Reconcile implements reconcile.Reconciler.
 func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	b := &v1alpha1.FluentPVCBinding{}
+	// One time for what is observed and what is decided from it: a grace
+	// period must not end between the two.
+	now := r.clock.Now()
 	if err := r.Get(ctx, req.NamespacedName, b); err != nil {
 		if apierrors.IsNotFound(err) {
+			if r.own.stale(req.NamespacedName, "", now) {
+				// Created moments ago; its event reconciles it.
+				return ctrl.Result{RequeueAfter: ownWriteTTL}, nil
+			}
 			return ctrl.Result{}, r.createBinding(ctx, req.NamespacedName)
 		}
 		return ctrl.Result{}, err
 	}
-	// One time for what is observed and what is decided from it: a grace
-	// period must not end between the two.
-	now := r.clock.Now()
+	if r.own.stale(req.NamespacedName, b.ResourceVersion, now) {
+		// The cache has not seen this reconciler's last write of b yet: the
+		// write's event reconciles it again, and deciding from the older
+		// copy would only repeat that write, or fail on its version.
+		return ctrl.Result{RequeueAfter: ownWriteTTL}, nil
+	}
 	o, err := r.observe(ctx, b, now)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -130,6 +143,9 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 		b.Spec.Pod = v1alpha1.ObjectIdentity{Name: pods.Items[0].Name, UID: pods.Items[0].UID}
 	}
 	err := r.Create(ctx, b)
+	if err == nil {
+		r.own.created(key, r.clock.Now())
+	}
 	switch {
 	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
 		return r.abandonUnrecorded(ctx, pvc, fpvc)
@@ -578,9 +594,11 @@ func (r *BindingReconciler) apply(ctx context.Context, o *observed, p plan, now 
 		if p.recordPVCUID != "" {
 			b.Spec.PVC.UID = p.recordPVCUID
 		}
+		before := b.ResourceVersion
 		if err := r.Update(ctx, b); err != nil {
 			return ctrl.Result{}, fmt.Errorf("recording the pod in the binding: %w", err)
 		}
+		r.own.wrote(client.ObjectKeyFromObject(b), before, now)
 	}
 	if p.recordOnClaim != nil && o.pvc != nil {
 		// Before the pod is let go: this record is what proves, should
@@ -627,6 +645,7 @@ func (r *BindingReconciler) apply(ctx context.Context, o *observed, p plan, now 
 		// newer one, nor count its outcomes twice. The newer copy's event
 		// reconciles the binding again.
 		patch := client.MergeFromWithOptions(b.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		before := b.ResourceVersion
 		b.Status = p.status
 		if err := r.Status().Patch(ctx, b, patch); err != nil {
 			if apierrors.IsConflict(err) {
@@ -635,6 +654,7 @@ func (r *BindingReconciler) apply(ctx context.Context, o *observed, p plan, now 
 			}
 			return ctrl.Result{}, fmt.Errorf("writing the binding's status: %w", err)
 		}
+		r.own.wrote(client.ObjectKeyFromObject(b), before, now)
 	}
 	r.report(ctx, *o, p)
 	if p.retry != nil {
@@ -643,7 +663,7 @@ func (r *BindingReconciler) apply(ctx context.Context, o *observed, p plan, now 
 	if !p.finish {
 		return ctrl.Result{RequeueAfter: p.requeueAfter}, nil
 	}
-	return ctrl.Result{}, r.finish(ctx, b, p)
+	return ctrl.Result{}, r.finish(ctx, b, p, now)
 }
 
 // letGo carries out the plan's writes that let go of the claim: release,
@@ -675,19 +695,26 @@ func (r *BindingReconciler) letGo(ctx context.Context, o observed, p plan) error
 // finish ends binding b: the pods it may leave holding the pod-protection
 // finalizer are released if p says so, then its own finalizer is removed
 // and it is deleted.
-func (r *BindingReconciler) finish(ctx context.Context, b *v1alpha1.FluentPVCBinding, p plan) error {
+func (r *BindingReconciler) finish(ctx context.Context, b *v1alpha1.FluentPVCBinding, p plan, now time.Time) error {
 	if p.releaseLabelledPods {
 		if err := r.releaseLabelledPods(ctx, b.Namespace, b.Name); err != nil {
 			return err
 		}
 	}
+	key, before := client.ObjectKeyFromObject(b), b.ResourceVersion
 	if err := removeFinalizer(ctx, r.Client, b, v1alpha1.BindingProtectionFinalizer); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("releasing the binding: %w", err)
+	}
+	if b.ResourceVersion != before {
+		r.own.wrote(key, before, now)
 	}
 	if b.DeletionTimestamp.IsZero() {
 		// Its successor of the same name, made for the claim's next
 		// checkout, is not this binding.
-		if err := r.Delete(ctx, b, client.Preconditions{UID: &b.UID}); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		switch err := r.Delete(ctx, b, client.Preconditions{UID: &b.UID}); {
+		case err == nil:
+			r.own.wrote(key, b.ResourceVersion, now)
+		case client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err):
 			return fmt.Errorf("deleting the binding: %w", err)
 		}
 	}
