@@ -40,9 +40,10 @@ func TestTallyAudit(t *testing.T) {
 		if r.stage == "" {
 			r.stage = "ResponseComplete"
 		}
-		if r.ns == "-" {
+		switch r.ns {
+		case "-":
 			r.ns = ""
-		} else if r.ns == "" {
+		case "":
 			r.ns = ns
 		}
 		e := map[string]any{
