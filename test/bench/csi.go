@@ -122,6 +122,34 @@ func (e *env) waitQuiet(ctx context.Context) error {
 	return nil
 }
 
+// waitHoldersLeft waits until no holder pod is being deleted: the holder
+// the last staged hit sent away has left its node, its sandbox, network
+// and volume torn down (the kubelet deletes a pod once they are). Before
+// each of d's pods, outside its time, so that each starts on a node that
+// does nothing else, as a's do: a holder leaves once the pod it served
+// started, which in a run of pods one after another is when the next one
+// is created.
+func (e *env) waitHoldersLeft(ctx context.Context) error {
+	leaving := 0
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, drainTimeout, true, func(ctx context.Context) (bool, error) {
+		var pods corev1.PodList
+		if err := e.cl.List(ctx, &pods, client.MatchingLabels{v1alpha1.ComponentLabelKey: v1alpha1.ComponentHolder}); err != nil {
+			return false, err
+		}
+		leaving = 0
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				leaving++
+			}
+		}
+		return leaving == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %d holders to leave: %w", leaving, err)
+	}
+	return nil
+}
+
 // busyAttachments counts the VolumeAttachments that are being made or
 // deleted, or whose volume is not a warm PVC's of warm.
 func busyAttachments(vas []storagev1.VolumeAttachment, warm []corev1.PersistentVolumeClaim) int {
@@ -721,7 +749,7 @@ func (r *results) csiMarkdown(w func(string, ...any)) {
 	} else {
 		w(" and c")
 	}
-	w(", then g.")
+	w(", then g. A holder leaves its node once the pod it served has started, which, one pod after another, is when the next pod is created: before each of d's pods, outside its time, the bench waits until the last one's holder has left (its sandbox, network and volume torn down), so that each d pod, like each a pod, starts on a node doing nothing else.")
 	if c.AttachSlots > 0 && 2*c.N > c.AttachSlots-c.N {
 		w(" d's holders keep %d volumes attached to the real node, which takes %d of the driver's, and the scheduler does not preempt a holder for an attach slot (\"Preemption is not helpful\"): with them, the node has room for %d more volumes, and b beside c need %d.", c.N, c.AttachSlots, c.AttachSlots-c.N, 2*c.N)
 	}

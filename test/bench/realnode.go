@@ -231,7 +231,11 @@ func (e *env) realStartup(ctx context.Context, r *realNodeResult, modes []string
 		runErrs := make([]error, len(modes))
 		var wg sync.WaitGroup
 		for i, mode := range modes {
-			wg.Go(func() { runs[i], runErrs[i] = e.measureStartup(ctx, mode, false, n) })
+			var before func(context.Context) error
+			if e.csi && mode == modeHit {
+				before = e.waitHoldersLeft
+			}
+			wg.Go(func() { runs[i], runErrs[i] = e.measureStartupEach(ctx, mode, false, n, before) })
 		}
 		wg.Wait()
 		err := cleanup(modes...)
