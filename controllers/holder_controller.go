@@ -20,6 +20,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
@@ -62,16 +63,19 @@ func EnsureHolderPriorityClass(ctx context.Context, c client.Client, name string
 // PVC's checkout, ended, or lost their PVC. The pool creates holders.
 type HolderReconciler struct {
 	client.Client
-	clock clock.PassiveClock
+	// apiReader reads the pod a claim records when the cache does not
+	// hold it (its opt-in label was removed).
+	apiReader client.Reader
+	clock     clock.PassiveClock
 	// ended remembers the holders counted as evicted, so that each is
 	// counted once while its deletion is seen again; forgotten once gone.
 	ended map[types.NamespacedName]types.UID
 }
 
 // NewHolderReconciler returns a HolderReconciler reading the cache
-// through c.
-func NewHolderReconciler(c client.Client, clk clock.PassiveClock) *HolderReconciler {
-	return &HolderReconciler{Client: c, clock: clk, ended: map[types.NamespacedName]types.UID{}}
+// through c, and what the cache cannot hold through apiReader.
+func NewHolderReconciler(c client.Client, apiReader client.Reader, clk clock.PassiveClock) *HolderReconciler {
+	return &HolderReconciler{Client: c, apiReader: apiReader, clock: clk, ended: map[types.NamespacedName]types.UID{}}
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -132,8 +136,11 @@ func (r *HolderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 }
 
 // claimPod is the pod that warm PVC pvc was handed to, from the cache:
-// one carrying its binding label and mounting it, not holder h. nil when
-// there is none yet, or pvc is nil or still warm.
+// one carrying its binding label and mounting it, not holder h. The cache
+// holds only pods with the opt-in label: a pod the claim records (its
+// binding saw it) that is not there is read live, since a pod whose
+// label was removed still uses the claim, and still sends the holder
+// away. nil when there is none yet, or pvc is nil or still warm.
 func (r *HolderReconciler) claimPod(ctx context.Context, h *corev1.Pod, pvc *corev1.PersistentVolumeClaim) (*corev1.Pod, error) {
 	if pvc == nil || pvc.Labels[v1alpha1.BindingNameLabelKey] == "" {
 		return nil, nil
@@ -149,6 +156,16 @@ func (r *HolderReconciler) claimPod(ctx context.Context, h *corev1.Pod, pvc *cor
 			continue
 		}
 		if found == nil || (found.Spec.NodeName == "" && p.Spec.NodeName != "") {
+			found = p
+		}
+	}
+	if used, _ := claim.PodOf(pvc); found == nil && used.UID != "" {
+		p := &corev1.Pod{}
+		switch err := r.apiReader.Get(ctx, client.ObjectKey{Namespace: h.Namespace, Name: used.Name}, p); {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return nil, fmt.Errorf("reading pod %s, which claim %s records: %w", used.Name, pvc.Name, err)
+		case p.UID == used.UID && claimantPod(p, pvc.Name):
 			found = p
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -34,6 +35,21 @@ func TestHolderReconcile(t *testing.T) {
 	app := func(node string) *corev1.Pod {
 		return fixtures.MakePod("app", "ns").FluentPVC(f.Name).Claim(warm.Name).Label(v1alpha1.BindingNameLabelKey, warm.Name).NodeName(node).Obj()
 	}
+	// A pod whose opt-in label was removed, which the operator's cache
+	// (labelled pods only) no longer holds. The fake API serves both the
+	// cache's reads and the live ones: without the labels, its List by
+	// binding label does not find the pod, as the cache would not, and a
+	// Get by name does, as a live read would.
+	unlabelled := func(node string) *corev1.Pod {
+		p := fixtures.MakePod("app", "ns").Claim(warm.Name).NodeName(node).Obj()
+		p.UID = "app-uid"
+		return p
+	}
+	rec, err := claim.RecordPod(handedOut, v1alpha1.ObjectIdentity{Name: "app", UID: "app-uid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := rec.Object
 	// A pod that carries the binding label but mounts another claim.
 	impostor := fixtures.MakePod("impostor", "ns").FluentPVC(f.Name).Claim("other").Label(v1alpha1.BindingNameLabelKey, warm.Name).NodeName("n2").Obj()
 	cases := map[string]struct {
@@ -48,11 +64,18 @@ func TestHolderReconcile(t *testing.T) {
 		"handed out, the pod on another node: it goes":      {objs: []client.Object{handedOut, holder, app("n2")}, wantDeleted: true},
 		"a pod with the label that mounts another claim":    {objs: []client.Object{handedOut, holder, impostor}, wantRequeue: true},
 		"its PVC is gone: it goes":                          {objs: []client.Object{holder}, wantDeleted: true},
+		"the pod the claim records, out of the cache (its opt-in label removed), on the holder's node: it goes": {
+			objs: []client.Object{recorded, holder, unlabelled("n1")}, wantDeleted: true,
+		},
+		"the pod the claim records, out of the cache, not on a node: it waits": {
+			objs: []client.Object{recorded, holder, unlabelled("")}, wantRequeue: true,
+		},
+		"the pod the claim records is gone: it waits for the patience": {objs: []client.Object{recorded, holder}, wantRequeue: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			api := fakeAPI(t, interceptor.Funcs{}, tc.objs...)
-			r := NewHolderReconciler(api, clocktesting.NewFakePassiveClock(now))
+			r := NewHolderReconciler(api, api, clocktesting.NewFakePassiveClock(now))
 			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: holder.Name}})
 			if err != nil {
 				t.Fatal(err)

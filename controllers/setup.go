@@ -222,7 +222,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := NewFluentPVCReconciler(c, live, recorder, clk, opts).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the FluentPVC controller: %w", err)
 	}
-	if err := NewHolderReconciler(c, clk).SetupWithManager(mgr); err != nil {
+	if err := NewHolderReconciler(c, mgr.GetAPIReader(), clk).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the holder controller: %w", err)
 	}
 	return nil
