@@ -56,10 +56,9 @@ func EnsureHolderPriorityClass(ctx context.Context, c client.Client, name string
 
 // HolderReconciler removes a holder pod once its warm PVC has been handed
 // out and the pod it went to is on a node (pool.HolderFate): on the same
-// node, that pod keeps the volume attached and staged, and the holder goes
-// once the pod has started, so that its teardown does not slow the pod's
-// start; on another, the volume must detach from the holder's node before
-// it attaches there, so the holder goes at once. It also removes holders that outlived their
+// node, that pod keeps the volume attached and staged; on another, the
+// volume must detach from the holder's node before it attaches there, so
+// the holder goes at once. It also removes holders that outlived their
 // PVC's checkout, ended, or lost their PVC. The pool creates holders.
 type HolderReconciler struct {
 	client.Client

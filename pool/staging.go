@@ -232,15 +232,6 @@ func HolderStaged(pod *corev1.Pod) bool {
 // never came, or waits unschedulable, does not keep a node's attach slot.
 const HolderPatience = time.Minute
 
-// HolderOverlap is how long a holder stays beside its PVC's pod on its
-// node while that pod has not started. The holder leaves once the pod
-// runs: its removal (the kubelet stops its sandbox, tears down its network
-// and unpublishes its volume) would otherwise compete with the pod's own
-// start on the node for CPU, the container runtime and the volume
-// manager. A pod that does not start in this time (an image still pulling)
-// is left the node to itself.
-const HolderOverlap = 10 * time.Second
-
 // Why a holder is removed, the "reason" label of HoldersRemoved.
 const (
 	// HolderServed: its PVC's pod is on the holder's node, which keeps the
@@ -261,13 +252,10 @@ const (
 // HolderFate decides what becomes of holder pod h of warm PVC pvc (nil:
 // not found), given pod, the pod the PVC was handed to (nil: none found
 // with a node or without), at now. A holder stays while its PVC is warm.
-// Once the PVC is handed out, it stays until the pod is on a node: at once
-// if that is another node (the volume must detach from the holder's);
-// on the holder's node, where the pod keeps the volume attached, once the
-// pod has started, is being deleted, or has been bound HolderOverlap ago.
-// Without a pod on a node it stays until HolderPatience has passed since
-// the admission. recheck is when to look again while it waits. reason is
-// "" when it stays.
+// Once the PVC is handed out, it stays until the pod is on a node (the
+// pod then keeps the volume attached there, if that is the holder's node),
+// or until HolderPatience has passed since the admission; recheck is when
+// to look again while it waits. reason is "" when it stays.
 func HolderFate(h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, pod *corev1.Pod, now time.Time) (reason string, recheck time.Duration) {
 	ref := metav1.GetControllerOfNoCopy(h)
 	switch {
@@ -281,13 +269,10 @@ func HolderFate(h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, pod *corev1.Po
 	case state == claim.Warm:
 		return "", 0
 	case pod != nil && pod.Spec.NodeName != "":
-		if pod.Spec.NodeName != h.Spec.NodeName {
-			return HolderMoved, 0
+		if pod.Spec.NodeName == h.Spec.NodeName {
+			return HolderServed, 0
 		}
-		if left := overlapLeft(pod, now); left > 0 {
-			return "", left
-		}
-		return HolderServed, 0
+		return HolderMoved, 0
 	}
 	admitted, err := time.Parse(time.RFC3339Nano, pvc.Annotations[v1alpha1.AdmittedAtAnnotationKey])
 	if err != nil || (state != claim.Claimed && state != claim.Used) {
@@ -297,35 +282,6 @@ func HolderFate(h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, pod *corev1.Po
 		return "", left
 	}
 	return HolderAbandoned, 0
-}
-
-// overlapLeft is how much longer a holder may stay beside pod, bound to
-// its node: 0 once pod has started, is being deleted, or was bound at
-// least HolderOverlap ago (or when it is not known when it was bound).
-func overlapLeft(pod *corev1.Pod, now time.Time) time.Duration {
-	if !pod.DeletionTimestamp.IsZero() || started(pod) {
-		return 0
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {
-			return max(0, c.LastTransitionTime.Add(HolderOverlap).Sub(now))
-		}
-	}
-	return 0
-}
-
-// started says whether pod has started: it is past phase Pending, or one
-// of its containers or init containers runs or has run.
-func started(pod *corev1.Pod) bool {
-	if pod.Status.Phase != "" && pod.Status.Phase != corev1.PodPending {
-		return true
-	}
-	for _, s := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
-		if s.State.Running != nil || (s.State.Terminated != nil && !s.State.Terminated.StartedAt.IsZero()) {
-			return true
-		}
-	}
-	return false
 }
 
 // disrupted says whether the scheduler or the kubelet marked pod for

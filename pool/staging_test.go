@@ -183,21 +183,7 @@ func TestHolderFate(t *testing.T) {
 		c.UID = warm.UID
 		return c
 	}
-	pod := func(node string) *corev1.Pod {
-		p := fixtures.MakePod("app", "ns").NodeName(node).Obj()
-		p.Status.Phase = corev1.PodRunning
-		return p
-	}
-	// bound is a pod bound to n1 ago, not started.
-	bound := func(ago time.Duration, f func(*corev1.Pod)) *corev1.Pod {
-		p := fixtures.MakePod("app", "ns").NodeName("n1").Obj()
-		p.Status.Phase = corev1.PodPending
-		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-ago))}}
-		if f != nil {
-			f(p)
-		}
-		return p
-	}
+	pod := func(node string) *corev1.Pod { return fixtures.MakePod("app", "ns").NodeName(node).Obj() }
 	unscheduled := fixtures.MakePod("app", "ns").Obj()
 	other := warm.DeepCopy()
 	other.UID = "other-uid"
@@ -223,27 +209,15 @@ func TestHolderFate(t *testing.T) {
 		"preempted": {holder: with(func(h *corev1.Pod) {
 			h.Status.Conditions = []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}}
 		}), pvc: warm, wantReason: HolderEvicted},
-		"evicted by the kubelet":                                           {holder: with(func(h *corev1.Pod) { h.Status.Phase = corev1.PodFailed }), pvc: warm, wantReason: HolderEvicted},
-		"handed out, the pod on the holder's node":                         {holder: holder, pvc: checkedOut(time.Second), pod: pod("n1"), wantReason: HolderServed},
-		"handed out, the pod on another node":                              {holder: holder, pvc: checkedOut(time.Second), pod: pod("n2"), wantReason: HolderMoved},
-		"handed out, the pod on another node, not started":                 {holder: holder, pvc: checkedOut(time.Second), pod: bound(0, func(p *corev1.Pod) { p.Spec.NodeName = "n2" }), wantReason: HolderMoved},
-		"the pod bound to the holder's node, not started: waits beside it": {holder: holder, pvc: checkedOut(time.Second), pod: bound(2*time.Second, nil), wantRecheck: HolderOverlap - 2*time.Second},
-		"the pod bound HolderOverlap ago, not started":                     {holder: holder, pvc: checkedOut(time.Minute), pod: bound(HolderOverlap, nil), wantReason: HolderServed},
-		"the pod's container runs, phase still Pending": {holder: holder, pvc: checkedOut(time.Second), pod: bound(0, func(p *corev1.Pod) {
-			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
-		}), wantReason: HolderServed},
-		"the pod's init container ran": {holder: holder, pvc: checkedOut(time.Second), pod: bound(0, func(p *corev1.Pod) {
-			p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "init", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{StartedAt: metav1.NewTime(now)}}}}
-		}), wantReason: HolderServed},
-		"the pod failed before it started":                   {holder: holder, pvc: checkedOut(time.Second), pod: bound(0, func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), wantReason: HolderServed},
-		"the pod is being deleted before it started":         {holder: holder, pvc: checkedOut(time.Second), pod: bound(0, func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: now} }), wantReason: HolderServed},
-		"the pod on the holder's node, not known when bound": {holder: holder, pvc: checkedOut(time.Second), pod: bound(0, func(p *corev1.Pod) { p.Status.Conditions = nil }), wantReason: HolderServed},
-		"handed out, no pod yet: waits":                      {holder: holder, pvc: checkedOut(10 * time.Second), wantRecheck: HolderPatience - 10*time.Second},
-		"handed out, the pod not scheduled yet: waits":       {holder: holder, pvc: checkedOut(10 * time.Second), pod: unscheduled, wantRecheck: HolderPatience - 10*time.Second},
-		"handed out, no pod on a node within patience":       {holder: holder, pvc: checkedOut(HolderPatience), pod: unscheduled, wantReason: HolderAbandoned},
-		"handed out without an admission time":               {holder: holder, pvc: with2(checkedOut(0), func(c *corev1.PersistentVolumeClaim) { delete(c.Annotations, v1alpha1.AdmittedAtAnnotationKey) }), wantReason: HolderAbandoned},
-		"handed out, then let go of without a pod coming":    {holder: holder, pvc: with2(checkedOut(0), func(c *corev1.PersistentVolumeClaim) { c.Finalizers = nil }), wantReason: HolderAbandoned},
-		"its pod recorded, not on a node yet: waits":         {holder: holder, pvc: with2(checkedOut(time.Second), func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "app/uid" }), pod: unscheduled, wantRecheck: HolderPatience - time.Second},
+		"evicted by the kubelet":                          {holder: with(func(h *corev1.Pod) { h.Status.Phase = corev1.PodFailed }), pvc: warm, wantReason: HolderEvicted},
+		"handed out, the pod on the holder's node":        {holder: holder, pvc: checkedOut(time.Second), pod: pod("n1"), wantReason: HolderServed},
+		"handed out, the pod on another node":             {holder: holder, pvc: checkedOut(time.Second), pod: pod("n2"), wantReason: HolderMoved},
+		"handed out, no pod yet: waits":                   {holder: holder, pvc: checkedOut(10 * time.Second), wantRecheck: HolderPatience - 10*time.Second},
+		"handed out, the pod not scheduled yet: waits":    {holder: holder, pvc: checkedOut(10 * time.Second), pod: unscheduled, wantRecheck: HolderPatience - 10*time.Second},
+		"handed out, no pod on a node within patience":    {holder: holder, pvc: checkedOut(HolderPatience), pod: unscheduled, wantReason: HolderAbandoned},
+		"handed out without an admission time":            {holder: holder, pvc: with2(checkedOut(0), func(c *corev1.PersistentVolumeClaim) { delete(c.Annotations, v1alpha1.AdmittedAtAnnotationKey) }), wantReason: HolderAbandoned},
+		"handed out, then let go of without a pod coming": {holder: holder, pvc: with2(checkedOut(0), func(c *corev1.PersistentVolumeClaim) { c.Finalizers = nil }), wantReason: HolderAbandoned},
+		"its pod recorded, not on a node yet: waits":      {holder: holder, pvc: with2(checkedOut(time.Second), func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "app/uid" }), pod: unscheduled, wantRecheck: HolderPatience - time.Second},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
