@@ -125,10 +125,8 @@ func (e *env) waitQuiet(ctx context.Context) error {
 // waitHoldersLeft waits until no holder pod is being deleted: the holder
 // the last staged hit sent away has left its node, its sandbox, network
 // and volume torn down (the kubelet deletes a pod once they are). Before
-// each of d's pods, outside its time, so that each starts on a node that
-// does nothing else, as a's do: a holder leaves once the pod it served
-// started, which in a run of pods one after another is when the next one
-// is created.
+// each of d's pods, outside its time, so that no teardown left by the
+// last pod runs into the next one's start, which a's pods do not have.
 func (e *env) waitHoldersLeft(ctx context.Context) error {
 	leaving := 0
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, drainTimeout, true, func(ctx context.Context) (bool, error) {
@@ -749,7 +747,7 @@ func (r *results) csiMarkdown(w func(string, ...any)) {
 	} else {
 		w(" and c")
 	}
-	w(", then g. A holder leaves its node once the pod it served has started, which, one pod after another, is when the next pod is created: before each of d's pods, outside its time, the bench waits until the last one's holder has left (its sandbox, network and volume torn down), so that each d pod, like each a pod, starts on a node doing nothing else.")
+	w(", then g. A holder leaves its node once the pod it served is bound there, and its teardown may outlast that pod's start: before each of d's pods, outside its time, the bench waits until the last one's holder has left (its sandbox, network and volume torn down), so that no teardown left by the last pod runs into the next one's start.")
 	if c.AttachSlots > 0 && 2*c.N > c.AttachSlots-c.N {
 		w(" d's holders keep %d volumes attached to the real node, which takes %d of the driver's, and the scheduler does not preempt a holder for an attach slot (\"Preemption is not helpful\"): with them, the node has room for %d more volumes, and b beside c need %d.", c.N, c.AttachSlots, c.AttachSlots-c.N, 2*c.N)
 	}
