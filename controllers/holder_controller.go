@@ -134,12 +134,13 @@ func (r *HolderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	return ctrl.Result{}, nil
 }
 
-// claimPod is the pod that warm PVC pvc was handed to, from the cache:
-// one carrying its binding label and mounting it, not holder h. The cache
-// holds only pods with the opt-in label: a pod the claim records (its
-// binding saw it) that is not there is read live, since a pod whose
-// label was removed still uses the claim, and still sends the holder
-// away. nil when there is none yet, or pvc is nil or still warm.
+// claimPod is the pod that warm PVC pvc was handed to: one carrying its
+// binding label and mounting it, not holder h. The cache holds only pods
+// with the opt-in label, and a pod whose label was removed still uses the
+// claim and still sends the holder away: when the cache has none, the
+// pods with the binding label are listed live, and then the pod the claim
+// records (its binding saw it) is read live. nil when there is none yet,
+// or pvc is nil or still warm.
 func (r *HolderReconciler) claimPod(ctx context.Context, h *corev1.Pod, pvc *corev1.PersistentVolumeClaim) (*corev1.Pod, error) {
 	if pvc == nil || pvc.Labels[v1alpha1.BindingNameLabelKey] == "" {
 		return nil, nil
@@ -156,6 +157,23 @@ func (r *HolderReconciler) claimPod(ctx context.Context, h *corev1.Pod, pvc *cor
 		}
 		if found == nil || (found.Spec.NodeName == "" && p.Spec.NodeName != "") {
 			found = p
+		}
+	}
+	if found == nil {
+		// The claim's pod may have lost its opt-in label before this cache
+		// saw it on a node: it keeps its binding label.
+		var live corev1.PodList
+		if err := r.apiReader.List(ctx, &live, client.InNamespace(h.Namespace), client.MatchingLabels{v1alpha1.BindingNameLabelKey: pvc.Labels[v1alpha1.BindingNameLabelKey]}); err != nil {
+			return nil, fmt.Errorf("listing the pods of claim %s: %w", pvc.Name, err)
+		}
+		for i := range live.Items {
+			p := &live.Items[i]
+			if p.Name == h.Name || objects.IsHolder(p) || !claimantPod(p, pvc.Name) {
+				continue
+			}
+			if found == nil || (found.Spec.NodeName == "" && p.Spec.NodeName != "") {
+				found = p
+			}
 		}
 	}
 	if used, _ := claim.PodOf(pvc); found == nil && used.UID != "" {

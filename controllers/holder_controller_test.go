@@ -53,7 +53,9 @@ func TestHolderReconcile(t *testing.T) {
 	// A pod that carries the binding label but mounts another claim.
 	impostor := fixtures.MakePod("impostor", "ns").FluentPVC(f.Name).Claim("other").Label(v1alpha1.BindingNameLabelKey, warm.Name).NodeName("n2").Obj()
 	cases := map[string]struct {
-		objs        []client.Object
+		objs []client.Object
+		// uncached: the cache holds none of the pods.
+		uncached    bool
 		wantDeleted bool
 		wantRequeue bool
 	}{
@@ -71,11 +73,25 @@ func TestHolderReconcile(t *testing.T) {
 			objs: []client.Object{recorded, holder, unlabelled("")}, wantRequeue: true,
 		},
 		"the pod the claim records is gone: it waits for the patience": {objs: []client.Object{recorded, holder}, wantRequeue: true},
+		"the pod out of the cache before its binding recorded it, on the holder's node: it goes": {
+			objs: []client.Object{handedOut, holder, app("n1")}, uncached: true, wantDeleted: true,
+		},
+		"the pod out of the cache, not on a node: it waits": {objs: []client.Object{handedOut, holder, app("")}, uncached: true, wantRequeue: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			api := fakeAPI(t, interceptor.Funcs{}, tc.objs...)
-			r := NewHolderReconciler(api, api, clocktesting.NewFakePassiveClock(now))
+			cached := client.Client(api)
+			if tc.uncached {
+				// A cache without the pods: their opt-in label was removed.
+				cached = interceptor.NewClient(api, interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+					if _, ok := list.(*corev1.PodList); ok {
+						return nil
+					}
+					return c.List(ctx, list, opts...)
+				}})
+			}
+			r := NewHolderReconciler(cached, api, clocktesting.NewFakePassiveClock(now))
 			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: holder.Name}})
 			if err != nil {
 				t.Fatal(err)
