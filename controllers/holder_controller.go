@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
@@ -71,6 +72,11 @@ type HolderReconciler struct {
 	ended map[types.NamespacedName]types.UID
 }
 
+// holderPodRecheck is how often a holder whose PVC was handed out looks
+// for the PVC's pod on a node while it has not found it there: well within
+// the seconds a holder may stay beside a started pod.
+const holderPodRecheck = time.Second
+
 // NewHolderReconciler returns a HolderReconciler reading the cache
 // through c, and what the cache cannot hold through apiReader.
 func NewHolderReconciler(c client.Client, apiReader client.Reader, clk clock.PassiveClock) *HolderReconciler {
@@ -104,6 +110,11 @@ func (r *HolderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	reason, recheck := pool.HolderFate(h, pvc, pod, r.clock.Now())
 	if reason == "" {
+		if recheck > 0 && pvc != nil && claim.StateOf(pvc) != claim.Warm {
+			// Handed out, its pod not yet seen on a node: the pod's events
+			// may come late, so look again soon (claimPod reads live).
+			recheck = min(recheck, holderPodRecheck)
+		}
 		return ctrl.Result{RequeueAfter: recheck}, nil
 	}
 	fpvc := h.Labels[v1alpha1.FluentPVCNameLabelKey]
@@ -159,9 +170,10 @@ func (r *HolderReconciler) claimPod(ctx context.Context, h *corev1.Pod, pvc *cor
 			found = p
 		}
 	}
-	if found == nil {
+	if found == nil || found.Spec.NodeName == "" {
 		// The claim's pod may have lost its opt-in label before this cache
-		// saw it on a node: it keeps its binding label.
+		// saw it on a node (it keeps its binding label), or this cache may
+		// lag behind its binding (a watch cut and not yet listed again).
 		var live corev1.PodList
 		if err := r.apiReader.List(ctx, &live, client.InNamespace(h.Namespace), client.MatchingLabels{v1alpha1.BindingNameLabelKey: pvc.Labels[v1alpha1.BindingNameLabelKey]}); err != nil {
 			return nil, fmt.Errorf("listing the pods of claim %s: %w", pvc.Name, err)

@@ -54,10 +54,11 @@ func TestHolderReconcile(t *testing.T) {
 	impostor := fixtures.MakePod("impostor", "ns").FluentPVC(f.Name).Claim("other").Label(v1alpha1.BindingNameLabelKey, warm.Name).NodeName("n2").Obj()
 	cases := map[string]struct {
 		objs []client.Object
-		// uncached: the cache holds none of the pods.
-		uncached    bool
-		wantDeleted bool
-		wantRequeue bool
+		// uncached: the cache holds none of the pods; unbound: it holds
+		// them as they were before their binding.
+		uncached, unbound bool
+		wantDeleted       bool
+		wantRequeue       bool
 	}{
 		"a warm PVC keeps its holder":                       {objs: []client.Object{warm, holder}},
 		"handed out, no pod yet: it waits":                  {objs: []client.Object{handedOut, holder}, wantRequeue: true},
@@ -76,16 +77,26 @@ func TestHolderReconcile(t *testing.T) {
 		"the pod out of the cache before its binding recorded it, on the holder's node: it goes": {
 			objs: []client.Object{handedOut, holder, app("n1")}, uncached: true, wantDeleted: true,
 		},
-		"the pod out of the cache, not on a node: it waits": {objs: []client.Object{handedOut, holder, app("")}, uncached: true, wantRequeue: true},
+		"the pod out of the cache, not on a node: it waits":         {objs: []client.Object{handedOut, holder, app("")}, uncached: true, wantRequeue: true},
+		"the cache behind the pod's binding (a cut watch): it goes": {objs: []client.Object{handedOut, holder, app("n1")}, unbound: true, wantDeleted: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			api := fakeAPI(t, interceptor.Funcs{}, tc.objs...)
 			cached := client.Client(api)
-			if tc.uncached {
-				// A cache without the pods: their opt-in label was removed.
+			if tc.uncached || tc.unbound {
 				cached = interceptor.NewClient(api, interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
-					if _, ok := list.(*corev1.PodList); ok {
+					pods, ok := list.(*corev1.PodList)
+					switch {
+					case ok && tc.uncached:
+						return nil // their opt-in label was removed
+					case ok:
+						if err := c.List(ctx, list, opts...); err != nil {
+							return err
+						}
+						for i := range pods.Items {
+							pods.Items[i].Spec.NodeName = ""
+						}
 						return nil
 					}
 					return c.List(ctx, list, opts...)
@@ -102,6 +113,11 @@ func TestHolderReconcile(t *testing.T) {
 			}
 			if requeue := res.RequeueAfter > 0; requeue != tc.wantRequeue {
 				t.Errorf("requeue after %s, want one: %v", res.RequeueAfter, tc.wantRequeue)
+			}
+			if res.RequeueAfter > holderPodRecheck {
+				// Every case that waits has a PVC handed out: its pod's
+				// events may come late.
+				t.Errorf("requeue after %s, want at most %s", res.RequeueAfter, holderPodRecheck)
 			}
 		})
 	}
