@@ -298,7 +298,7 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 			}
 		}
 		if m.Handouts != nil {
-			m.Handouts.Record(types.NamespacedName{Namespace: pod.Namespace, Name: claimName}, m.Clock.Now())
+			m.Handouts.Record(types.NamespacedName{Namespace: pod.Namespace, Name: claimName}, HandoutPod(pod), m.Clock.Now())
 		}
 	}
 
@@ -333,19 +333,43 @@ func (m *PodMutator) deletingLive(ctx context.Context, name string) (bool, error
 }
 
 // ownHandout says whether pod, which carries a claim, is the output of an
-// admission of this process, reinvoked: the claim is among the Handouts
-// (taken from them), and no pod in the cache carries it. A dry run hands
-// out nothing.
+// admission of this process, reinvoked: the claim is among the Handouts,
+// handed to a pod of this name (taken from them), no pod in the cache
+// carries it, and neither its binding nor the claim, as cached, records a
+// pod. A copy of the admitted pod's manifest passes the first test when
+// no reinvocation took the claim; the original, which the copy was made
+// from, fails the others once the cache has seen it. A dry run hands out
+// nothing.
 func (m *PodMutator) ownHandout(ctx context.Context, pod *corev1.Pod, dryRun bool) (bool, error) {
 	name := pod.Labels[v1alpha1.BindingNameLabelKey]
-	if dryRun || m.Handouts == nil || !m.Handouts.Take(types.NamespacedName{Namespace: pod.Namespace, Name: name}, m.Clock.Now()) {
+	key := types.NamespacedName{Namespace: pod.Namespace, Name: name}
+	if dryRun || m.Handouts == nil || !m.Handouts.Take(key, HandoutPod(pod), m.Clock.Now()) {
 		return false, nil
 	}
 	var pods corev1.PodList
 	if err := m.Reader.List(ctx, &pods, client.InNamespace(pod.Namespace), client.MatchingLabels{v1alpha1.BindingNameLabelKey: name}, client.UnsafeDisableDeepCopy); err != nil {
 		return false, fmt.Errorf("listing the pods of claim %s: %w", name, err)
 	}
-	return len(pods.Items) == 0, nil
+	if len(pods.Items) > 0 {
+		return false, nil
+	}
+	b := &v1alpha1.FluentPVCBinding{}
+	switch err := m.Reader.Get(ctx, key, b); {
+	case err == nil && b.Spec.Pod.UID != "":
+		return false, nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return false, fmt.Errorf("reading binding %s: %w", key, err)
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	switch err := m.Reader.Get(ctx, key, pvc); {
+	case err == nil:
+		used, _ := claim.PodOf(pvc)
+		return used.UID == "", nil
+	case apierrors.IsNotFound(err):
+		return true, nil // a miss's claim, not cached yet
+	default:
+		return false, fmt.Errorf("reading claim %s: %w", key, err)
+	}
 }
 
 // claimTaken says why the claim of pod, which already carries one, is not

@@ -36,6 +36,7 @@ func TestHandouts(t *testing.T) {
 	type step struct {
 		record bool
 		claim  types.NamespacedName
+		pod    string        // "": "app/"
 		at     time.Duration // after t0
 		want   bool          // of a take
 	}
@@ -52,16 +53,21 @@ func TestHandouts(t *testing.T) {
 		"expired":                                              {steps: []step{{record: true, claim: a}, {claim: a, at: HandoutTTL}}},
 		"just within the TTL":                                  {steps: []step{{record: true, claim: a}, {claim: a, at: HandoutTTL - time.Nanosecond, want: true}}},
 		"a clock that went back":                               {steps: []step{{record: true, claim: a, at: time.Second}, {claim: a}}},
+		"a pod of another name (a copy) carrying it":           {steps: []step{{record: true, claim: a}, {claim: a, pod: "copy/", at: time.Millisecond}}},
+		"a generated name's pod, reinvoked":                    {steps: []step{{record: true, claim: a, pod: "/app-"}, {claim: a, pod: "/app-", at: time.Millisecond, want: true}}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			h := NewHandouts()
 			for i, s := range tc.steps {
+				if s.pod == "" {
+					s.pod = "app/"
+				}
 				if s.record {
-					h.Record(s.claim, t0.Add(s.at))
+					h.Record(s.claim, s.pod, t0.Add(s.at))
 					continue
 				}
-				if got := h.Take(s.claim, t0.Add(s.at)); got != s.want {
+				if got := h.Take(s.claim, s.pod, t0.Add(s.at)); got != s.want {
 					t.Errorf("step %d: Take(%s) = %v, want %v", i, s.claim, got, s.want)
 				}
 			}
@@ -78,14 +84,14 @@ func TestHandoutsPrune(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	h := NewHandouts()
 	for i := range handoutsPruneAt {
-		h.Record(types.NamespacedName{Namespace: "ns", Name: fmt.Sprint("old-", i)}, t0)
+		h.Record(types.NamespacedName{Namespace: "ns", Name: fmt.Sprint("old-", i)}, "app/", t0)
 	}
-	h.Record(types.NamespacedName{Namespace: "ns", Name: "recent"}, t0.Add(HandoutTTL-time.Second))
-	h.Record(types.NamespacedName{Namespace: "ns", Name: "new"}, t0.Add(HandoutTTL))
+	h.Record(types.NamespacedName{Namespace: "ns", Name: "recent"}, "app/", t0.Add(HandoutTTL-time.Second))
+	h.Record(types.NamespacedName{Namespace: "ns", Name: "new"}, "app/", t0.Add(HandoutTTL))
 	if h.Len() != 2 {
 		t.Errorf("Len() = %d, want 2 (recent and new)", h.Len())
 	}
-	if !h.Take(types.NamespacedName{Namespace: "ns", Name: "recent"}, t0.Add(HandoutTTL)) {
+	if !h.Take(types.NamespacedName{Namespace: "ns", Name: "recent"}, "app/", t0.Add(HandoutTTL)) {
 		t.Error("the claim within the TTL was forgotten")
 	}
 }
