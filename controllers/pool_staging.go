@@ -14,6 +14,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
@@ -241,6 +242,9 @@ func (r *PoolReconciler) stagingOps(ctx context.Context, f *v1alpha1.FluentPVC, 
 			}
 			if err != nil {
 				err = fmt.Errorf("creating the holder of %s/%s on node %s: %w", np.namespace, st.Claim, st.Node, err)
+				if apierrors.IsForbidden(err) && !r.stillWarm(ctx, c) {
+					return nil // the mount webhook saw the checkout the cache had not
+				}
 				if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
 					return holderRejected{err}
 				}
@@ -256,4 +260,19 @@ func (r *PoolReconciler) stagingOps(ctx context.Context, f *v1alpha1.FluentPVC, 
 		ops = append(ops, func() error { return remove(name) })
 	}
 	return ops
+}
+
+// stillWarm reads c live after the API server refused its holder: the
+// mount webhook refuses the holder of a PVC checked out since the cache
+// saw it, which is no rejection for a person to look into. A failed read
+// counts as warm, so the refusal is reported.
+func (r *PoolReconciler) stillWarm(ctx context.Context, c *corev1.PersistentVolumeClaim) bool {
+	live := &corev1.PersistentVolumeClaim{}
+	switch err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(c), live); {
+	case apierrors.IsNotFound(err):
+		return false
+	case err != nil:
+		return true
+	}
+	return live.UID == c.UID && live.DeletionTimestamp == nil && claim.StateOf(live) == claim.Warm
 }

@@ -26,13 +26,25 @@ const MountPath = "/validate-v1-pod"
 // matchCondition keeps pods without PVC volumes (most pods) off it, at no
 // cost to their admission.
 //
-// The failure policy is Ignore. With Fail, every pod with a PVC in the
-// cluster, the operator's or not, could not be created while the operator
-// is down. A pod let through then is caught by the binding controller,
-// which lists the namespace's pods live before it starts a drain or
-// deletes a drained claim, and waits, saying so (DrainBlocked,
-// MountedByOtherPod), while another pod mounts the claim.
+// Two webhooks serve it. For pods not labelled as holders the failure
+// policy is Ignore. With Fail, every pod with a PVC in the cluster, the
+// operator's or not, could not be created while the operator is down. A
+// pod let through then is caught by the binding controller, which lists
+// the namespace's pods live before it starts a drain or deletes a drained
+// claim, and waits, saying so (DrainBlocked, MountedByOtherPod), while
+// another pod mounts the claim.
+//
+// Pods labelled as holders (component=holder, the selectors of
+// config/webhook/claim_webhook_selectors_patch.yaml) reach the second
+// webhook, whose failure policy is Fail: a holder is created only once the
+// webhook has read its PVC live and found it warm. The pool decides to
+// create a holder from its cache, which may not have seen the PVC's
+// checkout yet; letting such a holder through whenever the webhook cannot
+// answer (the operator restarting, its live read failing) would put it
+// beside the pod the PVC went to. Refusing one costs nothing but a retry of
+// the pool's.
 // +kubebuilder:webhook:path=/validate-v1-pod,mutating=false,failurePolicy=ignore,sideEffects=None,groups="",resources=pods,verbs=create,versions=v1,name=mounts.fluent-pvc-operator.tech.zozo.com,admissionReviewVersions=v1,timeoutSeconds=10,patch=`{"matchConditions":[{"name":"mounts-a-pvc","expression":"has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.persistentVolumeClaim))"}]}`
+// +kubebuilder:webhook:path=/validate-v1-pod,mutating=false,failurePolicy=fail,sideEffects=None,groups="",resources=pods,verbs=create,versions=v1,name=holders.fluent-pvc-operator.tech.zozo.com,admissionReviewVersions=v1,timeoutSeconds=10,patch=`{"matchConditions":[{"name":"mounts-a-pvc","expression":"has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.persistentVolumeClaim))"}]}`
 
 // MountValidator refuses a pod that mounts a PVC the operator holds for
 // another pod, or a warm PVC of a pool (claim.MountObjection): two pods
