@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
@@ -72,11 +71,6 @@ type HolderReconciler struct {
 	ended map[types.NamespacedName]types.UID
 }
 
-// holderPodRecheck is how often a holder whose PVC was handed out looks
-// for the PVC's pod on a node while it has not found it there: well within
-// the seconds a holder may stay beside a started pod.
-const holderPodRecheck = time.Second
-
 // NewHolderReconciler returns a HolderReconciler reading the cache
 // through c, and what the cache cannot hold through apiReader.
 func NewHolderReconciler(c client.Client, apiReader client.Reader, clk clock.PassiveClock) *HolderReconciler {
@@ -110,11 +104,6 @@ func (r *HolderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	reason, recheck := pool.HolderFate(h, pvc, pod, r.clock.Now())
 	if reason == "" {
-		if recheck > 0 && pvc != nil && claim.StateOf(pvc) != claim.Warm {
-			// Handed out, its pod not yet seen on a node: the pod's events
-			// may come late, so look again soon (claimPod reads live).
-			recheck = min(recheck, holderPodRecheck)
-		}
 		return ctrl.Result{RequeueAfter: recheck}, nil
 	}
 	fpvc := h.Labels[v1alpha1.FluentPVCNameLabelKey]
@@ -156,37 +145,21 @@ func (r *HolderReconciler) claimPod(ctx context.Context, h *corev1.Pod, pvc *cor
 	if pvc == nil || pvc.Labels[v1alpha1.BindingNameLabelKey] == "" {
 		return nil, nil
 	}
+	binding := pvc.Labels[v1alpha1.BindingNameLabelKey]
 	var pods corev1.PodList
-	if err := r.List(ctx, &pods, client.InNamespace(h.Namespace), client.MatchingFields{podBindingIndex: pvc.Labels[v1alpha1.BindingNameLabelKey]}); err != nil {
+	if err := r.List(ctx, &pods, client.InNamespace(h.Namespace), client.MatchingFields{podBindingIndex: binding}); err != nil {
 		return nil, fmt.Errorf("listing the pods of claim %s: %w", pvc.Name, err)
 	}
-	var found *corev1.Pod
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if p.Name == h.Name || objects.IsHolder(p) || !claimantPod(p, pvc.Name) {
-			continue
-		}
-		if found == nil || (found.Spec.NodeName == "" && p.Spec.NodeName != "") {
-			found = p
-		}
-	}
+	found := preferOnNode(nil, pods.Items, h, pvc.Name)
 	if found == nil || found.Spec.NodeName == "" {
 		// The claim's pod may have lost its opt-in label before this cache
 		// saw it on a node (it keeps its binding label), or this cache may
 		// lag behind its binding (a watch cut and not yet listed again).
 		var live corev1.PodList
-		if err := r.apiReader.List(ctx, &live, client.InNamespace(h.Namespace), client.MatchingLabels{v1alpha1.BindingNameLabelKey: pvc.Labels[v1alpha1.BindingNameLabelKey]}); err != nil {
+		if err := r.apiReader.List(ctx, &live, client.InNamespace(h.Namespace), client.MatchingLabels{v1alpha1.BindingNameLabelKey: binding}); err != nil {
 			return nil, fmt.Errorf("listing the pods of claim %s: %w", pvc.Name, err)
 		}
-		for i := range live.Items {
-			p := &live.Items[i]
-			if p.Name == h.Name || objects.IsHolder(p) || !claimantPod(p, pvc.Name) {
-				continue
-			}
-			if found == nil || (found.Spec.NodeName == "" && p.Spec.NodeName != "") {
-				found = p
-			}
-		}
+		found = preferOnNode(found, live.Items, h, pvc.Name)
 	}
 	if used, _ := claim.PodOf(pvc); found == nil && used.UID != "" {
 		p := &corev1.Pod{}
@@ -199,6 +172,22 @@ func (r *HolderReconciler) claimPod(ctx context.Context, h *corev1.Pod, pvc *cor
 		}
 	}
 	return found, nil
+}
+
+// preferOnNode is the pod among found and pods that uses claim (not holder
+// h, nor any holder), one on a node before one not; found when none is
+// better.
+func preferOnNode(found *corev1.Pod, pods []corev1.Pod, h *corev1.Pod, claim string) *corev1.Pod {
+	for i := range pods {
+		p := &pods[i]
+		if p.Name == h.Name || objects.IsHolder(p) || !claimantPod(p, claim) {
+			continue
+		}
+		if found == nil || (found.Spec.NodeName == "" && p.Spec.NodeName != "") {
+			found = p
+		}
+	}
+	return found
 }
 
 // SetupWithManager registers the reconciler: holder pods, the pods their

@@ -17,6 +17,7 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -114,10 +115,10 @@ func TestHolderReconcile(t *testing.T) {
 			if requeue := res.RequeueAfter > 0; requeue != tc.wantRequeue {
 				t.Errorf("requeue after %s, want one: %v", res.RequeueAfter, tc.wantRequeue)
 			}
-			if res.RequeueAfter > holderPodRecheck {
+			if res.RequeueAfter > pool.MaxHolderRecheck {
 				// Every case that waits has a PVC handed out: its pod's
 				// events may come late.
-				t.Errorf("requeue after %s, want at most %s", res.RequeueAfter, holderPodRecheck)
+				t.Errorf("requeue after %s, want at most %s", res.RequeueAfter, pool.MaxHolderRecheck)
 			}
 		})
 	}

@@ -232,6 +232,23 @@ func HolderStaged(pod *corev1.Pod) bool {
 // never came, or waits unschedulable, does not keep a node's attach slot.
 const HolderPatience = time.Minute
 
+// HolderRecheck bounds how long a holder whose PVC was handed out waits,
+// while the pod is not seen on a node, before it looks again: the pod's
+// events may come late (a cut watch), and the holder may stay beside a
+// started pod only seconds. It starts at MinHolderRecheck and grows with
+// the time since the admission, a quarter of it, up to MaxHolderRecheck,
+// so that a pod left unschedulable costs about twenty looks within
+// HolderPatience rather than one a second.
+func HolderRecheck(sinceAdmission time.Duration) time.Duration {
+	return min(max(sinceAdmission/4, MinHolderRecheck), MaxHolderRecheck)
+}
+
+// MinHolderRecheck and MaxHolderRecheck bound HolderRecheck.
+const (
+	MinHolderRecheck = time.Second
+	MaxHolderRecheck = 4 * time.Second
+)
+
 // Why a holder is removed, the "reason" label of HoldersRemoved.
 const (
 	// HolderServed: its PVC's pod is on the holder's node, which keeps the
@@ -255,7 +272,8 @@ const (
 // Once the PVC is handed out, it stays until the pod is on a node (the
 // pod then keeps the volume attached there, if that is the holder's node),
 // or until HolderPatience has passed since the admission; recheck is when
-// to look again while it waits. reason is "" when it stays.
+// to look again while it waits (HolderRecheck). reason is "" when it
+// stays.
 func HolderFate(h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, pod *corev1.Pod, now time.Time) (reason string, recheck time.Duration) {
 	ref := metav1.GetControllerOfNoCopy(h)
 	switch {
@@ -279,7 +297,7 @@ func HolderFate(h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, pod *corev1.Po
 		return HolderAbandoned, 0
 	}
 	if left := admitted.Add(HolderPatience).Sub(now); left > 0 {
-		return "", left
+		return "", min(left, HolderRecheck(now.Sub(admitted)))
 	}
 	return HolderAbandoned, 0
 }
