@@ -115,10 +115,10 @@ func TestHolderReconcile(t *testing.T) {
 			if requeue := res.RequeueAfter > 0; requeue != tc.wantRequeue {
 				t.Errorf("requeue after %s, want one: %v", res.RequeueAfter, tc.wantRequeue)
 			}
-			if res.RequeueAfter > pool.MaxHolderRecheck {
+			if res.RequeueAfter > pool.MinHolderRecheck {
 				// Every case that waits has a PVC handed out: its pod's
 				// events may come late.
-				t.Errorf("requeue after %s, want at most %s", res.RequeueAfter, pool.MaxHolderRecheck)
+				t.Errorf("requeue after %s, want at most %s", res.RequeueAfter, pool.MinHolderRecheck)
 			}
 		})
 	}

@@ -233,13 +233,20 @@ func HolderStaged(pod *corev1.Pod) bool {
 const HolderPatience = time.Minute
 
 // HolderRecheck bounds how long a holder whose PVC was handed out waits,
-// while the pod is not seen on a node, before it looks again: the pod's
-// events may come late (a cut watch), and the holder may stay beside a
-// started pod only seconds. It starts at MinHolderRecheck and grows with
-// the time since the admission, a quarter of it, up to MaxHolderRecheck,
-// so that a pod left unschedulable costs about twenty looks within
-// HolderPatience rather than one a second.
-func HolderRecheck(sinceAdmission time.Duration) time.Duration {
+// while pod (nil: none seen yet) is not seen on a node, before it looks
+// again: the pod's events may come late (a cut watch), and the holder may
+// stay beside a started pod only seconds. It is MinHolderRecheck, but for
+// a pod the scheduler found no node for, which waits for the scheduler's
+// own backoff: then it grows with the time since the admission, a quarter
+// of it, up to MaxHolderRecheck, so that a pod left unschedulable costs
+// about twenty looks within HolderPatience rather than one a second.
+func HolderRecheck(pod *corev1.Pod, sinceAdmission time.Duration) time.Duration {
+	if pod == nil {
+		return MinHolderRecheck
+	}
+	if _, ok := Unschedulable(pod); !ok {
+		return MinHolderRecheck
+	}
 	return min(max(sinceAdmission/4, MinHolderRecheck), MaxHolderRecheck)
 }
 
@@ -297,7 +304,7 @@ func HolderFate(h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, pod *corev1.Po
 		return HolderAbandoned, 0
 	}
 	if left := admitted.Add(HolderPatience).Sub(now); left > 0 {
-		return "", min(left, HolderRecheck(now.Sub(admitted)))
+		return "", min(left, HolderRecheck(pod, now.Sub(admitted)))
 	}
 	return HolderAbandoned, 0
 }

@@ -185,6 +185,8 @@ func TestHolderFate(t *testing.T) {
 	}
 	pod := func(node string) *corev1.Pod { return fixtures.MakePod("app", "ns").NodeName(node).Obj() }
 	unscheduled := fixtures.MakePod("app", "ns").Obj()
+	unschedulable := fixtures.MakePod("app", "ns").Obj()
+	unschedulable.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
 	other := warm.DeepCopy()
 	other.UID = "other-uid"
 	deleting := warm.DeepCopy()
@@ -209,17 +211,19 @@ func TestHolderFate(t *testing.T) {
 		"preempted": {holder: with(func(h *corev1.Pod) {
 			h.Status.Conditions = []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}}
 		}), pvc: warm, wantReason: HolderEvicted},
-		"evicted by the kubelet":                                                      {holder: with(func(h *corev1.Pod) { h.Status.Phase = corev1.PodFailed }), pvc: warm, wantReason: HolderEvicted},
-		"handed out, the pod on the holder's node":                                    {holder: holder, pvc: checkedOut(time.Second), pod: pod("n1"), wantReason: HolderServed},
-		"handed out, the pod on another node":                                         {holder: holder, pvc: checkedOut(time.Second), pod: pod("n2"), wantReason: HolderMoved},
-		"handed out, no pod yet: waits, looking again in a second":                    {holder: holder, pvc: checkedOut(time.Second), wantRecheck: MinHolderRecheck},
-		"handed out, the pod not scheduled yet: looks again in a quarter of the wait": {holder: holder, pvc: checkedOut(10 * time.Second), pod: unscheduled, wantRecheck: 2500 * time.Millisecond},
-		"handed out long ago, the pod not scheduled: looks again at most every 4 s":   {holder: holder, pvc: checkedOut(40 * time.Second), pod: unscheduled, wantRecheck: MaxHolderRecheck},
-		"handed out, patience almost over: looks again as it ends":                    {holder: holder, pvc: checkedOut(HolderPatience - time.Second), pod: unscheduled, wantRecheck: time.Second},
-		"handed out, no pod on a node within patience":                                {holder: holder, pvc: checkedOut(HolderPatience), pod: unscheduled, wantReason: HolderAbandoned},
-		"handed out without an admission time":                                        {holder: holder, pvc: with2(checkedOut(0), func(c *corev1.PersistentVolumeClaim) { delete(c.Annotations, v1alpha1.AdmittedAtAnnotationKey) }), wantReason: HolderAbandoned},
-		"handed out, then let go of without a pod coming":                             {holder: holder, pvc: with2(checkedOut(0), func(c *corev1.PersistentVolumeClaim) { c.Finalizers = nil }), wantReason: HolderAbandoned},
-		"its pod recorded, not on a node yet: waits":                                  {holder: holder, pvc: with2(checkedOut(time.Second), func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "app/uid" }), pod: unscheduled, wantRecheck: MinHolderRecheck},
+		"evicted by the kubelet":                                                              {holder: with(func(h *corev1.Pod) { h.Status.Phase = corev1.PodFailed }), pvc: warm, wantReason: HolderEvicted},
+		"handed out, the pod on the holder's node":                                            {holder: holder, pvc: checkedOut(time.Second), pod: pod("n1"), wantReason: HolderServed},
+		"handed out, the pod on another node":                                                 {holder: holder, pvc: checkedOut(time.Second), pod: pod("n2"), wantReason: HolderMoved},
+		"handed out, no pod yet: waits, looking again in a second":                            {holder: holder, pvc: checkedOut(time.Second), wantRecheck: MinHolderRecheck},
+		"handed out, the pod not scheduled yet: looks again in a second":                      {holder: holder, pvc: checkedOut(10 * time.Second), pod: unscheduled, wantRecheck: MinHolderRecheck},
+		"handed out, the pod unschedulable: looks again in a quarter of the wait":             {holder: holder, pvc: checkedOut(10 * time.Second), pod: unschedulable, wantRecheck: 2500 * time.Millisecond},
+		"handed out, the pod unschedulable just after the admission: looks again in a second": {holder: holder, pvc: checkedOut(2 * time.Second), pod: unschedulable, wantRecheck: MinHolderRecheck},
+		"handed out long ago, the pod unschedulable: looks again at most every 4 s":           {holder: holder, pvc: checkedOut(40 * time.Second), pod: unschedulable, wantRecheck: MaxHolderRecheck},
+		"handed out, patience almost over: looks again as it ends":                            {holder: holder, pvc: checkedOut(HolderPatience - time.Second), pod: unschedulable, wantRecheck: time.Second},
+		"handed out, no pod on a node within patience":                                        {holder: holder, pvc: checkedOut(HolderPatience), pod: unscheduled, wantReason: HolderAbandoned},
+		"handed out without an admission time":                                                {holder: holder, pvc: with2(checkedOut(0), func(c *corev1.PersistentVolumeClaim) { delete(c.Annotations, v1alpha1.AdmittedAtAnnotationKey) }), wantReason: HolderAbandoned},
+		"handed out, then let go of without a pod coming":                                     {holder: holder, pvc: with2(checkedOut(0), func(c *corev1.PersistentVolumeClaim) { c.Finalizers = nil }), wantReason: HolderAbandoned},
+		"its pod recorded, not on a node yet: waits":                                          {holder: holder, pvc: with2(checkedOut(time.Second), func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "app/uid" }), pod: unscheduled, wantRecheck: MinHolderRecheck},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
