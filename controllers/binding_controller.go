@@ -86,7 +86,8 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 				// Created moments ago; its event reconciles it.
 				return ctrl.Result{RequeueAfter: ownWriteTTL}, nil
 			}
-			return ctrl.Result{}, r.createBinding(ctx, req.NamespacedName)
+			wait, err := r.createBinding(ctx, req.NamespacedName, now)
+			return ctrl.Result{RequeueAfter: wait}, err
 		}
 		return ctrl.Result{}, err
 	}
@@ -114,33 +115,42 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 // createBinding makes the binding of the claim named key.Name, if it is a
 // pod's claim (the webhook admitted a pod with it) and has none: this is how
 // every binding is born, and how one lost by hand is remade, so that no
-// claim is ever left without the record that drains it.
-func (r *BindingReconciler) createBinding(ctx context.Context, key client.ObjectKey) error {
+// claim is ever left without the record that drains it. It returns how
+// long to wait instead when the claim's pod may come within moments
+// (awaitPod).
+func (r *BindingReconciler) createBinding(ctx context.Context, key client.ObjectKey, now time.Time) (time.Duration, error) {
 	pvc := &corev1.PersistentVolumeClaim{}
 	if err := r.Get(ctx, key, pvc); err != nil || !claim.Held(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != key.Name {
-		return client.IgnoreNotFound(err)
+		return 0, client.IgnoreNotFound(err)
+	}
+	// A pod already in the cache is recorded at once, saving an update.
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(pvc.Namespace), client.MatchingFields{podBindingIndex: key.Name}); err != nil {
+		return 0, fmt.Errorf("listing pods: %w", err)
+	}
+	var pod *corev1.Pod
+	if len(pods.Items) == 1 && claimantPod(&pods.Items[0], pvc.Name) {
+		pod = &pods.Items[0]
+	}
+	if wait := awaitPod(pvc, pod != nil, now); wait > 0 {
+		return wait, nil
 	}
 	// The cache may lag behind the end of a claim's life (drained, deleted,
 	// then the binding removed): only a live read may bring a binding back.
 	if err := r.apiReader.Get(ctx, key, pvc); err != nil || !claim.Held(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != key.Name {
-		return client.IgnoreNotFound(err)
+		return 0, client.IgnoreNotFound(err)
 	}
 	fpvc := &v1alpha1.FluentPVC{}
 	if err := r.Get(ctx, client.ObjectKey{Name: pvc.Labels[v1alpha1.FluentPVCNameLabelKey]}, fpvc); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("reading FluentPVC %s: %w", pvc.Labels[v1alpha1.FluentPVCNameLabelKey], err)
+		return 0, fmt.Errorf("reading FluentPVC %s: %w", pvc.Labels[v1alpha1.FluentPVCNameLabelKey], err)
 	}
 	b := claim.Binding(pvc, fpvc.UID)
-	// A pod already in the cache is recorded at once, saving an update.
-	var pods corev1.PodList
-	if err := r.List(ctx, &pods, client.InNamespace(pvc.Namespace), client.MatchingFields{podBindingIndex: b.Name}); err != nil {
-		return fmt.Errorf("listing pods: %w", err)
-	}
 	switch used, _ := claim.PodOf(pvc); {
 	case used.UID != "":
 		// Made again after it was lost: the claim remembers its pod.
 		b.Spec.Pod = used
-	case len(pods.Items) == 1 && claimantPod(&pods.Items[0], pvc.Name):
-		b.Spec.Pod = v1alpha1.ObjectIdentity{Name: pods.Items[0].Name, UID: pods.Items[0].UID}
+	case pod != nil:
+		b.Spec.Pod = v1alpha1.ObjectIdentity{Name: pod.Name, UID: pod.UID}
 	}
 	err := r.Create(ctx, b)
 	if err == nil {
@@ -148,9 +158,9 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 	}
 	switch {
 	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
-		return r.abandonUnrecorded(ctx, pvc, fpvc)
+		return 0, r.abandonUnrecorded(ctx, pvc, fpvc)
 	case client.IgnoreAlreadyExists(err) == nil:
-		return nil
+		return 0, nil
 	case drainJobRejected(err):
 		// A quota on bindings or a policy engine: nothing records the
 		// pod, which keeps its finalizer, and nothing drains the claim
@@ -158,7 +168,7 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 		// claim is kept and the binding tried again with backoff.
 		r.tellBindingRejected(pvc, pods.Items, fpvc, err)
 	}
-	return fmt.Errorf("creating the binding of claim %s: %w", key, err)
+	return 0, fmt.Errorf("creating the binding of claim %s: %w", key, err)
 }
 
 // tellBindingRejected tells, with Warning Events on the claim, its pods

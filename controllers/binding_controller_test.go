@@ -654,3 +654,59 @@ func TestReleasePod(t *testing.T) {
 		})
 	}
 }
+
+// TestReconcileCreateBinding runs the making of a held claim's binding:
+// made with its pod recorded once the cache shows the pod, in one write;
+// awaited for a few seconds after the admission while it does not; made
+// without a pod once those have passed, or at once for a claim that
+// records its pod.
+func TestReconcileCreateBinding(t *testing.T) {
+	admitted := fixtures.Epoch.Add(time.Hour)
+	fpvc := fixtures.MakeFluentPVC("f").Obj()
+	held := fixtures.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, admitted)
+	held.UID = "pvc-uid"
+	pod := fixtures.MakePod("app", "ns").FluentPVC(fpvc.Name).Claim(held.Name).Label(v1alpha1.BindingNameLabelKey, held.Name).Obj()
+	pod.UID = "app-uid"
+	recording := held.DeepCopy()
+	recording.Annotations[v1alpha1.UsedByPodAnnotationKey] = "gone/gone-uid"
+	cases := map[string]struct {
+		claim       *corev1.PersistentVolumeClaim
+		pod         *corev1.Pod
+		after       time.Duration
+		wantPod     string // the pod the binding records
+		wantBinding bool
+		wantRequeue time.Duration
+	}{
+		"the pod cached: made with it":                               {claim: held, pod: pod, after: 10 * time.Millisecond, wantBinding: true, wantPod: "app"},
+		"no pod yet, just admitted: waits":                           {claim: held, after: time.Second, wantRequeue: bindingPodWait - time.Second},
+		"no pod within the wait: made without one":                   {claim: held, after: bindingPodWait, wantBinding: true},
+		"the claim records its pod: made again with it":              {claim: recording, after: 10 * time.Millisecond, wantBinding: true, wantPod: "gone"},
+		"a clock far behind the admission's: waits at most the wait": {claim: held, after: -time.Hour, wantRequeue: bindingPodWait},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			objs := []client.Object{fpvc, tc.claim}
+			if tc.pod != nil {
+				objs = append(objs, tc.pod)
+			}
+			api := fakeAPI(t, interceptor.Funcs{}, objs...)
+			r := testBindingReconciler(api, api, admitted.Add(tc.after))
+			key := client.ObjectKeyFromObject(tc.claim)
+			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := &v1alpha1.FluentPVCBinding{}
+			err = api.Get(context.Background(), key, b)
+			if made := err == nil; made != tc.wantBinding {
+				t.Fatalf("binding made: %v, want %v (get: %v)", made, tc.wantBinding, err)
+			}
+			if tc.wantBinding && b.Spec.Pod.Name != tc.wantPod {
+				t.Errorf("binding records pod %q, want %q", b.Spec.Pod.Name, tc.wantPod)
+			}
+			if !tc.wantBinding && res.RequeueAfter != tc.wantRequeue {
+				t.Errorf("requeue after %s, want %s", res.RequeueAfter, tc.wantRequeue)
+			}
+		})
+	}
+}

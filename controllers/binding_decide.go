@@ -720,6 +720,40 @@ func jobAttempt(j *batchv1.Job) int32 {
 // claim was handed out, so the grace period starts no earlier than the
 // pod's admission, whatever the clock of the webhook replica that
 // admitted it (which stamped claim.AdmittedAt).
+// bindingPodWait is how long after its admission a claim with no pod in
+// the cache waits for one before its binding is made without it. The pod
+// admitted with a claim is created moments after the claim is handed out;
+// a binding made with the pod recorded spares the update that records it
+// and the status write of the new generation. A claim whose pod never
+// comes (refused after the webhook) gets its binding this much later,
+// well within the orphan grace period, which counts from the binding's
+// creation. The pod cannot go unrecorded meanwhile: it keeps the
+// pod-protection finalizer until its binding records it.
+const bindingPodWait = 5 * time.Second
+
+// awaitPod is how long the binding of held claim pvc should wait for the
+// claim's pod to appear in the cache (podCached: it has), at now: the rest
+// of bindingPodWait since the admission, or 0 to make the binding now. A
+// claim that records its pod (its binding lost and made again), or whose
+// admission time is unknown, does not wait.
+func awaitPod(pvc *corev1.PersistentVolumeClaim, podCached bool, now time.Time) time.Duration {
+	if podCached {
+		return 0
+	}
+	if used, _ := claim.PodOf(pvc); used.UID != "" {
+		return 0
+	}
+	admitted, ok := claim.AdmittedAt(pvc.Annotations)
+	if !ok {
+		return 0
+	}
+	left := admitted.Add(bindingPodWait).Sub(now)
+	if left <= 0 {
+		return 0
+	}
+	return min(left, bindingPodWait)
+}
+
 func graceStart(b *v1alpha1.FluentPVCBinding) time.Time {
 	return b.CreationTimestamp.Time
 }
