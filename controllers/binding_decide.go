@@ -551,9 +551,14 @@ func waitForMount(o observed, now time.Time, p *plan) {
 // markDrained records in p that finalizer Job j drained b's claim, with
 // event told the first time.
 func markDrained(b *v1alpha1.FluentPVCBinding, j *batchv1.Job, now time.Time, p *plan, event string) {
+	refused := meta.FindStatusCondition(p.status.Conditions, v1alpha1.BindingConditionDrainJobRejected) != nil
 	meta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.BindingConditionDrainJobRejected)
 	if p.status.Phase != v1alpha1.BindingPhaseDrained {
-		done := outcome{kind: outcomeDrained, message: event}
+		// A drain whose first Job succeeded is told by the metrics and the
+		// log: an Event on a binding about to be deleted would be one more
+		// write per pod. One that took retries, or whose Job was refused
+		// first, is told, after the Warnings of those.
+		done := outcome{kind: outcomeDrained, message: event, silent: jobAttempt(j) <= 1 && !refused}
 		if start := p.status.DrainStartTime; start != nil {
 			done.drainSeconds = now.Sub(start.Time).Seconds()
 		}

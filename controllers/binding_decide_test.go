@@ -276,7 +276,7 @@ func TestDecide(t *testing.T) {
 		"proof of no pod found after the drain succeeded: delete after the drain, never return to the pool": {
 			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: fresh, claimUnused: true, poolAccepts: true, jobs: []batchv1.Job{job(1, batchv1.JobComplete, failedAt)}},
 			now:  failedAt,
-			want: want{phase: v1alpha1.BindingPhaseDrained, drainedReas: v1alpha1.DrainedReasonSucceeded, releaseClaim: true, deleteClaim: true, events: []string{v1alpha1.EventReasonDrained}},
+			want: want{phase: v1alpha1.BindingPhaseDrained, drainedReas: v1alpha1.DrainedReasonSucceeded, releaseClaim: true, deleteClaim: true, events: nil},
 		},
 		"namespace deleted: abandon, warn, finish": {
 			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, "", time.Time{})}, namespaceTerminating: true},
@@ -320,7 +320,7 @@ func TestDecide(t *testing.T) {
 				b.Status.Phase, b.Status.DrainAttempts = v1alpha1.BindingPhaseDraining, 1
 			}), fluentPVC: fpvc, jobs: []batchv1.Job{job(1, batchv1.JobComplete, failedAt)}},
 			now:  failedAt.Add(time.Second),
-			want: want{phase: v1alpha1.BindingPhaseDrained, drainedReas: v1alpha1.DrainedReasonSucceeded, finish: true, attempts: 1, events: []string{v1alpha1.EventReasonDrained}},
+			want: want{phase: v1alpha1.BindingPhaseDrained, drainedReas: v1alpha1.DrainedReasonSucceeded, finish: true, attempts: 1, events: nil},
 		},
 		"claim gone while its drain Job failed: finish with a warning": {
 			obs: observed{binding: mkBinding(func(b *v1alpha1.FluentPVCBinding) {

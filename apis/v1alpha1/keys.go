@@ -171,7 +171,9 @@ const (
 	// progress (its pod is unschedulable or refused, or the claim is being
 	// deleted); the claim is kept and the message quotes the cause.
 	EventReasonDrainBlocked = "DrainBlocked"
-	// EventReasonDrained: a finalizer Job succeeded; the claim is deleted.
+	// EventReasonDrained: a finalizer Job succeeded after a failed or a
+	// refused one; the claim is deleted. The first Job's success sends no
+	// Event: the drains-succeeded metric and the log count it.
 	EventReasonDrained = "Drained"
 	// EventReasonOrphanReclaimed: no pod ever used the claim; it was reclaimed.
 	EventReasonOrphanReclaimed = "OrphanReclaimed"
