@@ -95,9 +95,10 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 	result := ctrl.Result{RequeueAfter: pr.requeueAfter}
 	if !equality.Semantic.DeepEqual(f.Status, status) {
 		if wait := r.countsOnlyWait(f, status, now); wait > 0 {
-			// Only counts changed and the status was just written: write
-			// them once the interval is over, so that a burst of pods costs
-			// one status write a second instead of one per binding change.
+			// Only counts and admission times changed and the status was
+			// written less than statusCountsInterval ago: write them once
+			// the interval is over, so that pods coming and going cost one
+			// status write per interval instead of one per binding change.
 			if result.RequeueAfter == 0 || wait < result.RequeueAfter {
 				result.RequeueAfter = wait
 			}

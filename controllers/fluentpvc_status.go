@@ -13,11 +13,14 @@ import (
 )
 
 // statusCountsInterval is the shortest time between two status writes of a
-// FluentPVC that change nothing but counts.
-const statusCountsInterval = time.Second
+// FluentPVC that change nothing but counts and admission times: pods
+// coming and going one at a time would otherwise cost a status write
+// each.
+const statusCountsInterval = 5 * time.Second
 
 // countsOnlyWait is how long to hold back a status write that changes only
-// counts (bindings, warm and provisioning PVCs); 0 to write now.
+// counts (bindings, warm, provisioning and staged PVCs) and the
+// namespaces' last admission times; 0 to write now.
 func (r *FluentPVCReconciler) countsOnlyWait(f *v1alpha1.FluentPVC, next v1alpha1.FluentPVCStatus, now time.Time) time.Duration {
 	last, ok := r.lastStatusWrite.Load(f.Name)
 	if !ok || !equality.Semantic.DeepEqual(withoutCounts(f.Status), withoutCounts(next)) {
@@ -30,7 +33,7 @@ func withoutCounts(s v1alpha1.FluentPVCStatus) v1alpha1.FluentPVCStatus {
 	s = *s.DeepCopy()
 	s.Bindings, s.Active, s.Warm = v1alpha1.BindingCounts{}, 0, 0
 	for i := range s.Pool {
-		s.Pool[i].Warm, s.Pool[i].Provisioning = 0, 0
+		s.Pool[i].Warm, s.Pool[i].Provisioning, s.Pool[i].Staged, s.Pool[i].LastAdmissionTime = 0, 0, 0, nil
 	}
 	for i := range s.Conditions {
 		s.Conditions[i].Message = "" // carries counts too

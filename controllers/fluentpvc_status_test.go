@@ -132,6 +132,10 @@ func TestWithoutCounts(t *testing.T) {
 			other:     constructFluentPVCStatus(f, []v1alpha1.FluentPVCBinding{{}}, poolResult{namespaces: []v1alpha1.PoolNamespaceStatus{{Namespace: "a", Warm: 1, Provisioning: 1}}}, fixtures.Epoch),
 			wantEqual: true,
 		},
+		"a later admission and one more staged PVC": {
+			other:     constructFluentPVCStatus(f, nil, poolResult{namespaces: []v1alpha1.PoolNamespaceStatus{{Namespace: "a", Warm: 1, Staged: 1, LastAdmissionTime: &metav1.Time{Time: fixtures.Epoch}}}}, fixtures.Epoch),
+			wantEqual: true,
+		},
 		"another pool namespace": {
 			other: constructFluentPVCStatus(f, nil, poolResult{namespaces: []v1alpha1.PoolNamespaceStatus{{Namespace: "a", Warm: 1}, {Namespace: "b"}}}, fixtures.Epoch),
 		},
