@@ -92,22 +92,29 @@ const HolderIndex = "fluent-pvc-operator.tech.zozo.com/holder"
 
 // IndexWarm adds WarmIndex and HolderIndex to a cache.
 func IndexWarm(ctx context.Context, indexer client.FieldIndexer) error {
-	if err := indexer.IndexField(ctx, &corev1.PersistentVolumeClaim{}, WarmIndex, func(obj client.Object) []string {
-		l := obj.GetLabels()
-		if l[v1alpha1.ClaimRoleLabelKey] != v1alpha1.ClaimRoleWarm || l[v1alpha1.FluentPVCNameLabelKey] == "" {
-			return nil
-		}
-		return []string{l[v1alpha1.FluentPVCNameLabelKey]}
-	}); err != nil {
+	if err := indexer.IndexField(ctx, &corev1.PersistentVolumeClaim{}, WarmIndex, warmKey); err != nil {
 		return err
 	}
-	return indexer.IndexField(ctx, &corev1.Pod{}, HolderIndex, func(obj client.Object) []string {
-		l := obj.GetLabels()
-		if l[v1alpha1.ComponentLabelKey] != v1alpha1.ComponentHolder || l[v1alpha1.FluentPVCNameLabelKey] == "" {
-			return nil
-		}
-		return []string{l[v1alpha1.FluentPVCNameLabelKey]}
-	})
+	return indexer.IndexField(ctx, &corev1.Pod{}, HolderIndex, holderKey)
+}
+
+// warmKey is the WarmIndex value of a PVC: its FluentPVC's name, if warm.
+func warmKey(obj client.Object) []string {
+	l := obj.GetLabels()
+	if l[v1alpha1.ClaimRoleLabelKey] != v1alpha1.ClaimRoleWarm || l[v1alpha1.FluentPVCNameLabelKey] == "" {
+		return nil
+	}
+	return []string{l[v1alpha1.FluentPVCNameLabelKey]}
+}
+
+// holderKey is the HolderIndex value of a pod: its FluentPVC's name, if a
+// holder.
+func holderKey(obj client.Object) []string {
+	l := obj.GetLabels()
+	if l[v1alpha1.ComponentLabelKey] != v1alpha1.ComponentHolder || l[v1alpha1.FluentPVCNameLabelKey] == "" {
+		return nil
+	}
+	return []string{l[v1alpha1.FluentPVCNameLabelKey]}
 }
 
 // recentTTL is how long a checkouter remembers a PVC it saw taken, which
@@ -123,8 +130,9 @@ type Checkouter struct {
 	// MaxTries bounds the updates tried on each list.
 	MaxTries int
 
-	// taken remembers PVCs this replica handed out or lost a race for, by
-	// UID, so that its next checkouts skip them while its cache is stale.
+	// taken remembers PVCs this replica is handing out, handed out or lost
+	// a race for, by UID, so that its other checkouts skip them while its
+	// cache is stale.
 	mu    sync.Mutex
 	taken map[types.UID]time.Time
 }
@@ -206,7 +214,10 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 			if tries >= c.MaxTries {
 				break
 			}
-			if c.wasTaken(cand.UID, admittedAt) {
+			// Taken before the write, so that the checkouts of this replica
+			// running meanwhile try other PVCs instead of losing a race
+			// to this one.
+			if !c.take(cand.UID, admittedAt) {
 				continue
 			}
 			tries++
@@ -215,7 +226,6 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 				return Checkedout{}, err // Candidates are warm and not being deleted
 			}
 			err = claim.Execute(ctx, c.Writer, w)
-			c.markTaken(cand.UID, admittedAt)
 			if err == nil {
 				out := Checkedout{PVC: w.Object}
 				if h, ok := holders[cand.Name]; ok {
@@ -300,20 +310,20 @@ func (c *Checkouter) podNodes(ctx context.Context, pod *corev1.Pod) ([]*corev1.N
 	return out, nil
 }
 
-func (c *Checkouter) wasTaken(uid types.UID, now time.Time) bool {
+// take marks the PVC of uid taken at now and says whether it was free: not
+// taken, by a checkout of this replica, in the recentTTL before now. Once
+// taken it stays so, whether its write wins, loses a race, or fails.
+func (c *Checkouter) take(uid types.UID, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	at, ok := c.taken[uid]
-	return ok && now.Sub(at) < recentTTL
-}
-
-func (c *Checkouter) markTaken(uid types.UID, now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	if at, ok := c.taken[uid]; ok && now.Sub(at) < recentTTL {
+		return false
+	}
 	for u, at := range c.taken {
 		if now.Sub(at) >= recentTTL {
 			delete(c.taken, u)
 		}
 	}
 	c.taken[uid] = now
+	return true
 }
