@@ -2,9 +2,15 @@ package claim
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"sort"
+	"strings"
 
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
 
 // Execute carries out write w with c, under its precondition. On success
@@ -25,6 +31,11 @@ func Execute(ctx context.Context, c client.Writer, w Write) error {
 			patch = client.MergeFromWithOptions(w.From, client.MergeFromWithOptimisticLock{})
 		}
 		err = c.Patch(ctx, w.Object, patch)
+	case OpGuardedPatch:
+		var raw []byte
+		if raw, err = guardedPatch(w); err == nil {
+			err = c.Patch(ctx, w.Object, client.RawPatch(types.JSONPatchType, raw))
+		}
 	case OpDelete:
 		pre := client.Preconditions{UID: &w.Precondition.UID, ResourceVersion: &w.Precondition.ResourceVersion}
 		err = c.Delete(ctx, w.Object, pre)
@@ -37,4 +48,34 @@ func Execute(ctx context.Context, c client.Writer, w Write) error {
 	return nil
 }
 
-var verbs = map[Op]string{OpCreate: "creating", OpUpdate: "updating", OpPatch: "patching", OpDelete: "deleting"}
+var verbs = map[Op]string{OpCreate: "creating", OpUpdate: "updating", OpPatch: "patching", OpGuardedPatch: "patching", OpDelete: "deleting"}
+
+// guardedPatch is the JSON patch of GuardedPatch w: tests of the claim's
+// UID, its claim-role label as read and its checkout token, then an add
+// of each annotation (which replaces one present). The object as read has
+// annotations, the token among them.
+func guardedPatch(w Write) ([]byte, error) {
+	role := w.From.Labels[v1alpha1.ClaimRoleLabelKey]
+	if w.Precondition.UID == "" || w.Precondition.CheckoutID == "" || role == "" {
+		return nil, fmt.Errorf("a guarded patch of claim %s needs its UID, role and checkout token", w.From.Name)
+	}
+	ops := []map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": w.Precondition.UID},
+		{"op": "test", "path": "/metadata/labels/" + pointerEscape(v1alpha1.ClaimRoleLabelKey), "value": role},
+		{"op": "test", "path": "/metadata/annotations/" + pointerEscape(v1alpha1.CheckoutIDAnnotationKey), "value": w.Precondition.CheckoutID},
+	}
+	keys := make([]string, 0, len(w.Annotations))
+	for k := range w.Annotations {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		ops = append(ops, map[string]any{"op": "add", "path": "/metadata/annotations/" + pointerEscape(k), "value": w.Annotations[k]})
+	}
+	return json.Marshal(ops)
+}
+
+// pointerEscape escapes key for a JSON pointer (RFC 6901).
+func pointerEscape(key string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(key)
+}

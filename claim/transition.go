@@ -28,6 +28,13 @@ const (
 	OpPatch Op = "patch"
 	// OpDelete deletes the object, conditioned on its UID and resourceVersion.
 	OpDelete Op = "delete"
+	// OpGuardedPatch sets Write.Annotations with a JSON patch that first
+	// tests what the transition was decided on, instead of the
+	// resourceVersion read: the object's UID, its claim-role label and its
+	// checkout token (Precondition). Other writers' changes in between (the
+	// PV binder's annotations, the pvc-protection finalizer) do not fail
+	// it; a new checkout, or a role left, does.
+	OpGuardedPatch Op = "guarded-patch"
 )
 
 // Precondition is what the API server must still find for a write to
@@ -50,6 +57,8 @@ type Write struct {
 	// From is the object as read, the base of a Patch.
 	From         *corev1.PersistentVolumeClaim
 	Precondition Precondition
+	// Annotations are what a GuardedPatch sets.
+	Annotations map[string]string
 }
 
 // To is the state the write leaves the claim in (None once deleted).
@@ -219,6 +228,14 @@ func RecordPod(pvc *corev1.PersistentVolumeClaim, pod v1alpha1.ObjectIdentity) (
 	}
 	out := pvc.DeepCopy()
 	setAnnotation(out, v1alpha1.UsedByPodAnnotationKey, usedBy(pod))
+	if token := pvc.Annotations[v1alpha1.CheckoutIDAnnotationKey]; token != "" && StateOf(pvc) != None {
+		// A claim is written by others just after it is made (a miss's
+		// claim gets bound): tested on its checkout, not on the version
+		// read, the record does not lose to them.
+		return Write{Op: OpGuardedPatch, Object: out, From: pvc,
+			Precondition: Precondition{UID: pvc.UID, CheckoutID: token},
+			Annotations:  map[string]string{v1alpha1.UsedByPodAnnotationKey: usedBy(pod)}}, nil
+	}
 	return Write{Op: OpPatch, Object: out, From: pvc, Precondition: preconditionOf(pvc)}, nil
 }
 

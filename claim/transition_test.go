@@ -95,15 +95,17 @@ func TestTransitions(t *testing.T) {
 		"Checkout": {
 			"warm": writes(claim.OpUpdate, claim.Claimed), "warm, bound": writes(claim.OpUpdate, claim.Claimed),
 		},
+		// Tested on the claim's checkout token rather than the version
+		// read; a claim without a token (not the operator's) on the version.
 		"RecordPod": {
-			"claimed": writes(claim.OpPatch, claim.Used), "used": skip, "used, untracked": writes(claim.OpPatch, claim.Used),
-			"used, deleting": skip, "another checkout": writes(claim.OpPatch, claim.Used),
-			"released": writes(claim.OpPatch, claim.Released), "kept": writes(claim.OpPatch, claim.Kept), "not the operator's": writes(claim.OpPatch, claim.None),
+			"claimed": writes(claim.OpGuardedPatch, claim.Used), "used": skip, "used, untracked": writes(claim.OpGuardedPatch, claim.Used),
+			"used, deleting": skip, "another checkout": writes(claim.OpGuardedPatch, claim.Used),
+			"released": writes(claim.OpGuardedPatch, claim.Released), "kept": writes(claim.OpGuardedPatch, claim.Kept), "not the operator's": writes(claim.OpPatch, claim.None),
 		},
 		"RecordPod, other": {
-			"claimed": writes(claim.OpPatch, claim.Used), "used": writes(claim.OpPatch, claim.Used), "used, untracked": writes(claim.OpPatch, claim.Used),
-			"used, deleting": writes(claim.OpPatch, claim.Used), "another checkout": writes(claim.OpPatch, claim.Used),
-			"released": writes(claim.OpPatch, claim.Released), "kept": writes(claim.OpPatch, claim.Kept), "not the operator's": writes(claim.OpPatch, claim.None),
+			"claimed": writes(claim.OpGuardedPatch, claim.Used), "used": writes(claim.OpGuardedPatch, claim.Used), "used, untracked": writes(claim.OpGuardedPatch, claim.Used),
+			"used, deleting": writes(claim.OpGuardedPatch, claim.Used), "another checkout": writes(claim.OpGuardedPatch, claim.Used),
+			"released": writes(claim.OpGuardedPatch, claim.Released), "kept": writes(claim.OpGuardedPatch, claim.Kept), "not the operator's": writes(claim.OpPatch, claim.None),
 		},
 		"Release": {
 			"claimed": writes(claim.OpPatch, claim.Kept), "used": writes(claim.OpPatch, claim.Kept), "used, untracked": writes(claim.OpPatch, claim.Kept),
@@ -161,8 +163,11 @@ func TestTransitions(t *testing.T) {
 					t.Errorf("precondition UID = %q, want %q", w.Precondition.UID, pvc.UID)
 				}
 				wantRV := pvc.ResourceVersion
-				if tname == "RecordAffinity" {
+				if tname == "RecordAffinity" || w.Op == claim.OpGuardedPatch {
 					wantRV = ""
+				}
+				if w.Op == claim.OpGuardedPatch && (w.Precondition.CheckoutID == "" || w.Precondition.CheckoutID != pvc.Annotations[v1alpha1.CheckoutIDAnnotationKey]) {
+					t.Errorf("guarded patch tests checkout token %q, want the one read, %q", w.Precondition.CheckoutID, pvc.Annotations[v1alpha1.CheckoutIDAnnotationKey])
 				}
 				if w.Precondition.ResourceVersion != wantRV {
 					t.Errorf("precondition resourceVersion = %q, want %q", w.Precondition.ResourceVersion, wantRV)

@@ -1,0 +1,79 @@
+package claim_test
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+// TestExecuteRecordPod writes a pod's record on a claim read before
+// others wrote it: the PV binder's annotation and the pvc-protection
+// finalizer, written just after a miss's claim is made, do not fail it
+// (they failed it on the version read, one write in two on a miss); a new
+// checkout of the claim, a role left, or another claim of the name do.
+func TestExecuteRecordPod(t *testing.T) {
+	read := newClaimed()
+	read.UID = "uid-1"
+	scheme := runtime.NewScheme()
+	if err := fixtures.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	pod := v1alpha1.ObjectIdentity{Name: "app", UID: "pod-uid"}
+	cases := map[string]struct {
+		since   func(*corev1.PersistentVolumeClaim)
+		wantErr bool
+	}{
+		"unchanged": {since: func(*corev1.PersistentVolumeClaim) {}},
+		"bound and protected since": {since: func(c *corev1.PersistentVolumeClaim) {
+			c.Annotations["pv.kubernetes.io/bind-completed"] = "yes"
+			c.Finalizers = append(c.Finalizers, "kubernetes.io/pvc-protection")
+		}},
+		"checked out again since": {since: func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.CheckoutIDAnnotationKey] = "next" }, wantErr: true},
+		"returned to the pool since": {since: func(c *corev1.PersistentVolumeClaim) { c.Labels[v1alpha1.ClaimRoleLabelKey] = v1alpha1.ClaimRoleWarm }, wantErr: true},
+		"another claim of the name": {since: func(*corev1.PersistentVolumeClaim) {}, wantErr: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(read.DeepCopy()).Build()
+			ctx := context.Background()
+			stored := &corev1.PersistentVolumeClaim{}
+			if err := api.Get(ctx, client.ObjectKeyFromObject(read), stored); err != nil {
+				t.Fatal(err)
+			}
+			as := stored.DeepCopy()
+			tc.since(stored)
+			if err := api.Update(ctx, stored); err != nil {
+				t.Fatal(err)
+			}
+			if name == "another claim of the name" {
+				as.UID = "read-uid" // the claim read was deleted and made again since
+			}
+			w, err := claim.RecordPod(as, pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = claim.Execute(ctx, api, w)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("Execute: %v, want an error: %v", err, tc.wantErr)
+			}
+			got := &corev1.PersistentVolumeClaim{}
+			if err := api.Get(ctx, client.ObjectKeyFromObject(read), got); err != nil {
+				t.Fatal(err)
+			}
+			if recorded := claim.Records(got, pod); recorded == tc.wantErr {
+				t.Errorf("recorded %v, want %v", recorded, !tc.wantErr)
+			}
+			if !tc.wantErr && len(got.Finalizers) != len(stored.Finalizers) {
+				t.Errorf("finalizers %v, want the ones written since, %v", got.Finalizers, stored.Finalizers)
+			}
+		})
+	}
+}
