@@ -36,9 +36,9 @@ func TestExecuteRecordPod(t *testing.T) {
 			c.Annotations["pv.kubernetes.io/bind-completed"] = "yes"
 			c.Finalizers = append(c.Finalizers, "kubernetes.io/pvc-protection")
 		}},
-		"checked out again since": {since: func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.CheckoutIDAnnotationKey] = "next" }, wantErr: true},
+		"checked out again since":    {since: func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.CheckoutIDAnnotationKey] = "next" }, wantErr: true},
 		"returned to the pool since": {since: func(c *corev1.PersistentVolumeClaim) { c.Labels[v1alpha1.ClaimRoleLabelKey] = v1alpha1.ClaimRoleWarm }, wantErr: true},
-		"another claim of the name": {since: func(*corev1.PersistentVolumeClaim) {}, wantErr: true},
+		"another claim of the name":  {since: func(*corev1.PersistentVolumeClaim) {}, wantErr: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
