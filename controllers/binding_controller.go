@@ -645,8 +645,18 @@ func (r *BindingReconciler) apply(ctx context.Context, o *observed, p plan, now 
 			return ctrl.Result{}, fmt.Errorf("deleting failed Job %s: %w", name, err)
 		}
 	}
-	if err := r.letGo(ctx, *o, p); err != nil {
+	pvc, err := r.letGo(ctx, *o, p)
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if p.deleteClaim && pvc == nil && isFinal(p.status.Phase) && !p.finish {
+		// The claim is deleted: the binding ends now, as its next
+		// reconcile would find it, without writing a final status that
+		// its own deletion follows at once. Its outcomes are told here,
+		// and not again: the next plan starts from this one's status.
+		r.report(ctx, *o, p)
+		o.pvc, o.binding.Status = nil, p.status
+		return r.apply(ctx, o, decide(*o, now, r.opts), now)
 	}
 
 	if !equality.Semantic.DeepEqual(b.Status, p.status) && !p.finish {
@@ -677,11 +687,12 @@ func (r *BindingReconciler) apply(ctx context.Context, o *observed, p plan, now 
 }
 
 // letGo carries out the plan's writes that let go of the claim: release,
-// return to the pool, delete. Each is conditioned on the claim being the
+// return to the pool, delete. It returns the claim as its last write left
+// it, nil once deleted or gone. Each is conditioned on the claim being the
 // checkout b records and on the version read (package claim), so that a
 // stale binding or a stale read fails instead of taking a claim that
 // another pod holds now.
-func (r *BindingReconciler) letGo(ctx context.Context, o observed, p plan) error {
+func (r *BindingReconciler) letGo(ctx context.Context, o observed, p plan) (*corev1.PersistentVolumeClaim, error) {
 	b := o.binding
 	var steps []func(*corev1.PersistentVolumeClaim) (claim.Write, error)
 	if p.releaseClaim {
@@ -693,13 +704,14 @@ func (r *BindingReconciler) letGo(ctx context.Context, o observed, p plan) error
 	if p.deleteClaim {
 		steps = append(steps, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Delete(b, c) })
 	}
-	for pvc, i := o.pvc, 0; pvc != nil && i < len(steps); i++ {
+	pvc := o.pvc
+	for i := 0; pvc != nil && i < len(steps); i++ {
 		var err error
 		if pvc, err = r.writeClaim(ctx, pvc, steps[i]); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return pvc, nil
 }
 
 // finish ends binding b: the pods it may leave holding the pod-protection

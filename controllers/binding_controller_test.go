@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	dto "github.com/prometheus/client_model/go"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
@@ -708,5 +710,61 @@ func TestReconcileCreateBinding(t *testing.T) {
 				t.Errorf("requeue after %s, want %s", res.RequeueAfter, tc.wantRequeue)
 			}
 		})
+	}
+}
+
+// TestReconcileDrainedFinishesAtOnce reconciles a binding whose drain Job
+// succeeded: the claim is released and deleted, and the binding ends in
+// the same reconcile, with no status write (its Drained status was
+// written, then the binding deleted, one reconcile later) and the drain
+// counted once.
+func TestReconcileDrainedFinishesAtOnce(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	fpvc := fixtures.MakeFluentPVC("f-finish").Obj()
+	pvc := fixtures.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
+	pvc.UID = "pvc-uid"
+	gone := v1alpha1.ObjectIdentity{Name: "gone", UID: "pod-uid"}
+	rec, err := claim.RecordPod(pvc, gone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvc = rec.Object
+	b := fixtures.Binding(pvc, fpvc.UID)
+	b.Spec.Pod = gone
+	b.Status.Phase = v1alpha1.BindingPhaseDraining
+	b.Status.DrainAttempts = 1
+	b.Status.DrainJobName = objects.DrainJobName(b.Name, 1)
+	b.Status.DrainStartTime = &metav1.Time{Time: now.Add(-time.Second)}
+	done := objects.DrainJob(fpvc, b, 1)
+	done.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	var statusWrites int
+	api := fakeAPI(t, interceptor.Funcs{SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+		statusWrites++
+		return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+	}}, fpvc, pvc, b, done)
+	r := testBindingReconciler(api, api, now)
+	count := func() float64 {
+		m := &dto.Metric{}
+		if err := drainsSucceeded.WithLabelValues(fpvc.Name).Write(m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	before := count()
+	ctx := context.Background()
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)}); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	if err := api.Get(ctx, client.ObjectKeyFromObject(pvc), &corev1.PersistentVolumeClaim{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the drained claim is still there (err %v)", err)
+	}
+	if err := api.Get(ctx, client.ObjectKeyFromObject(b), &v1alpha1.FluentPVCBinding{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the binding is still there (err %v)", err)
+	}
+	if statusWrites != 0 {
+		t.Errorf("%d status writes, want none", statusWrites)
+	}
+	if n := count() - before; n != 1 {
+		t.Errorf("drains counted: %v, want 1", n)
 	}
 }
