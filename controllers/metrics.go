@@ -62,3 +62,27 @@ func init() {
 	metrics.Registry.MustRegister(drainsStarted, drainsSucceeded, drainsFailed, drainJobsRejected, drainsBlocked, bindingsRejected, drainDuration,
 		podsDeletedForSidecar, orphansReclaimed, claimsAbandoned)
 }
+
+// fluentPVCCounters are the counters above, each with the one label
+// fluentpvc.
+var fluentPVCCounters = []*prometheus.CounterVec{drainsStarted, drainsSucceeded, drainsFailed, drainJobsRejected, drainsBlocked,
+	bindingsRejected, podsDeletedForSidecar, orphansReclaimed, claimsAbandoned}
+
+// initMetrics makes FluentPVC name's series of the metrics above, at zero
+// until something happens: a rate, a ratio or an alert over them then has
+// data from the FluentPVC's creation on, not from its first event.
+func initMetrics(name string) {
+	for _, c := range fluentPVCCounters {
+		c.WithLabelValues(name)
+	}
+	drainDuration.WithLabelValues(name)
+}
+
+// forgetMetrics removes FluentPVC name's series, once it is gone: the
+// series stay as many as the FluentPVCs.
+func forgetMetrics(name string) {
+	for _, c := range fluentPVCCounters {
+		c.DeleteLabelValues(name)
+	}
+	drainDuration.DeleteLabelValues(name)
+}

@@ -83,3 +83,33 @@ var (
 func init() {
 	metrics.Registry.MustRegister(CheckoutsTotal, CheckoutDuration, Warm, Replaced, TimeToWarm, Staged, StagedHits, HoldersRemoved)
 }
+
+// InitMetrics makes FluentPVC name's series of the pool's counters and
+// histogram, at zero, for every value of their other label: a hit ratio
+// or an alert over them has data from the FluentPVC's creation on.
+func InitMetrics(name string) {
+	for _, r := range []string{ResultHit, ResultMiss} {
+		CheckoutsTotal.WithLabelValues(name, r)
+	}
+	for _, r := range []string{ReplacedUnreachable, ReplacedDemand} {
+		Replaced.WithLabelValues(name, r)
+	}
+	for _, s := range []string{HolderServed, HolderMoved, HitUnstaged} {
+		StagedHits.WithLabelValues(name, s)
+	}
+	for _, r := range []string{HolderServed, HolderMoved, HolderAbandoned, HolderOrphaned, HolderEvicted, HolderUnstaged} {
+		HoldersRemoved.WithLabelValues(name, r)
+	}
+	TimeToWarm.WithLabelValues(name)
+}
+
+// ForgetMetrics removes FluentPVC name's series of the pool's metrics,
+// once it is gone.
+func ForgetMetrics(name string) {
+	match := prometheus.Labels{"fluentpvc": name}
+	for _, m := range []interface {
+		DeletePartialMatch(prometheus.Labels) int
+	}{CheckoutsTotal, Warm, Replaced, Staged, StagedHits, HoldersRemoved, TimeToWarm} {
+		m.DeletePartialMatch(match)
+	}
+}
