@@ -66,7 +66,9 @@ func TestGolden(t *testing.T) {
 		"default":      {},
 		"cert-manager": {args: []string{"--set", "certManagement.mode=cert-manager"}},
 		"everything": {args: []string{"--set", "metrics.service.enabled=true,metrics.serviceMonitor.enabled=true,leaderElection.enabled=false,replicaCount=3",
-			"--set", "webhook.excludedNamespaces={monitoring},operator.poolBindMode=binder-job,logLevel=debug,priorityClassName=system-cluster-critical"}},
+			"--set", "webhook.excludedNamespaces={monitoring},operator.poolBindMode=binder-job,logLevel=debug,priorityClassName=system-cluster-critical",
+			"--set", "metrics.prometheusRule.enabled=true,metrics.prometheusRule.labels.release=monitoring",
+			"--set", "metrics.grafanaDashboard.enabled=true,metrics.grafanaDashboard.namespace=monitoring,metrics.grafanaDashboard.annotations.grafana_folder=Operators"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -253,6 +255,108 @@ func TestChartCRDsAreConfigs(t *testing.T) {
 		}
 		if !bytes.Equal(chart, config) {
 			t.Errorf("charts/fluent-pvc-operator/crds/%s is not config/crd/bases/%s: run make manifests", name, name)
+		}
+	}
+}
+
+// The chart's copies of the Prometheus rules and of the Grafana dashboard
+// (make manifests) are the files they are copied from.
+func TestChartMonitoringFilesAreCopies(t *testing.T) {
+	for chartFile, source := range map[string][]string{
+		"prometheus-rules.yaml":  {"config", "prometheus-rules", "fluent-pvc-operator.rules.yaml"},
+		"grafana-dashboard.json": {"docs", "grafana-dashboard.json"},
+	} {
+		chart, err := os.ReadFile(fixtures.Path("charts", "fluent-pvc-operator", "files", chartFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		src, err := os.ReadFile(fixtures.Path(source...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(chart, src) {
+			t.Errorf("charts/fluent-pvc-operator/files/%s is not %s: run make manifests", chartFile, filepath.Join(source...))
+		}
+	}
+}
+
+// leaderGroup is the rule group the chart leaves out without leader
+// election.
+const leaderGroup = "fluent-pvc-operator.leader"
+
+// TestPrometheusRule checks that the chart's PrometheusRule holds the rule
+// groups of config/prometheus-rules/fluent-pvc-operator.rules.yaml (the
+// file promtool tests), all of them with leader election and all but the
+// leader's without.
+func TestPrometheusRule(t *testing.T) {
+	raw, err := os.ReadFile(fixtures.Path("config", "prometheus-rules", "fluent-pvc-operator.rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Groups []any `json:"groups"`
+	}
+	if err := yaml.Unmarshal(raw, &file); err != nil {
+		t.Fatal(err)
+	}
+	var withoutLeader []any
+	for _, g := range file.Groups {
+		if g.(map[string]any)["name"] != leaderGroup {
+			withoutLeader = append(withoutLeader, g)
+		}
+	}
+	if len(withoutLeader) != len(file.Groups)-1 {
+		t.Fatalf("the rule file has no group %q, which the chart leaves out without leader election", leaderGroup)
+	}
+	for name, tc := range map[string]struct {
+		args []string
+		want []any
+	}{
+		"with leader election":    {args: []string{"--set", "metrics.prometheusRule.enabled=true"}, want: file.Groups},
+		"without leader election": {args: []string{"--set", "metrics.prometheusRule.enabled=true,leaderElection.enabled=false"}, want: withoutLeader},
+	} {
+		t.Run(name, func(t *testing.T) {
+			u := objects(t, helmTemplate(t, tc.args...))["PrometheusRule/fluent-pvc-operator-system/fluent-pvc-operator-rules"]
+			if u == nil {
+				t.Fatal("no PrometheusRule fluent-pvc-operator-rules")
+			}
+			got, _, _ := unstructured.NestedSlice(u.Object, "spec", "groups")
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("the PrometheusRule's groups differ from the rule file's (-file +chart):\n%s", diff)
+			}
+		})
+	}
+	for _, u := range objects(t, helmTemplate(t)) {
+		if u.GetKind() == "PrometheusRule" {
+			t.Errorf("the PrometheusRule %s is rendered by default", u.GetName())
+		}
+	}
+}
+
+// TestGrafanaDashboard checks that the chart's dashboard ConfigMap holds
+// docs/grafana-dashboard.json as it is, with the label Grafana's sidecar
+// looks for.
+func TestGrafanaDashboard(t *testing.T) {
+	want, err := os.ReadFile(fixtures.Path("docs", "grafana-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := objects(t, helmTemplate(t, "--set", "metrics.grafanaDashboard.enabled=true"))["ConfigMap/fluent-pvc-operator-system/fluent-pvc-operator-grafana-dashboard"]
+	if u == nil {
+		t.Fatal("no ConfigMap fluent-pvc-operator-grafana-dashboard")
+	}
+	got, _, _ := unstructured.NestedString(u.Object, "data", "fluent-pvc-operator.json")
+	// objects splits documents at "\n---", which takes the final line
+	// break off a block scalar that ends a document.
+	if strings.TrimSuffix(got, "\n") != strings.TrimSuffix(string(want), "\n") {
+		t.Errorf("the dashboard ConfigMap's fluent-pvc-operator.json is not docs/grafana-dashboard.json:\n%s", cmp.Diff(string(want), got))
+	}
+	if l := u.GetLabels()["grafana_dashboard"]; l != "1" {
+		t.Errorf("the dashboard ConfigMap's label grafana_dashboard is %q, want \"1\"", l)
+	}
+	for _, u := range objects(t, helmTemplate(t)) {
+		if u.GetKind() == "ConfigMap" {
+			t.Errorf("the ConfigMap %s is rendered by default", u.GetName())
 		}
 	}
 }
