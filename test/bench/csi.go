@@ -348,6 +348,7 @@ func (e *env) dropPools(ctx context.Context) error {
 func (e *env) measureMoved(ctx context.Context, n int) (run startupRun, err error) {
 	run = startupRun{Mode: modeMoved}
 	ns := startupNamespace(modeMoved, false)
+	before := e.readHolderCounts(ctx)
 	if err := e.dropPools(ctx); err != nil {
 		return run, err
 	}
@@ -381,6 +382,8 @@ func (e *env) measureMoved(ctx context.Context, n int) (run startupRun, err erro
 	if err := e.cleanupStartup(ctx, ns, modeMoved, n); err != nil {
 		return run, err
 	}
+	// Read before the FluentPVC goes: the operator removes its series then.
+	run.addCounts(before, e.readHolderCounts(ctx))
 	if err := e.deleteFluentPVC(ctx, fpvcMoved); err != nil {
 		return run, err
 	}

@@ -279,9 +279,7 @@ func (e *env) realStartup(ctx context.Context, r *realNodeResult, modes []string
 		}
 	}
 	if slices.Contains(modes, modeMoved) {
-		before := e.readHolderCounts(ctx)
 		run, err := e.measureMoved(ctx, n)
-		run.addCounts(before, e.readHolderCounts(ctx))
 		if err != nil && run.Stats.N > 0 {
 			// Measured; what failed came after.
 			errs = append(errs, fmt.Errorf("mode %s, after its run: %w", modeMoved, err))
