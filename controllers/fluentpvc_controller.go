@@ -89,6 +89,7 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 	if err := r.List(ctx, &bindings, client.MatchingFields{bindingFluentPVCIndex: f.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing bindings: %w", err)
 	}
+	setOldestUndrained(f.Name, bindings.Items)
 	pr, poolErr := r.pool.Reconcile(ctx, f, bindings.Items)
 	if !pr.observed {
 		return ctrl.Result{}, poolErr

@@ -106,3 +106,30 @@ func constructFluentPVCStatus(f *v1alpha1.FluentPVC, bindings []v1alpha1.FluentP
 	meta.SetStatusCondition(&s.Conditions, ready)
 	return s
 }
+
+// oldestUndrained is since when the longest-waiting claim among bindings
+// has waited for its drain. A binding Draining (its pod gone or finished,
+// no drain succeeded yet) waits since its pod was seen gone (its PodReady
+// condition turned False), or since its drain started if that is earlier,
+// or else since its creation. false when none is Draining.
+func oldestUndrained(bindings []v1alpha1.FluentPVCBinding) (time.Time, bool) {
+	var oldest time.Time
+	found := false
+	for i := range bindings {
+		b := &bindings[i]
+		if b.Status.Phase != v1alpha1.BindingPhaseDraining {
+			continue
+		}
+		since := b.CreationTimestamp.Time
+		if c := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.BindingConditionPodReady); c != nil && c.Status == metav1.ConditionFalse {
+			since = c.LastTransitionTime.Time
+		}
+		if b.Status.DrainStartTime != nil && b.Status.DrainStartTime.Before(&metav1.Time{Time: since}) {
+			since = b.Status.DrainStartTime.Time
+		}
+		if !found || since.Before(oldest) {
+			oldest, found = since, true
+		}
+	}
+	return oldest, found
+}

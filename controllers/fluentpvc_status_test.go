@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -144,6 +145,42 @@ func TestWithoutCounts(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if got := cmp.Equal(withoutCounts(base), withoutCounts(tc.other)); got != tc.wantEqual {
 				t.Errorf("equal without counts = %v, want %v:\n%s", got, tc.wantEqual, cmp.Diff(withoutCounts(base), withoutCounts(tc.other)))
+			}
+		})
+	}
+}
+
+func TestOldestUndrained(t *testing.T) {
+	t0 := fixtures.Epoch
+	at := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: t0.Add(d)} }
+	binding := func(phase v1alpha1.FluentPVCBindingPhase, created time.Duration, podGone, drainStart *metav1.Time) v1alpha1.FluentPVCBinding {
+		b := v1alpha1.FluentPVCBinding{}
+		b.CreationTimestamp = *at(created)
+		b.Status.Phase = phase
+		b.Status.DrainStartTime = drainStart
+		if podGone != nil {
+			b.Status.Conditions = []metav1.Condition{{Type: v1alpha1.BindingConditionPodReady, Status: metav1.ConditionFalse, LastTransitionTime: *podGone}}
+		}
+		return b
+	}
+	cases := map[string]struct {
+		bindings []v1alpha1.FluentPVCBinding
+		want     *metav1.Time // nil: none waits
+	}{
+		"none": {},
+		"in use and drained ones wait for nothing":   {bindings: []v1alpha1.FluentPVCBinding{binding(v1alpha1.BindingPhaseInUse, 0, nil, nil), binding(v1alpha1.BindingPhaseDrained, 0, at(time.Minute), at(time.Minute))}},
+		"since its pod was seen gone":                {bindings: []v1alpha1.FluentPVCBinding{binding(v1alpha1.BindingPhaseDraining, 0, at(time.Minute), at(2*time.Minute))}, want: at(time.Minute)},
+		"a drain started before (a restored status)": {bindings: []v1alpha1.FluentPVCBinding{binding(v1alpha1.BindingPhaseDraining, 0, at(3*time.Minute), at(2*time.Minute))}, want: at(2 * time.Minute)},
+		"no condition: since its creation":           {bindings: []v1alpha1.FluentPVCBinding{binding(v1alpha1.BindingPhaseDraining, 5*time.Second, nil, nil)}, want: at(5 * time.Second)},
+		"the oldest of several": {bindings: []v1alpha1.FluentPVCBinding{
+			binding(v1alpha1.BindingPhaseDraining, 0, at(time.Hour), nil), binding(v1alpha1.BindingPhaseDraining, 0, at(time.Minute), nil),
+		}, want: at(time.Minute)},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, ok := oldestUndrained(tc.bindings)
+			if ok != (tc.want != nil) || (ok && !got.Equal(tc.want.Time)) {
+				t.Errorf("oldestUndrained = %v, %v; want %v", got, ok, tc.want)
 			}
 		})
 	}

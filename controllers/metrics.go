@@ -3,6 +3,8 @@ package controllers
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
 
 var (
@@ -56,11 +58,16 @@ var (
 		Name: "fluentpvc_claims_abandoned_total",
 		Help: "Claims let go of undrained: their namespace was deleted, or their FluentPVC stayed gone past --fluentpvc-missing-timeout.",
 	}, []string{"fluentpvc"})
+
+	oldestUndrainedClaim = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fluentpvc_oldest_undrained_claim_timestamp_seconds",
+		Help: "Since when (Unix time) the oldest claim of the FluentPVC whose pod is gone has waited for its drain; no series while none waits.",
+	}, []string{"fluentpvc"})
 )
 
 func init() {
 	metrics.Registry.MustRegister(drainsStarted, drainsSucceeded, drainsFailed, drainJobsRejected, drainsBlocked, bindingsRejected, drainDuration,
-		podsDeletedForSidecar, orphansReclaimed, claimsAbandoned)
+		podsDeletedForSidecar, orphansReclaimed, claimsAbandoned, oldestUndrainedClaim)
 }
 
 // fluentPVCCounters are the counters above, each with the one label
@@ -85,4 +92,15 @@ func forgetMetrics(name string) {
 		c.DeleteLabelValues(name)
 	}
 	drainDuration.DeleteLabelValues(name)
+	oldestUndrainedClaim.DeleteLabelValues(name)
+}
+
+// setOldestUndrained sets FluentPVC name's oldestUndrainedClaim from its
+// bindings, or removes its series when no claim waits for a drain.
+func setOldestUndrained(name string, bindings []v1alpha1.FluentPVCBinding) {
+	if since, ok := oldestUndrained(bindings); ok {
+		oldestUndrainedClaim.WithLabelValues(name).Set(float64(since.UnixNano()) / 1e9)
+		return
+	}
+	oldestUndrainedClaim.DeleteLabelValues(name)
 }
