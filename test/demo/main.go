@@ -29,6 +29,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -294,6 +295,10 @@ func run(o options) error {
 		}
 	}
 
+	if err := showMetrics(ctx, op.MetricsURL(), fpvc.Name); err != nil {
+		return err
+	}
+
 	fmt.Printf("\nThe cluster and the operator keep running:\n")
 	fmt.Printf("  export KUBECONFIG=%s\n", kc.Kubeconfig)
 	fmt.Printf("  bin/kubectl get fluentpvc,fluentpvcbinding,pvc,pods -A\n")
@@ -310,4 +315,40 @@ func run(o options) error {
 type podResult struct {
 	pod, claim string
 	created    time.Time
+}
+
+// showMetrics prints what the operator's own metrics, at url, say of the
+// demo's checkouts: hits and misses of FluentPVC fpvc, and the checkout's
+// latency by the histogram's buckets; then how to see them on the
+// dashboard.
+func showMetrics(ctx context.Context, url, fpvc string) error {
+	m, err := fixtures.ScrapeMetrics(ctx, url)
+	if err != nil {
+		return err
+	}
+	hits := m.Counter("fluentpvc_pool_checkouts_total", map[string]string{"fluentpvc": fpvc, "result": "hit"})
+	misses := m.Counter("fluentpvc_pool_checkouts_total", map[string]string{"fluentpvc": fpvc, "result": "miss"})
+	fmt.Printf("\nThe operator's metrics (%s):\n", url)
+	if total := hits + misses; total > 0 {
+		fmt.Printf("  fluentpvc_pool_checkouts_total: %.0f hits, %.0f misses: hit ratio %.0f%%\n", hits, misses, 100*hits/total)
+	}
+	for _, result := range []string{"hit", "miss"} {
+		labels := map[string]string{"result": result}
+		p50 := m.HistogramQuantile("fluentpvc_pool_checkout_duration_seconds", labels, 0.5)
+		p99 := m.HistogramQuantile("fluentpvc_pool_checkout_duration_seconds", labels, 0.99)
+		if !math.IsNaN(p50) {
+			fmt.Printf("  fluentpvc_pool_checkout_duration_seconds, %s: p50 <= %s, p99 <= %s (the histogram's buckets)\n", result, seconds(p50), seconds(p99))
+		}
+	}
+	fmt.Printf("On a dashboard: scrape %s with Prometheus, load its rules from config/prometheus-rules/fluent-pvc-operator.rules.yaml,\n", url)
+	fmt.Printf("and import docs/grafana-dashboard.json into Grafana: docs/monitoring.md says how.\n")
+	return nil
+}
+
+// seconds prints a bucket bound d (seconds) in milliseconds.
+func seconds(d float64) string {
+	if math.IsInf(d, 1) {
+		return "+Inf"
+	}
+	return (time.Duration(d * float64(time.Second))).String()
 }
