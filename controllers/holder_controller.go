@@ -98,6 +98,12 @@ func (r *HolderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	case !apierrors.IsNotFound(err):
 		return ctrl.Result{}, fmt.Errorf("reading warm PVC %s: %w", claimName, err)
 	}
+	if pvc != nil && claim.StateOf(pvc) == claim.Warm {
+		var err error
+		if pvc, err = r.checkedOutLive(ctx, pvc); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	pod, err := r.claimPod(ctx, h, pvc)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -172,6 +178,29 @@ func (r *HolderReconciler) claimPod(ctx context.Context, h *corev1.Pod, pvc *cor
 		}
 	}
 	return found, nil
+}
+
+// checkedOutLive is warm PVC pvc as the cache has it, or, when a cached
+// pod carries its name as binding label (the webhook hands a pod the PVC
+// and that label at once), as read live: this cache has then missed the
+// checkout (a PVC watch cut and not yet back), which would keep the holder
+// beside the started pod for as long.
+func (r *HolderReconciler) checkedOutLive(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (*corev1.PersistentVolumeClaim, error) {
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace(pvc.Namespace), client.MatchingFields{podBindingIndex: pvc.Name}); err != nil {
+		return nil, fmt.Errorf("listing the pods of claim %s: %w", pvc.Name, err)
+	}
+	if len(pods.Items) == 0 {
+		return pvc, nil
+	}
+	live := &corev1.PersistentVolumeClaim{}
+	switch err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(pvc), live); {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading PVC %s: %w", pvc.Name, err)
+	}
+	return live, nil
 }
 
 // preferOnNode is the pod among found and pods that uses claim (not holder

@@ -58,8 +58,10 @@ func TestHolderReconcile(t *testing.T) {
 		// uncached: the cache holds none of the pods; unbound: it holds
 		// them as they were before their binding.
 		uncached, unbound bool
-		wantDeleted       bool
-		wantRequeue       bool
+		// stalePVC: the cache holds the PVC as it was before its checkout.
+		stalePVC    bool
+		wantDeleted bool
+		wantRequeue bool
 	}{
 		"a warm PVC keeps its holder":                       {objs: []client.Object{warm, holder}},
 		"handed out, no pod yet: it waits":                  {objs: []client.Object{handedOut, holder}, wantRequeue: true},
@@ -80,11 +82,24 @@ func TestHolderReconcile(t *testing.T) {
 		},
 		"the pod out of the cache, not on a node: it waits":         {objs: []client.Object{handedOut, holder, app("")}, uncached: true, wantRequeue: true},
 		"the cache behind the pod's binding (a cut watch): it goes": {objs: []client.Object{handedOut, holder, app("n1")}, unbound: true, wantDeleted: true},
+		"the cache behind the PVC's checkout (a cut watch), the pod on a node: it goes": {
+			objs: []client.Object{handedOut, holder, app("n1")}, stalePVC: true, wantDeleted: true,
+		},
+		"the PVC warm, no pod carries it: it stays": {objs: []client.Object{warm, holder}, stalePVC: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			api := fakeAPI(t, interceptor.Funcs{}, tc.objs...)
 			cached := client.Client(api)
+			if tc.stalePVC {
+				cached = interceptor.NewClient(api, interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+					if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok && key.Name == warm.Name {
+						warm.DeepCopyInto(pvc)
+						return nil
+					}
+					return c.Get(ctx, key, obj, opts...)
+				}})
+			}
 			if tc.uncached || tc.unbound {
 				cached = interceptor.NewClient(api, interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
 					pods, ok := list.(*corev1.PodList)
