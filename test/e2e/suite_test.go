@@ -77,7 +77,10 @@ var _ = BeforeSuite(func() {
 	// The operator runs with only the RBAC of config/default. E2E_OPERATOR_ARGS
 	// adds flags, e.g. --webhook-port=-1 to show that the suite fails
 	// without the webhook.
+	// With a leader elected, as in a cluster: the monitoring spec reads
+	// the leader's metric.
 	op, err = cluster.RunOperator(ctx, kc, cluster.OperatorOptions{AsServiceAccount: true, Args: append([]string{
+		"--leader-elect=true", "--leader-election-namespace=" + cluster.OperatorNamespace,
 		"--orphan-grace-period=" + orphanGracePeriod.String(),
 		"--allow-short-orphan-grace-period",
 		"--drain-backoff-base=2s",
