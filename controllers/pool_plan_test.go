@@ -165,6 +165,9 @@ func TestPlanPoolStaging(t *testing.T) {
 	if got := pp.result.namespaces[0].Staged; got != 1 {
 		t.Errorf("status staged %d, want 1 (w1's running holder)", got)
 	}
+	if got := pp.namespaces[0].size; got != 3 {
+		t.Errorf("target size %d, want the pool's 3 (fluentpvc_pool_target)", got)
+	}
 }
 
 // TestPlanPoolStagingNoRoom: a warm PVC left unstaged for lack of room is

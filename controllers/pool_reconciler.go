@@ -320,6 +320,8 @@ type namespacePlan struct {
 	// kept is true for a namespace that holds a pool; false for one whose
 	// warm PVCs and binders are removed.
 	kept bool
+	// size is the number of warm PVCs it keeps.
+	size int32
 	// preferred are the nodes new warm PVCs are named for first.
 	preferred []string
 	// stage is where warm PVCs get holders, and which holders go.
@@ -412,7 +414,7 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 		if stage.Unstaged > 0 && (res.requeueAfter == 0 || pool.UnstagedRecheck < res.requeueAfter) {
 			res.requeueAfter = pool.UnstagedRecheck
 		}
-		pp.namespaces = append(pp.namespaces, namespacePlan{namespace: ns, plan: p, kept: kept, preferred: preferred, stage: stage})
+		pp.namespaces = append(pp.namespaces, namespacePlan{namespace: ns, plan: p, kept: kept, size: in.Size, preferred: preferred, stage: stage})
 		if kept {
 			st := v1alpha1.PoolNamespaceStatus{Namespace: ns, Warm: p.Warm, Provisioning: p.Provisioning + int32(p.Create), Staged: int32(stagedNS[ns])}
 			if t, ok := o.lastAdmission[ns]; ok {
@@ -453,8 +455,10 @@ func (r *PoolReconciler) applyPool(ctx context.Context, f *v1alpha1.FluentPVC, o
 		}
 		if np.kept {
 			pool.Warm.WithLabelValues(f.Name, np.namespace).Set(float64(p.Warm))
+			pool.Target.WithLabelValues(f.Name, np.namespace).Set(float64(np.size))
 		} else {
 			pool.Warm.DeleteLabelValues(f.Name, np.namespace)
+			pool.Target.DeleteLabelValues(f.Name, np.namespace)
 		}
 	}
 	perNode, _ := stagedPerNode(o)

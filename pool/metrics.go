@@ -47,6 +47,13 @@ var (
 		Help: "Warm, Bound PVCs ready to be handed out, by FluentPVC and namespace.",
 	}, []string{"fluentpvc", "namespace"})
 
+	// Target is the number of warm PVCs the pool keeps, by FluentPVC and
+	// namespace.
+	Target = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fluentpvc_pool_target",
+		Help: "Warm PVCs the pool keeps, by FluentPVC and namespace: spec.pool.size, or 0 while the namespace terminates.",
+	}, []string{"fluentpvc", "namespace"})
+
 	// Replaced counts warm PVCs deleted to be made again elsewhere.
 	Replaced = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fluentpvc_pool_replaced_total",
@@ -81,7 +88,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(CheckoutsTotal, CheckoutDuration, Warm, Replaced, TimeToWarm, Staged, StagedHits, HoldersRemoved)
+	metrics.Registry.MustRegister(CheckoutsTotal, CheckoutDuration, Warm, Target, Replaced, TimeToWarm, Staged, StagedHits, HoldersRemoved)
 }
 
 // InitMetrics makes FluentPVC name's series of the pool's counters and
@@ -109,7 +116,7 @@ func ForgetMetrics(name string) {
 	match := prometheus.Labels{"fluentpvc": name}
 	for _, m := range []interface {
 		DeletePartialMatch(prometheus.Labels) int
-	}{CheckoutsTotal, Warm, Replaced, Staged, StagedHits, HoldersRemoved, TimeToWarm} {
+	}{CheckoutsTotal, Warm, Target, Replaced, Staged, StagedHits, HoldersRemoved, TimeToWarm} {
 		m.DeletePartialMatch(match)
 	}
 }
