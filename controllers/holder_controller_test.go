@@ -76,7 +76,7 @@ func TestHolderReconcile(t *testing.T) {
 		"the pod the claim records, out of the cache, not on a node: it waits": {
 			objs: []client.Object{recorded, holder, unlabelled("")}, wantRequeue: true,
 		},
-		"the pod the claim records is gone: it waits for the patience": {objs: []client.Object{recorded, holder}, wantRequeue: true},
+		"the pod the claim records is gone: it goes, not to hold the drain up": {objs: []client.Object{recorded, holder}, wantDeleted: true},
 		"the pod out of the cache before its binding recorded it, on the holder's node: it goes": {
 			objs: []client.Object{handedOut, holder, app("n1")}, uncached: true, wantDeleted: true,
 		},

@@ -265,7 +265,8 @@ const (
 	// from the holder's to attach there.
 	HolderMoved = "moved"
 	// HolderAbandoned: its PVC was handed out and no pod came to a node in
-	// HolderPatience, or the claim moved on without one.
+	// HolderPatience, or the claim moved on without one, or the pod it
+	// records is gone.
 	HolderAbandoned = "abandoned"
 	// HolderOrphaned: its PVC is gone, or is not the one it was made for.
 	HolderOrphaned = "orphaned"
@@ -298,6 +299,11 @@ func HolderFate(h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, pod *corev1.Po
 			return HolderServed, 0
 		}
 		return HolderMoved, 0
+	case pod == nil && recordsPod(pvc):
+		// The pod its binding recorded came and is gone (the caller found
+		// none carrying the claim): the holder would only keep the claim's
+		// drain waiting for it.
+		return HolderAbandoned, 0
 	}
 	admitted, err := time.Parse(time.RFC3339Nano, pvc.Annotations[v1alpha1.AdmittedAtAnnotationKey])
 	if err != nil || (state != claim.Claimed && state != claim.Used) {
@@ -318,4 +324,10 @@ func disrupted(pod *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// recordsPod says whether claim pvc records the pod it was handed to.
+func recordsPod(pvc *corev1.PersistentVolumeClaim) bool {
+	used, _ := claim.PodOf(pvc)
+	return used.UID != ""
 }

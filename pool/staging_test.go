@@ -223,6 +223,7 @@ func TestHolderFate(t *testing.T) {
 		"handed out, no pod on a node within patience":                                        {holder: holder, pvc: checkedOut(HolderPatience), pod: unscheduled, wantReason: HolderAbandoned},
 		"handed out without an admission time":                                                {holder: holder, pvc: with2(checkedOut(0), func(c *corev1.PersistentVolumeClaim) { delete(c.Annotations, v1alpha1.AdmittedAtAnnotationKey) }), wantReason: HolderAbandoned},
 		"handed out, then let go of without a pod coming":                                     {holder: holder, pvc: with2(checkedOut(0), func(c *corev1.PersistentVolumeClaim) { c.Finalizers = nil }), wantReason: HolderAbandoned},
+		"its pod recorded and gone: it goes, not to hold the drain up":                        {holder: holder, pvc: with2(checkedOut(time.Second), func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "app/uid" }), wantReason: HolderAbandoned},
 		"its pod recorded, not on a node yet: waits":                                          {holder: holder, pvc: with2(checkedOut(time.Second), func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "app/uid" }), pod: unscheduled, wantRecheck: MinHolderRecheck},
 	}
 	for name, tc := range cases {
