@@ -10,7 +10,6 @@ import (
 	"golang.org/x/time/rate"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -163,8 +162,8 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 		return 0, nil
 	case drainJobRejected(err):
 		// A quota on bindings or a policy engine: nothing records the
-		// pod, which keeps its finalizer, and nothing drains the claim
-		// until the binding can be made. Tell whoever can fix it; the
+		// pod, and nothing drains the claim until the binding can be
+		// made. Tell whoever can fix it; the
 		// claim is kept and the binding tried again with backoff.
 		r.tellBindingRejected(pvc, pods.Items, fpvc, err)
 	}
@@ -659,7 +658,7 @@ func (r *BindingReconciler) apply(ctx context.Context, o *observed, p plan, now 
 		return r.apply(ctx, o, decide(*o, now, r.opts), now)
 	}
 
-	if !equality.Semantic.DeepEqual(b.Status, p.status) && !p.finish {
+	if statusNews(b.Status, p.status) && !p.finish {
 		// Conditioned on the version read: a status computed from a stale
 		// copy (the cache behind our own last write) must not overwrite a
 		// newer one, nor count its outcomes twice. The newer copy's event
@@ -683,7 +682,7 @@ func (r *BindingReconciler) apply(ctx context.Context, o *observed, p plan, now 
 	if !p.finish {
 		return ctrl.Result{RequeueAfter: p.requeueAfter}, nil
 	}
-	return ctrl.Result{}, r.finish(ctx, b, p, now)
+	return ctrl.Result{}, r.finish(ctx, b, p, o.claimDeleted(), now)
 }
 
 // letGo carries out the plan's writes that let go of the claim: release,
@@ -716,8 +715,9 @@ func (r *BindingReconciler) letGo(ctx context.Context, o observed, p plan) (*cor
 
 // finish ends binding b: the pods it may leave holding the pod-protection
 // finalizer are released if p says so, then its own finalizer is removed
-// and it is deleted.
-func (r *BindingReconciler) finish(ctx context.Context, b *v1alpha1.FluentPVCBinding, p plan, now time.Time) error {
+// and it is deleted, by the garbage collector when its claim owns it and
+// is deleted (claimDeleted), which spares a write.
+func (r *BindingReconciler) finish(ctx context.Context, b *v1alpha1.FluentPVCBinding, p plan, claimDeleted bool, now time.Time) error {
 	if p.releaseLabelledPods {
 		if err := r.releaseLabelledPods(ctx, b.Namespace, b.Name); err != nil {
 			return err
@@ -730,7 +730,7 @@ func (r *BindingReconciler) finish(ctx context.Context, b *v1alpha1.FluentPVCBin
 	if b.ResourceVersion != before {
 		r.own.wrote(key, before, now)
 	}
-	if b.DeletionTimestamp.IsZero() {
+	if b.DeletionTimestamp.IsZero() && !claim.Finished(b, claimDeleted) {
 		// Its successor of the same name, made for the claim's next
 		// checkout, is not this binding.
 		switch err := r.Delete(ctx, b, client.Preconditions{UID: &b.UID}); {

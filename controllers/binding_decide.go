@@ -11,6 +11,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -101,7 +102,9 @@ type plan struct {
 	deleteClaim  bool
 	// returnClaim gives an unused claim back to the warm pool.
 	returnClaim bool
-	// finish removes the binding's finalizer and deletes it.
+	// finish removes the binding's finalizer and deletes it, unless the
+	// claim it records owns it and is deleted: the garbage collector then
+	// deletes it.
 	finish bool
 	// releaseLabelledPods, with finish, removes the pod-protection
 	// finalizer from every pod that carries the binding's label, read live.
@@ -186,6 +189,15 @@ func (p plan) has(kind outcomeKind) bool {
 	return slices.ContainsFunc(p.outcomes, func(o outcome) bool { return o.kind == kind })
 }
 
+// claimDeleted is true when the claim the binding records is gone, or
+// being deleted (not merely back in the pool).
+func (o observed) claimDeleted() bool {
+	if o.pvc == nil {
+		return !o.checkoutOver
+	}
+	return !o.pvc.DeletionTimestamp.IsZero()
+}
+
 // decide is the binding's state machine: a pure function of what was
 // observed, the time and the options. No state is terminal while the claim
 // exists: each one either waits on a watched object or on a timer.
@@ -193,8 +205,9 @@ func decide(o observed, now time.Time, opts Options) plan {
 	p := decideClaim(o, now, opts)
 	// A pod this binding never recorded, or one a terminating namespace
 	// must be rid of, may be out of the cache (its opt-in label removed)
-	// and still hold the pod-protection finalizer, which nothing would
-	// remove once the binding is gone. (An unused claim was just proven to
+	// and still hold the pod-protection finalizer (pods admitted by an
+	// earlier version), which nothing would remove once the binding is
+	// gone. (An unused claim was just proven to
 	// have no pod by a live list; a checkout that is over is another
 	// binding's.)
 	p.releaseLabelledPods = p.finish && !o.checkoutOver && !o.claimUnused &&
@@ -236,6 +249,11 @@ func decideClaim(o observed, now time.Time, opts Options) plan {
 
 	// The claim is gone, or released by us: nothing is left to protect.
 	if claimReleased {
+		if claim.Finished(b, o.claimDeleted()) {
+			// Ended by an earlier reconcile, which told its outcomes: the
+			// garbage collector deletes it. Nothing to write or tell again.
+			return p
+		}
 		if o.pvc == nil && !isFinal(p.status.Phase) && !podSeen && graceLeft > 0 {
 			// The operator makes bindings from existing claims, but one left by
 			// an earlier version was made before its claim: give the claim
@@ -657,6 +675,23 @@ func backoff(attempt int32, opts Options) time.Duration {
 	return min(d, opts.DrainBackoffMax)
 }
 
+// statusNews says whether a binding whose status reads was is written
+// with next, the status its plan computed. A binding is made once its pod
+// is seen, and records the pod in its spec (spec.pod): while that pod uses
+// the claim, with nothing blocked, its status stays as the binding was
+// made, with no phase. Writing InUse would tell again what spec.pod says,
+// one more API write per pod. A binding that was Pending, or whose drain
+// is blocked, is written.
+func statusNews(was, next v1alpha1.FluentPVCBindingStatus) bool {
+	if equality.Semantic.DeepEqual(was, next) {
+		return false
+	}
+	quiet := was.Phase == "" && next.Phase == v1alpha1.BindingPhaseInUse &&
+		meta.FindStatusCondition(next.Conditions, v1alpha1.BindingConditionDrainBlocked) == nil &&
+		meta.FindStatusCondition(next.Conditions, v1alpha1.BindingConditionDrainJobRejected) == nil
+	return !quiet
+}
+
 // drainStarted is true once the binding started draining its claim: its
 // status says so, or one of its finalizer Jobs exists.
 func drainStarted(o observed) bool {
@@ -732,8 +767,9 @@ func jobAttempt(j *batchv1.Job) int32 {
 // and the status write of the new generation. A claim whose pod never
 // comes (refused after the webhook) gets its binding this much later,
 // well within the orphan grace period, which counts from the binding's
-// creation. The pod cannot go unrecorded meanwhile: it keeps the
-// pod-protection finalizer until its binding records it.
+// creation. A pod deleted meanwhile, before the cache showed it, goes
+// unrecorded: its claim is drained once the grace period is over, since
+// the pods' history shows a pod created with it (observeUncachedPod).
 const bindingPodWait = 5 * time.Second
 
 // awaitPod is how long the binding of held claim pvc should wait for the

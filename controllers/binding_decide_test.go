@@ -495,3 +495,26 @@ func TestSettleJob(t *testing.T) {
 		})
 	}
 }
+
+func TestStatusNews(t *testing.T) {
+	blocked := metav1.Condition{Type: v1alpha1.BindingConditionDrainBlocked, Status: metav1.ConditionTrue, Reason: v1alpha1.DrainBlockedReasonClaimDeleting}
+	inUse := v1alpha1.FluentPVCBindingStatus{Phase: v1alpha1.BindingPhaseInUse, ObservedGeneration: 1}
+	cases := map[string]struct {
+		was, next v1alpha1.FluentPVCBindingStatus
+		want      bool
+	}{
+		"nothing changed":                        {was: inUse, next: inUse},
+		"a new binding's pod uses the claim":     {next: inUse},
+		"a new binding's drain is blocked":       {next: v1alpha1.FluentPVCBindingStatus{Phase: v1alpha1.BindingPhaseInUse, Conditions: []metav1.Condition{blocked}}, want: true},
+		"a Pending binding's pod appeared":       {was: v1alpha1.FluentPVCBindingStatus{Phase: v1alpha1.BindingPhasePending}, next: inUse, want: true},
+		"a new binding's pod is gone: it drains": {next: v1alpha1.FluentPVCBindingStatus{Phase: v1alpha1.BindingPhaseDraining, DrainAttempts: 1}, want: true},
+		"a new binding waits for its pod":        {next: v1alpha1.FluentPVCBindingStatus{Phase: v1alpha1.BindingPhasePending}, want: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := statusNews(tc.was, tc.next); got != tc.want {
+				t.Errorf("statusNews = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -85,7 +85,15 @@ func constructFluentPVCStatus(f *v1alpha1.FluentPVC, bindings []v1alpha1.FluentP
 	s.Bindings = v1alpha1.BindingCounts{}
 	for _, b := range bindings {
 		switch b.Status.Phase {
-		case "", v1alpha1.BindingPhasePending:
+		case "":
+			// A binding made for a pod it saw records it and writes no
+			// status while the pod uses the claim (statusNews).
+			if b.Spec.Pod.UID != "" {
+				s.Bindings.InUse++
+			} else {
+				s.Bindings.Pending++
+			}
+		case v1alpha1.BindingPhasePending:
 			s.Bindings.Pending++
 		case v1alpha1.BindingPhaseInUse:
 			s.Bindings.InUse++

@@ -69,8 +69,14 @@ func TestConstructFluentPVCStatus(t *testing.T) {
 				binding(""), binding(v1alpha1.BindingPhasePending), binding(v1alpha1.BindingPhaseInUse),
 				binding(v1alpha1.BindingPhaseDraining), binding(v1alpha1.BindingPhaseDrained),
 				binding(v1alpha1.BindingPhaseOrphaned), binding(v1alpha1.BindingPhaseAbandoned),
+				// A binding made for a pod it saw writes no status while the pod runs.
+				func() v1alpha1.FluentPVCBinding {
+					b := binding("")
+					b.Spec.Pod = v1alpha1.ObjectIdentity{Name: "p", UID: "pod-uid"}
+					return b
+				}(),
 			},
-			want: want{active: 3, counts: v1alpha1.BindingCounts{Pending: 2, InUse: 1, Draining: 2, Orphaned: 2},
+			want: want{active: 4, counts: v1alpha1.BindingCounts{Pending: 2, InUse: 2, Draining: 2, Orphaned: 2},
 				poolReady: v1alpha1.PoolReadyReasonDisabled, ready: v1alpha1.FluentPVCReadyReasonAdmitting},
 		},
 		"being deleted": {

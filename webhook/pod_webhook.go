@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -86,7 +88,16 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("watching claims: %w", err)
 	}
-	m := NewPodMutator(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetClient(), admission.NewDecoder(mgr.GetScheme()), opts.Clock)
+	// The webhooks' own requests carry their own user agent, so that the API
+	// server's audit log tells what an admission costs from what the
+	// controllers do meanwhile.
+	cfg := rest.CopyConfig(mgr.GetConfig())
+	cfg.UserAgent = rest.DefaultKubernetesUserAgent() + " " + UserAgentSuffix
+	direct, err := client.New(cfg, client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return fmt.Errorf("making the webhooks' client: %w", err)
+	}
+	m := NewPodMutator(mgr.GetClient(), direct, direct, admission.NewDecoder(mgr.GetScheme()), opts.Clock)
 	m.NativeSidecarsUnsupported = opts.NativeSidecarsUnsupported
 	m.Self = opts.Self
 	// The cache's latest resourceVersion comes before any write this
@@ -101,13 +112,17 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		},
 		ClaimPath: &ClaimDeletionValidator{Decoder: admission.NewDecoder(mgr.GetScheme()), Reader: mgr.GetClient()},
 		MountPath: &MountValidator{
-			Decoder: admission.NewDecoder(mgr.GetScheme()), Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Self: opts.Self,
+			Decoder: admission.NewDecoder(mgr.GetScheme()), Reader: mgr.GetClient(), APIReader: direct, Self: opts.Self,
 		},
 	} {
 		mgr.GetWebhookServer().Register(path, &admission.Webhook{Handler: detached{h}})
 	}
 	return nil
 }
+
+// UserAgentSuffix ends the user agent of the webhooks' requests to the API
+// server (after client-go's default, the controllers' own).
+const UserAgentSuffix = "webhook"
 
 // NewPodMutator is a PodMutator reading through cache (the manager's
 // client) and apiReader (uncached), and writing through w.
@@ -243,8 +258,8 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 		}
 		if why != "" {
 			return admission.Denied(fmt.Sprintf("the pod looks like a copy of another pod's manifest: it carries claim %s, which %s. "+
-				"Remove the label %s, the volume %q and the finalizer %s, so that the pod gets a claim of its own",
-				pod.Labels[v1alpha1.BindingNameLabelKey], why, v1alpha1.BindingNameLabelKey, fpvc.Spec.PVCVolumeName, v1alpha1.PodProtectionFinalizer)), resultDenied, reasonCopied
+				"Remove the label %s and the volume %q%s, so that the pod gets a claim of its own",
+				pod.Labels[v1alpha1.BindingNameLabelKey], why, v1alpha1.BindingNameLabelKey, fpvc.Spec.PVCVolumeName, copiedFinalizer(pod))), resultDenied, reasonCopied
 		}
 		return admission.Allowed("the pod already has its claim"), resultSkipped, reasonNone
 	}
@@ -312,6 +327,16 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 		return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
 	}
 	return admission.PatchResponseFromRaw(req.Object.Raw, raw), resultMutated, reasonNone
+}
+
+// copiedFinalizer names, for the denial of a copied manifest, the
+// pod-protection finalizer that pods admitted by earlier versions carry,
+// when pod carries it too.
+func copiedFinalizer(pod *corev1.Pod) string {
+	if slices.Contains(pod.Finalizers, v1alpha1.PodProtectionFinalizer) {
+		return " and the finalizer " + v1alpha1.PodProtectionFinalizer
+	}
+	return ""
 }
 
 // deletingDenial denies a pod of FluentPVC name, which is being deleted.

@@ -112,7 +112,7 @@ var _ = Describe("Pod admission", func() {
 			), "container %s", c.Name)
 			Expect(c.Env).To(ContainElement(corev1.EnvVar{Name: "FLUENT_PVC_MOUNT_DIR", Value: "/mnt/fluent-pvc"}), "container %s", c.Name)
 		}
-		Expect(pod.Finalizers).To(ContainElement(v1alpha1.PodProtectionFinalizer))
+		Expect(pod.Finalizers).To(BeEmpty(), "no finalizer: the binding records the pod, and a claim whose pod went unrecorded is drained")
 
 		var pvc corev1.PersistentVolumeClaim
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claimName}, &pvc)).To(Succeed())

@@ -11,7 +11,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
@@ -82,7 +81,7 @@ func clash(p *field.Path, value, fluentPVCField string) *field.Error {
 }
 
 // InjectPod mutates pod to use claim claimName of a FluentPVC with spec: the binding
-// label, the pod-protection finalizer, the claim and common volumes, the
+// label, the claim and common volumes, the
 // mounts and envs in every regular container, and the sidecar with them:
 // last of initContainers with restartPolicy Always (sidecarMode Native) or
 // last of containers (Container), its name recorded in an annotation. Call
@@ -92,7 +91,6 @@ func InjectPod(pod *corev1.Pod, spec *v1alpha1.FluentPVCSpec, claimName string) 
 		pod.Labels = map[string]string{}
 	}
 	pod.Labels[v1alpha1.BindingNameLabelKey] = claimName
-	controllerutil.AddFinalizer(pod, v1alpha1.PodProtectionFinalizer)
 
 	pod.Spec.Volumes = append(pod.Spec.Volumes, ClaimVolume(spec.PVCVolumeName, claimName))
 	pod.Spec.Volumes = append(pod.Spec.Volumes, deepCopyVolumes(spec.CommonVolumes)...)

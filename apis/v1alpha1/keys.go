@@ -126,10 +126,11 @@ const (
 	// has been drained by a successful finalizer Job.
 	PVCProtectionFinalizer = keyPrefix + "pvc-protection"
 
-	// PodProtectionFinalizer is put on an admitted pod so that it cannot vanish
-	// before the operator has recorded it in its binding. It is removed as soon
-	// as the pod's UID is recorded, so it never delays a pod's deletion for
-	// longer than the operator takes to observe the pod.
+	// PodProtectionFinalizer was put on admitted pods by earlier versions, so
+	// that a pod could not vanish before the operator recorded it. The webhook
+	// no longer adds it: a claim whose pod went unrecorded is drained unless
+	// the API server's history proves that no pod used it. The operator still
+	// removes it from pods that carry it, once they are recorded.
 	PodProtectionFinalizer = keyPrefix + "pod-protection"
 
 	// FluentPVCProtectionFinalizer keeps a FluentPVC until every binding made

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/webhook"
 )
 
 // auditPolicy is kube-apiserver's audit policy on the kwok tier when the
@@ -119,6 +120,9 @@ type auditTally struct {
 	// call was in flight: the webhook's, unless a controller's read of an
 	// earlier pod fell into the same time.
 	AdmissionReads map[string]float64 `json:"admissionReads,omitempty"`
+	// WebhookReads are the Reads made by the operator's webhooks, known by
+	// their user agent (webhook.UserAgentSuffix): an admission's own.
+	WebhookReads map[string]float64 `json:"webhookReads,omitempty"`
 	// Elsewhere are the requests about namespaced objects outside
 	// Namespace: work of another phase's objects, if any.
 	Elsewhere float64 `json:"elsewhere,omitempty"`
@@ -161,7 +165,7 @@ func requestKey(verb string, ref *auditObjectRef) string {
 // cut short by the API server still writing it, and dropped; any other
 // line that does not decode is an error.
 func tallyAudit(r io.Reader, q auditQuery) (auditTally, error) {
-	t := auditTally{Writes: map[string]float64{}, Failed: map[string]float64{}, Reads: map[string]float64{}, AdmissionReads: map[string]float64{}}
+	t := auditTally{Writes: map[string]float64{}, Failed: map[string]float64{}, Reads: map[string]float64{}, AdmissionReads: map[string]float64{}, WebhookReads: map[string]float64{}}
 	type window struct{ from, to time.Time }
 	var admissions []window
 	var reads []auditEvent
@@ -187,6 +191,9 @@ func tallyAudit(r io.Reader, q auditQuery) (auditTally, error) {
 		case slices.Contains(auditReadVerbs, e.Verb):
 			t.Reads[key]++
 			reads = append(reads, e)
+			if strings.HasSuffix(e.UserAgent, " "+webhook.UserAgentSuffix) {
+				t.WebhookReads[key]++
+			}
 		default:
 			return
 		}
@@ -223,7 +230,7 @@ func tallyAudit(r io.Reader, q auditQuery) (auditTally, error) {
 		}
 	}
 	if q.Pods > 0 {
-		for _, m := range []map[string]float64{t.Writes, t.Failed, t.Reads, t.AdmissionReads} {
+		for _, m := range []map[string]float64{t.Writes, t.Failed, t.Reads, t.AdmissionReads, t.WebhookReads} {
 			for k := range m {
 				m[k] /= float64(q.Pods)
 			}

@@ -17,6 +17,7 @@ func TestTallyAudit(t *testing.T) {
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	const (
 		op    = "manager/v0.0.0 (linux/amd64) kubernetes/$Format"
+		wh    = op + " webhook"
 		bench = "bench/v0.0.0 (linux/amd64) kubernetes/$Format"
 		kcm   = "kube-controller-manager/v1.36.3 (linux/amd64) kubernetes/abc/job-controller"
 		ns    = "bench-cost-hit"
@@ -121,7 +122,7 @@ func TestTallyAudit(t *testing.T) {
 		"reads during an admitted pod's create call are the admission's": {
 			log: lines(
 				req{ua: bench, verb: "create", resource: "pods", name: "cost-0", s: 11}, // in flight 11 to 11.01
-				req{verb: "get", group: group, resource: "fluentpvcs", ns: "-", name: "cost", s: 11.005},
+				req{ua: wh, verb: "get", group: group, resource: "fluentpvcs", ns: "-", name: "cost", s: 11.005},
 				req{verb: "list", resource: "persistentvolumeclaims", s: 11.008},
 				req{verb: "list", resource: "persistentvolumeclaims", s: 11.5},
 				// A drain Job's pod is not an admission of the phase.
@@ -135,6 +136,8 @@ func TestTallyAudit(t *testing.T) {
 			want: auditTally{
 				Reads:          map[string]float64{"get fluentpvcs": 0.5, "list persistentvolumeclaims": 1, "get persistentvolumeclaims": 0.5, "get nodes": 0.5},
 				AdmissionReads: map[string]float64{"get fluentpvcs": 0.5, "list persistentvolumeclaims": 0.5},
+				// Only the webhook's own user agent tells its reads for sure.
+				WebhookReads: map[string]float64{"get fluentpvcs": 0.5},
 			},
 		},
 		"requests about another namespace's objects are counted elsewhere too": {

@@ -15,6 +15,7 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
+	"github.com/st-tech/fluent-pvc-operator/webhook"
 )
 
 type machine struct {
@@ -714,7 +715,8 @@ func costByResource(cost []costResult) string {
 		}
 	}
 	if t := tallies[0]; t != nil {
-		w("- of a hit, received while one of its pods' create calls was in flight (the webhook's, unless a controller's read of an earlier pod fell into the same time): %s\n", list(t.AdmissionReads))
+		w("- of a hit, made by the webhooks (their requests carry their own user agent, `... %s`): %s\n", webhook.UserAgentSuffix, list(t.WebhookReads))
+		w("- of a hit, received while one of its pods' create calls was in flight (the webhooks' and any controller's that fell into the same time): %s\n", list(t.AdmissionReads))
 	}
 	return b.String()
 }

@@ -333,7 +333,9 @@ func (d *driver) stripBinding(ctx context.Context) {
 	}
 	var pick []v1alpha1.FluentPVCBinding
 	for _, b := range l.Items {
-		if b.Status.Phase == v1alpha1.BindingPhaseDraining || b.Status.Phase == v1alpha1.BindingPhaseInUse {
+		// In use: no phase yet (or InUse, from an earlier version), its pod recorded.
+		inUse := b.Spec.Pod.UID != "" && (b.Status.Phase == "" || b.Status.Phase == v1alpha1.BindingPhaseInUse)
+		if b.Status.Phase == v1alpha1.BindingPhaseDraining || inUse {
 			pick = append(pick, b)
 		}
 	}

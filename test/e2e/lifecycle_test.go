@@ -41,7 +41,9 @@ var _ = Describe("Claims on a simulated cluster", func() {
 		Eventually(func(g Gomega) {
 			b := &v1alpha1.FluentPVCBinding{}
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: claim}, b)).To(Succeed())
-			g.Expect(b.Status.Phase).To(Equal(v1alpha1.BindingPhaseInUse))
+			// In use: the binding records the pod and writes no status.
+			g.Expect(b.Spec.Pod.UID).To(Equal(pod.UID))
+			g.Expect(b.Status.Phase).To(BeEmpty())
 		}).Should(Succeed())
 
 		jobs := countJobs(ns)
