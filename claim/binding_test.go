@@ -25,10 +25,6 @@ func TestBinding(t *testing.T) {
 				v1alpha1.CheckoutAnnotationKey:   v1alpha1.CheckoutHit,
 				v1alpha1.CheckoutIDAnnotationKey: "token",
 			},
-			Finalizers: []string{v1alpha1.BindingProtectionFinalizer},
-			OwnerReferences: []metav1.OwnerReference{
-				{APIVersion: "v1", Kind: "PersistentVolumeClaim", Name: "f-abc", UID: "claim-uid"},
-			},
 		},
 		Spec: v1alpha1.FluentPVCBindingSpec{
 			FluentPVC: v1alpha1.ObjectIdentity{Name: "f", UID: "fpvc-uid"},

@@ -65,6 +65,9 @@ type BindingReconciler struct {
 	// own are the bindings' versions this reconciler's writes replaced,
 	// and the bindings it created, until the cache shows the writes.
 	own ownWrites
+	// ownClaims are the claims' versions its records of a pod on the claim
+	// replaced: deciding from an older copy would write the record again.
+	ownClaims ownWrites
 }
 
 // NewBindingReconciler returns a BindingReconciler that reads through c
@@ -99,6 +102,11 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	o, err := r.observe(ctx, b, now)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if o.pvc != nil && r.ownClaims.stale(client.ObjectKeyFromObject(o.pvc), o.pvc.ResourceVersion, now) {
+		// The cache has not seen this reconciler's record of the pod on
+		// the claim yet: the claim's event reconciles the binding again.
+		return ctrl.Result{RequeueAfter: ownWriteTTL}, nil
 	}
 	res, err := r.apply(ctx, &o, decide(o, now, r.opts), now)
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) && !o.namespaceTerminating {
@@ -612,12 +620,14 @@ func (r *BindingReconciler) apply(ctx context.Context, o *observed, p plan, now 
 	if p.recordOnClaim != nil && o.pvc != nil {
 		// Before the pod is let go: this record is what proves, should
 		// the binding be lost, that the claim holds a pod's data.
+		before := o.pvc.ResourceVersion
 		pvc, err := r.writeClaim(ctx, o.pvc, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
 			return claim.RecordPod(c, *p.recordOnClaim)
 		})
 		if err != nil {
 			return ctrl.Result{}, err
 		}
+		r.ownClaims.wrote(client.ObjectKeyFromObject(o.pvc), before, now)
 		o.pvc = pvc
 	}
 	if p.releasePod {
@@ -658,7 +668,7 @@ func (r *BindingReconciler) apply(ctx context.Context, o *observed, p plan, now 
 		return r.apply(ctx, o, decide(*o, now, r.opts), now)
 	}
 
-	if statusNews(b.Status, p.status) && !p.finish {
+	if statusNews(b.Status, p.status) && !p.finish && !p.quiet {
 		// Conditioned on the version read: a status computed from a stale
 		// copy (the cache behind our own last write) must not overwrite a
 		// newer one, nor count its outcomes twice. The newer copy's event
@@ -682,7 +692,7 @@ func (r *BindingReconciler) apply(ctx context.Context, o *observed, p plan, now 
 	if !p.finish {
 		return ctrl.Result{RequeueAfter: p.requeueAfter}, nil
 	}
-	return ctrl.Result{}, r.finish(ctx, b, p, o.claimDeleted(), now)
+	return ctrl.Result{}, r.finish(ctx, b, p, now)
 }
 
 // letGo carries out the plan's writes that let go of the claim: release,
@@ -714,10 +724,9 @@ func (r *BindingReconciler) letGo(ctx context.Context, o observed, p plan) (*cor
 }
 
 // finish ends binding b: the pods it may leave holding the pod-protection
-// finalizer are released if p says so, then its own finalizer is removed
-// and it is deleted, by the garbage collector when its claim owns it and
-// is deleted (claimDeleted), which spares a write.
-func (r *BindingReconciler) finish(ctx context.Context, b *v1alpha1.FluentPVCBinding, p plan, claimDeleted bool, now time.Time) error {
+// finalizer are released if p says so, then it is deleted (its finalizer
+// removed first, on a binding made by an earlier version).
+func (r *BindingReconciler) finish(ctx context.Context, b *v1alpha1.FluentPVCBinding, p plan, now time.Time) error {
 	if p.releaseLabelledPods {
 		if err := r.releaseLabelledPods(ctx, b.Namespace, b.Name); err != nil {
 			return err
@@ -730,7 +739,7 @@ func (r *BindingReconciler) finish(ctx context.Context, b *v1alpha1.FluentPVCBin
 	if b.ResourceVersion != before {
 		r.own.wrote(key, before, now)
 	}
-	if b.DeletionTimestamp.IsZero() && !claim.Finished(b, claimDeleted) {
+	if b.DeletionTimestamp.IsZero() {
 		// Its successor of the same name, made for the claim's next
 		// checkout, is not this binding.
 		switch err := r.Delete(ctx, b, client.Preconditions{UID: &b.UID}); {

@@ -102,15 +102,18 @@ type plan struct {
 	deleteClaim  bool
 	// returnClaim gives an unused claim back to the warm pool.
 	returnClaim bool
-	// finish removes the binding's finalizer and deletes it, unless the
-	// claim it records owns it and is deleted: the garbage collector then
-	// deletes it.
+	// finish deletes the binding (removing first the finalizer that
+	// bindings made by earlier versions carry).
 	finish bool
 	// releaseLabelledPods, with finish, removes the pod-protection
 	// finalizer from every pod that carries the binding's label, read live.
 	releaseLabelledPods bool
 	// requeueAfter is set for timers: a grace period or a backoff.
 	requeueAfter time.Duration
+	// quiet leaves the status unwritten: it tells only that the first
+	// drain Job runs, which the Job itself says, and that drain began less
+	// than drainStatusDelay ago (requeueAfter comes back then).
+	quiet bool
 	// retry is returned once the plan is carried out, so that the binding
 	// is tried again with the rate limiter's backoff.
 	retry error
@@ -189,15 +192,6 @@ func (p plan) has(kind outcomeKind) bool {
 	return slices.ContainsFunc(p.outcomes, func(o outcome) bool { return o.kind == kind })
 }
 
-// claimDeleted is true when the claim the binding records is gone, or
-// being deleted (not merely back in the pool).
-func (o observed) claimDeleted() bool {
-	if o.pvc == nil {
-		return !o.checkoutOver
-	}
-	return !o.pvc.DeletionTimestamp.IsZero()
-}
-
 // decide is the binding's state machine: a pure function of what was
 // observed, the time and the options. No state is terminal while the claim
 // exists: each one either waits on a watched object or on a timer.
@@ -249,11 +243,6 @@ func decideClaim(o observed, now time.Time, opts Options) plan {
 
 	// The claim is gone, or released by us: nothing is left to protect.
 	if claimReleased {
-		if claim.Finished(b, o.claimDeleted()) {
-			// Ended by an earlier reconcile, which told its outcomes: the
-			// garbage collector deletes it. Nothing to write or tell again.
-			return p
-		}
 		if o.pvc == nil && !isFinal(p.status.Phase) && !podSeen && graceLeft > 0 {
 			// The operator makes bindings from existing claims, but one left by
 			// an earlier version was made before its claim: give the claim
@@ -465,7 +454,8 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 	p.status.Phase = v1alpha1.BindingPhaseDraining
 	p.status.DrainAttempts = attempts
 	if p.status.DrainStartTime == nil {
-		p.status.DrainStartTime = &metav1.Time{Time: now}
+		// The first Job's creation, when the status was not written then.
+		p.status.DrainStartTime = &metav1.Time{Time: firstJobCreated(o.jobs, now)}
 	}
 	if o.fluentPVC != nil {
 		p.status.FluentPVCMissingSince = nil
@@ -483,6 +473,7 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 		p.status.DrainJobName = current.Name
 		setDrained(v1alpha1.DrainedReasonRunning, fmt.Sprintf("finalizer Job %s (attempt %d) runs", current.Name, attempts))
 		decideBlocked(o, now, p)
+		quietFirstDrain(b, now, p)
 		return
 	default:
 		failedAt := jobFailureTime(current)
@@ -527,6 +518,50 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 	p.outcomes = append(p.outcomes, outcome{kind: outcomeDrainStarted, silent: p.createJob == 1,
 		message: fmt.Sprintf("started finalizer Job %s (attempt %d) for claim %s", p.status.DrainJobName, p.createJob, b.Spec.PVC.Name)})
 	decideBlocked(o, now, p)
+	quietFirstDrain(b, now, p)
+}
+
+// drainStatusDelay is how long a binding's first drain runs before its
+// status says so. Most drains end sooner: the claim and the binding are
+// then deleted, and a Draining status written in between would be one
+// more write per pod, telling what the drain Job itself tells.
+const drainStatusDelay = 10 * time.Second
+
+// quietFirstDrain leaves p's status unwritten (plan.quiet) while it tells
+// only that binding b's first drain Job runs, for drainStatusDelay from
+// the drain's start: b's status says nothing of a drain (no phase, or
+// InUse; no attempt; nothing blocked or refused, which the write would
+// clear), and nothing blocks the drain or was refused now. Once the delay
+// is over, or anything else happens, the status is written.
+func quietFirstDrain(b *v1alpha1.FluentPVCBinding, now time.Time, p *plan) {
+	unsaid := func(s v1alpha1.FluentPVCBindingStatus) bool {
+		return meta.FindStatusCondition(s.Conditions, v1alpha1.BindingConditionDrainBlocked) == nil &&
+			meta.FindStatusCondition(s.Conditions, v1alpha1.BindingConditionDrainJobRejected) == nil
+	}
+	was := b.Status
+	if was.Phase != "" && was.Phase != v1alpha1.BindingPhaseInUse || was.DrainAttempts != 0 || !unsaid(was) ||
+		p.status.DrainAttempts != 1 || p.status.DrainStartTime == nil || !unsaid(p.status) {
+		return
+	}
+	left := p.status.DrainStartTime.Add(drainStatusDelay).Sub(now)
+	if left <= 0 {
+		return
+	}
+	p.quiet = true
+	if p.requeueAfter == 0 || left < p.requeueAfter {
+		p.requeueAfter = left
+	}
+}
+
+// firstJobCreated is when the first of jobs was created; now if none was.
+func firstJobCreated(jobs []batchv1.Job, now time.Time) time.Time {
+	first := now
+	for i := range jobs {
+		if t := jobs[i].CreationTimestamp.Time; !t.IsZero() && t.Before(first) {
+			first = t
+		}
+	}
+	return first
 }
 
 // decideBlocked records in p whether the running finalizer Job is blocked
@@ -577,7 +612,12 @@ func markDrained(b *v1alpha1.FluentPVCBinding, j *batchv1.Job, now time.Time, p 
 		// write per pod. One that took retries, or whose Job was refused
 		// first, is told, after the Warnings of those.
 		done := outcome{kind: outcomeDrained, message: event, silent: jobAttempt(j) <= 1 && !refused}
-		if start := p.status.DrainStartTime; start != nil {
+		start := p.status.DrainStartTime
+		if start == nil && !j.CreationTimestamp.IsZero() {
+			// A first drain that ended before its status was written.
+			start = &j.CreationTimestamp
+		}
+		if start != nil {
 			done.drainSeconds = now.Sub(start.Time).Seconds()
 		}
 		p.outcomes = append(p.outcomes, done)
@@ -644,6 +684,7 @@ func settleJob(o observed, p plan, jobName string, err error, now time.Time) pla
 			fmt.Sprintf("the API server refused finalizer Job %s: %v", jobName, err), b.Generation, now)
 		setCondition(&p.status, v1alpha1.BindingConditionDrainJobRejected, metav1.ConditionTrue, string(apierrors.ReasonForError(err)), err.Error(), b.Generation, now)
 		p.createJob, p.deleteJobs = 0, nil
+		p.quiet = false // the refusal is news
 		// Only a failure of the last Job is still told, counted but silent:
 		// the refusal is the news.
 		p.outcomes = slices.DeleteFunc(p.outcomes, func(o outcome) bool { return o.kind != outcomeDrainFailed })

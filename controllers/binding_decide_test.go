@@ -84,6 +84,8 @@ func TestDecide(t *testing.T) {
 		refused bool
 		// blocked is the reason of a True DrainBlocked condition.
 		blocked string
+		// quiet: the status is not written (the first drain, just begun).
+		quiet bool
 	}
 	// refused is a binding whose last finalizer Job the API server refused,
 	// after attempts earlier ones.
@@ -134,12 +136,12 @@ func TestDecide(t *testing.T) {
 		"pod gone: start the first finalizer Job": {
 			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc},
 			now:  admitted.Add(time.Hour),
-			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
+			want: want{quiet: true, requeueAfter: drainStatusDelay, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
 		},
 		"pod Succeeded but still there: drain it": {
 			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, pod: pod(corev1.PodSucceeded, false)},
 			now:  admitted.Add(time.Hour),
-			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
+			want: want{quiet: true, requeueAfter: drainStatusDelay, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
 		},
 		"a different pod with a copied label is not ours: drain": {
 			obs: observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, pod: func() *corev1.Pod {
@@ -148,12 +150,12 @@ func TestDecide(t *testing.T) {
 				return p
 			}()},
 			now:  admitted.Add(time.Hour),
-			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
+			want: want{quiet: true, requeueAfter: drainStatusDelay, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
 		},
 		"Job running: wait for it": {
 			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, "", time.Time{})}},
 			now:  admitted.Add(time.Hour),
-			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, attempts: 1},
+			want: want{quiet: true, requeueAfter: drainStatusDelay, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, attempts: 1},
 		},
 		"Job running but blocked: say why, keep the claim, look again": {
 			obs: observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, "", time.Time{})},
@@ -243,12 +245,12 @@ func TestDecide(t *testing.T) {
 		"binding made again after its pod is gone: the claim names the pod, drain": {
 			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: pvc},
 			now:  admitted.Add(time.Hour),
-			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, recordPod: true, createJob: 1, attempts: 1},
+			want: want{quiet: true, requeueAfter: drainStatusDelay, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, recordPod: true, createJob: 1, attempts: 1},
 		},
 		"no pod recorded, history unknown (no record on the claim): drain, never reclaim": {
 			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: legacy},
 			now:  admitted.Add(time.Hour),
-			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
+			want: want{quiet: true, requeueAfter: drainStatusDelay, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
 		},
 		"no pod within the grace period: reclaim the orphan without a Job": {
 			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: fresh, claimUnused: true},
@@ -264,7 +266,7 @@ func TestDecide(t *testing.T) {
 		"proof of no pod found after a drain started (older binding read): keep draining, never reclaim": {
 			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: fresh, claimUnused: true, jobs: []batchv1.Job{job(1, "", time.Time{})}},
 			now:  admitted.Add(time.Hour),
-			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, attempts: 1},
+			want: want{quiet: true, requeueAfter: drainStatusDelay, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, attempts: 1},
 		},
 		"proof of no pod found while the status says Draining and the Job is not cached yet: keep draining": {
 			obs: observed{binding: mkBinding(func(b *v1alpha1.FluentPVCBinding) {
@@ -312,7 +314,7 @@ func TestDecide(t *testing.T) {
 				b.Status.FluentPVCMissingSince = &metav1.Time{Time: admitted.Add(time.Hour)}
 			}), fluentPVC: fpvc, pvc: pvc},
 			now:  admitted.Add(2 * time.Hour),
-			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
+			want: want{quiet: true, requeueAfter: drainStatusDelay, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
 		},
 		"claim gone after its drain succeeded, the Drained status lost to a conflict: finish as drained, no warning": {
 			obs: observed{binding: mkBinding(func(b *v1alpha1.FluentPVCBinding) {
@@ -379,7 +381,7 @@ func TestDecide(t *testing.T) {
 				phase: p.status.Phase, recordPod: p.recordPod != nil, recordOnClaim: p.recordOnClaim != nil, releasePod: p.releasePod,
 				createJob: p.createJob, deleteJobs: p.deleteJobs, releaseClaim: p.releaseClaim, deleteClaim: p.deleteClaim, returnClaim: p.returnClaim, releasePods: p.releaseLabelledPods,
 				finish: p.finish, requeueAfter: p.requeueAfter, newFailure: p.has(outcomeDrainFailed), attempts: p.status.DrainAttempts, events: events,
-				refused: meta.IsStatusConditionTrue(p.status.Conditions, v1alpha1.BindingConditionDrainJobRejected),
+				refused: meta.IsStatusConditionTrue(p.status.Conditions, v1alpha1.BindingConditionDrainJobRejected), quiet: p.quiet,
 			}
 			if c := meta.FindStatusCondition(p.status.Conditions, v1alpha1.BindingConditionDrainBlocked); c != nil && c.Status == metav1.ConditionTrue {
 				got.blocked = c.Reason
@@ -460,7 +462,8 @@ func TestSettleJob(t *testing.T) {
 	b := fixtures.Binding(fixtures.Claim(fixtures.MakeFluentPVC("f").Obj(), "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch), "")
 	b.Status.DrainAttempts, b.Status.DrainJobName = 1, "f-abc-drain-1"
 	planned := func() plan {
-		p := plan{createJob: 2, deleteJobs: []string{"f-abc-drain-1"}, status: *b.Status.DeepCopy()}
+		// quiet as a first drain's would be: a refusal must still be written.
+		p := plan{createJob: 2, deleteJobs: []string{"f-abc-drain-1"}, status: *b.Status.DeepCopy(), quiet: true}
 		p.status.DrainAttempts, p.status.DrainJobName = 2, "f-abc-drain-2"
 		p.outcomes = []outcome{{kind: outcomeDrainFailed, message: "attempt 1 failed"}, {kind: outcomeDrainStarted, message: "attempt 2"}}
 		return p
@@ -471,11 +474,12 @@ func TestSettleJob(t *testing.T) {
 		wantOutcomes []outcome
 		wantAttempts int32
 		wantRetry    bool
+		wantWritten  bool
 	}{
 		"created": {wantAttempts: 2, wantOutcomes: planned().outcomes},
 		"made by an earlier reconcile, which told of it": {err: apierrors.NewAlreadyExists(schema.GroupResource{Group: "batch", Resource: "jobs"}, "f-abc-drain-2"),
 			wantAttempts: 2, wantOutcomes: []outcome{{kind: outcomeDrainFailed, message: "attempt 1 failed"}}},
-		"refused: no attempt, the failure counted silently, the refusal told": {err: invalid, wantAttempts: 1, wantRetry: true,
+		"refused: no attempt, the failure counted silently, the refusal told": {err: invalid, wantAttempts: 1, wantRetry: true, wantWritten: true,
 			wantOutcomes: []outcome{{kind: outcomeDrainFailed, message: "attempt 1 failed", silent: true}, {kind: outcomeDrainJobRejected}}},
 	}
 	for name, tc := range cases {
@@ -491,6 +495,9 @@ func TestSettleJob(t *testing.T) {
 			}
 			if p.status.DrainAttempts != tc.wantAttempts || (p.retry != nil) != tc.wantRetry {
 				t.Errorf("attempts %d, retry %v; want %d, %v", p.status.DrainAttempts, p.retry, tc.wantAttempts, tc.wantRetry)
+			}
+			if tc.wantWritten && p.quiet {
+				t.Error("the status stays quiet: the refusal would not be written")
 			}
 		})
 	}
@@ -514,6 +521,33 @@ func TestStatusNews(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if got := statusNews(tc.was, tc.next); got != tc.want {
 				t.Errorf("statusNews = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestDrainedDuration times a drain from the status' drainStartTime, or,
+// for a first drain that ended before its status was written
+// (quietFirstDrain), from its Job's creation.
+func TestDrainedDuration(t *testing.T) {
+	start := fixtures.Epoch
+	fpvc := fixtures.MakeFluentPVC("f").Obj()
+	b := fixtures.Binding(fixtures.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, start), fpvc.UID)
+	j := objects.DrainJob(fpvc, b, 1)
+	j.CreationTimestamp = metav1.NewTime(start)
+	cases := map[string]struct {
+		status v1alpha1.FluentPVCBindingStatus
+		want   float64
+	}{
+		"status written":     {status: v1alpha1.FluentPVCBindingStatus{Phase: v1alpha1.BindingPhaseDraining, DrainStartTime: &metav1.Time{Time: start.Add(-time.Second)}}, want: 5},
+		"status not written": {want: 4},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			p := plan{status: tc.status}
+			markDrained(b, j, start.Add(4*time.Second), &p, "drained")
+			if len(p.outcomes) != 1 || p.outcomes[0].drainSeconds != tc.want {
+				t.Errorf("outcomes %+v, want one drained in %vs", p.outcomes, tc.want)
 			}
 		})
 	}

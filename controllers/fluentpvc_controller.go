@@ -89,7 +89,6 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 	if err := r.List(ctx, &bindings, client.MatchingFields{bindingFluentPVCIndex: f.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing bindings: %w", err)
 	}
-	bindings.Items = liveBindings(bindings.Items)
 	setOldestUndrained(f.Name, bindings.Items)
 	pr, poolErr := r.pool.Reconcile(ctx, f, bindings.Items)
 	if !pr.observed {
@@ -147,13 +146,6 @@ func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentP
 	return result, nil
 }
 
-// liveBindings are bindings but those that ended and wait only for the
-// garbage collector (claim.Finished): a claim of theirs still held is
-// waited for by itself. The slice is filtered in place.
-func liveBindings(bindings []v1alpha1.FluentPVCBinding) []v1alpha1.FluentPVCBinding {
-	return slices.DeleteFunc(bindings, func(b v1alpha1.FluentPVCBinding) bool { return claim.Finished(&b, true) })
-}
-
 // claimsWaitLive is true when a live read finds a binding or a claimed PVC
 // of f, or a warm PVC of f not being deleted. A webhook hands out a warm
 // PVC by an update conditioned on the resourceVersion it read, and its
@@ -173,7 +165,7 @@ func (r *FluentPVCReconciler) claimsWaitLive(ctx context.Context, f *v1alpha1.Fl
 	if err := r.apiReader.List(ctx, &bindings, ofF); err != nil {
 		return false, fmt.Errorf("listing bindings: %w", err)
 	}
-	if len(liveBindings(bindings.Items)) > 0 {
+	if len(bindings.Items) > 0 {
 		return true, nil
 	}
 	var claimed corev1.PersistentVolumeClaimList

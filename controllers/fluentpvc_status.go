@@ -36,7 +36,13 @@ func withoutCounts(s v1alpha1.FluentPVCStatus) v1alpha1.FluentPVCStatus {
 		s.Pool[i].Warm, s.Pool[i].Provisioning, s.Pool[i].Staged, s.Pool[i].LastAdmissionTime = 0, 0, 0, nil
 	}
 	for i := range s.Conditions {
-		s.Conditions[i].Message = "" // carries counts too
+		c := &s.Conditions[i]
+		c.Message = "" // carries counts too
+		if c.Type == v1alpha1.FluentPVCConditionPoolReady && (c.Reason == v1alpha1.PoolReadyReasonFull || c.Reason == v1alpha1.PoolReadyReasonFilling) {
+			// A pool full, then one short while a checkout's PVC is
+			// replaced: a count, too.
+			c.Status, c.Reason, c.LastTransitionTime = "", "", metav1.Time{}
+		}
 	}
 	return s
 }

@@ -132,8 +132,14 @@ func TestWithoutCounts(t *testing.T) {
 		wantEqual bool
 	}{
 		"more warm PVCs": {
+			// The pool became full, and is one short again at each
+			// checkout until the refill is Bound: PoolReady's Full and
+			// Filling are counts too (a write per pod otherwise).
 			other:     constructFluentPVCStatus(f, nil, poolResult{namespaces: []v1alpha1.PoolNamespaceStatus{{Namespace: "a", Warm: 2, Provisioning: 1}}}, fixtures.Epoch),
-			wantEqual: false, // the pool became full: PoolReady's reason changed
+			wantEqual: true,
+		},
+		"a pool namespace missing": {
+			other: constructFluentPVCStatus(f, nil, poolResult{namespaces: []v1alpha1.PoolNamespaceStatus{{Namespace: "a", Warm: 1}}, missing: []string{"b"}}, fixtures.Epoch),
 		},
 		"one more binding": {
 			other:     constructFluentPVCStatus(f, []v1alpha1.FluentPVCBinding{{}}, poolResult{namespaces: []v1alpha1.PoolNamespaceStatus{{Namespace: "a", Warm: 1, Provisioning: 1}}}, fixtures.Epoch),

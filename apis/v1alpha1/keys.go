@@ -146,8 +146,10 @@ const (
 // the node removes it again.
 const SelectedNodeAnnotationKey = "volume.kubernetes.io/selected-node"
 
-// BindingProtectionFinalizer keeps a FluentPVCBinding until its claim is gone,
-// so that deleting a binding by hand can never orphan a claim.
+// BindingProtectionFinalizer kept FluentPVCBindings made by earlier
+// versions until their claims were gone. Bindings no longer carry it: a
+// binding deleted early is made again from its claim, which records its
+// pod; the operator still removes it from bindings that carry it.
 const BindingProtectionFinalizer = keyPrefix + "fluentpvcbinding-protection"
 
 // Event reasons the operator records on pods, bindings and FluentPVCs.
