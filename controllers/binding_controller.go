@@ -222,7 +222,7 @@ func (r *BindingReconciler) abandonUnrecorded(ctx context.Context, pvc *corev1.P
 func (r *BindingReconciler) observe(ctx context.Context, b *v1alpha1.FluentPVCBinding, now time.Time) (observed, error) {
 	o := observed{binding: b}
 	for _, read := range []func(context.Context, *observed, time.Time) error{
-		r.observeFluentPVC, r.observeClaim, r.observePod, r.observeJobs, r.observeDrain, r.observeNamespace, r.observeMounts,
+		r.observeFluentPVC, r.observeClaim, r.observeJobs, r.observePod, r.observeDrain, r.observeNamespace, r.observeMounts,
 	} {
 		if err := read(ctx, &o, now); err != nil {
 			return o, err
@@ -314,7 +314,10 @@ func (r *BindingReconciler) observePod(ctx context.Context, o *observed, now tim
 	if o.pod != nil && b.Spec.Pod.UID != "" && o.pod.UID != b.Spec.Pod.UID {
 		o.pod = nil // a pod that copied the label is not ours
 	}
-	if o.pod == nil && !drainDecided(b.Status.Phase) && (o.pvc != nil || b.Spec.Pod.UID != "") {
+	// Once a drain Job exists, the drain was decided on a live read: the
+	// pod's absence changes nothing more (its status may not say Draining
+	// yet, see quietFirstDrain).
+	if o.pod == nil && !drainDecided(b.Status.Phase) && len(o.jobs) == 0 && (o.pvc != nil || b.Spec.Pod.UID != "") {
 		// The cache holds only pods with the opt-in label: a pod whose label
 		// was removed drops out of it while it still runs and writes. Only
 		// live reads prove that the claim's pod is gone, or never was.

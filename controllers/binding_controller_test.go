@@ -838,3 +838,39 @@ func TestReconcileRecordsPodOnClaimOnce(t *testing.T) {
 		t.Errorf("%d patches of the claim, want 1", patches)
 	}
 }
+
+// TestReconcileDrainingReadsNoPod reconciles a binding whose first drain
+// Job runs while its status is not written yet (quietFirstDrain): the
+// Job's events must not each read the gone pod live again (the cost suite
+// counted five live reads of it per pod).
+func TestReconcileDrainingReadsNoPod(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	fpvc, pvc := claimFixture()
+	gone := v1alpha1.ObjectIdentity{Name: "gone", UID: "pod-uid"}
+	rec, err := claim.RecordPod(pvc, gone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := fixtures.Binding(rec.Object, fpvc.UID)
+	b.Spec.Pod = gone
+	running := objects.DrainJob(fpvc, b, 1)
+	running.CreationTimestamp = metav1.NewTime(now.Add(-time.Second))
+	podReads := 0
+	live := fakeAPI(t, interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if _, ok := obj.(*corev1.Pod); ok {
+			podReads++
+		}
+		return c.Get(ctx, key, obj, opts...)
+	}}, fpvc, rec.Object, b, running)
+	r := testBindingReconciler(live, live, now)
+	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)})
+	if err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	if podReads != 0 {
+		t.Errorf("%d reads of the gone pod, want none once its drain Job exists", podReads)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > drainStatusDelay {
+		t.Errorf("requeue after %s, want within %s, when the Draining status is due", res.RequeueAfter, drainStatusDelay)
+	}
+}

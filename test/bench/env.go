@@ -65,7 +65,6 @@ type env struct {
 	// cache holds the measured pods, FluentPVCs, bindings and PVCs.
 	cache   cache.Cache
 	running *runningTracker
-	fpvcs   *fluentPVCWatch
 	pvcs    *pvcTimeline
 	// attachments are the VolumeAttachments' times (CSI tier only).
 	attachments *attachTimeline
@@ -133,7 +132,6 @@ func (e *env) startInformers(ctx context.Context) error {
 	}
 	e.cache = c
 	e.running = newRunningTracker()
-	e.fpvcs = newFluentPVCWatch()
 	podInf, err := c.GetInformer(ctx, &corev1.Pod{})
 	if err != nil {
 		return err
@@ -141,11 +139,7 @@ func (e *env) startInformers(ctx context.Context) error {
 	if _, err := podInf.AddEventHandler(e.running.handler()); err != nil {
 		return err
 	}
-	fpvcInf, err := c.GetInformer(ctx, &v1alpha1.FluentPVC{})
-	if err != nil {
-		return err
-	}
-	if _, err := fpvcInf.AddEventHandler(e.fpvcs.handler()); err != nil {
+	if _, err := c.GetInformer(ctx, &v1alpha1.FluentPVC{}); err != nil {
 		return err
 	}
 	if _, err := c.GetInformer(ctx, &v1alpha1.FluentPVCBinding{}); err != nil {
@@ -247,90 +241,38 @@ func (t *runningTracker) await(ctx context.Context, key types.NamespacedName) (b
 	}
 }
 
-// fluentPVCWatch calls predicates on FluentPVC informer events.
-type fluentPVCWatch struct {
-	mu     sync.Mutex
-	next   int
-	preds  map[int]func(*v1alpha1.FluentPVC, time.Time) bool
-	latest map[string]*v1alpha1.FluentPVC
-}
-
-func newFluentPVCWatch() *fluentPVCWatch {
-	return &fluentPVCWatch{preds: map[int]func(*v1alpha1.FluentPVC, time.Time) bool{}, latest: map[string]*v1alpha1.FluentPVC{}}
-}
-
-func (w *fluentPVCWatch) observe(obj any) {
-	now := time.Now()
-	f, ok := obj.(*v1alpha1.FluentPVC)
-	if !ok {
-		return
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.latest[f.Name] = f
-	for id, p := range w.preds {
-		if p(f, now) {
-			delete(w.preds, id)
-		}
-	}
-}
-
-func (w *fluentPVCWatch) handler() toolscache.ResourceEventHandler {
-	return toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { w.observe(obj) },
-		UpdateFunc: func(_, obj any) { w.observe(obj) },
-	}
-}
-
-// watch calls p on every FluentPVC event, starting with the latest state of
-// every FluentPVC, until p returns true.
-func (w *fluentPVCWatch) watch(p func(*v1alpha1.FluentPVC, time.Time) bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	now := time.Now()
-	for _, f := range w.latest {
-		if p(f, now) {
-			return
-		}
-	}
-	w.preds[w.next] = p
-	w.next++
-}
-
-// poolWarm is the warm count of FluentPVC f's pool in namespace ns.
-func poolWarm(f *v1alpha1.FluentPVC, ns string) (int32, bool) {
-	for _, p := range f.Status.Pool {
-		if p.Namespace == ns {
-			return p.Warm, true
-		}
-	}
-	return 0, false
-}
-
-// waitPoolWarm waits, through the FluentPVC informer, until the pool of
-// FluentPVC name is full (want warm PVCs) in every namespace of nss.
+// waitPoolWarm waits until the pool of FluentPVC name is full (want warm
+// PVCs) in every namespace of nss, as the bench's own PVC cache shows it:
+// warm PVCs that are Bound, not being deleted, and carry the placement the
+// pool records once they are (a checkout's candidates from then). The
+// FluentPVC's status is not read: the operator writes its counts at most
+// every few seconds, so it may still show a pool full that a checkout
+// emptied moments ago.
 func (e *env) waitPoolWarm(ctx context.Context, name string, want int32, nss ...string) error {
-	done := make(chan struct{})
-	e.fpvcs.watch(func(f *v1alpha1.FluentPVC, _ time.Time) bool {
-		if f.Name != name {
-			return false
-		}
+	err := wait.PollUntilContextTimeout(ctx, poll, drainTimeout, true, func(ctx context.Context) (bool, error) {
 		for _, ns := range nss {
-			if w, _ := poolWarm(f, ns); w != want {
-				return false
+			var pvcs corev1.PersistentVolumeClaimList
+			if err := e.cache.List(ctx, &pvcs, client.InNamespace(ns), client.MatchingLabels{
+				v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm, v1alpha1.FluentPVCNameLabelKey: name,
+			}); err != nil {
+				return false, err
+			}
+			var n int32
+			for _, c := range pvcs.Items {
+				if _, placed := c.Annotations[v1alpha1.NodeAffinityAnnotationKey]; placed && c.Status.Phase == corev1.ClaimBound && c.DeletionTimestamp == nil {
+					n++
+				}
+			}
+			if n < want {
+				return false, nil
 			}
 		}
-		close(done)
-		return true
+		return true, nil
 	})
-	ctx, cancel := context.WithTimeout(ctx, drainTimeout)
-	defer cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("the pool of FluentPVC %s did not reach %d warm PVCs in %v: %w", name, want, nss, ctx.Err())
+	if err != nil {
+		return fmt.Errorf("the pool of FluentPVC %s did not reach %d warm PVCs in %v: %w", name, want, nss, err)
 	}
+	return nil
 }
 
 func (e *env) createNamespace(ctx context.Context, name string) error {
