@@ -43,7 +43,14 @@ const MountPath = "/validate-v1-pod"
 // answer (the operator restarting, its live read failing) would put it
 // beside the pod the PVC went to. Refusing one costs nothing but a retry of
 // the pool's.
-// +kubebuilder:webhook:path=/validate-v1-pod,mutating=false,failurePolicy=ignore,sideEffects=None,groups="",resources=pods,verbs=create,versions=v1,name=mounts.fluent-pvc-operator.tech.zozo.com,admissionReviewVersions=v1,timeoutSeconds=10,patch=`{"matchConditions":[{"name":"mounts-a-pvc","expression":"has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.persistentVolumeClaim))"}]}`
+//
+// A pod that opts into a FluentPVC and mounts no PVC but the claim its
+// binding label names is not sent to the mount webhook either: the pod
+// webhook (failure policy Fail) judged it already, handing it that claim
+// or refusing it as a copy of another pod's manifest. This spares every
+// labelled pod's admission a call. Any other PVC volume, or a pod without
+// the opt-in label, still reaches the mount webhook.
+// +kubebuilder:webhook:path=/validate-v1-pod,mutating=false,failurePolicy=ignore,sideEffects=None,groups="",resources=pods,verbs=create,versions=v1,name=mounts.fluent-pvc-operator.tech.zozo.com,admissionReviewVersions=v1,timeoutSeconds=10,patch=`{"matchConditions":[{"name":"mounts-a-pvc-not-its-own-claim","expression":"has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.persistentVolumeClaim) && !(has(object.metadata.labels) && 'fluent-pvc-operator.tech.zozo.com/fluent-pvc-name' in object.metadata.labels && 'fluent-pvc-operator.tech.zozo.com/fluent-pvc-binding-name' in object.metadata.labels && object.metadata.labels['fluent-pvc-operator.tech.zozo.com/fluent-pvc-binding-name'] == v.persistentVolumeClaim.claimName))"}]}`
 // +kubebuilder:webhook:path=/validate-v1-pod,mutating=false,failurePolicy=fail,sideEffects=None,groups="",resources=pods,verbs=create,versions=v1,name=holders.fluent-pvc-operator.tech.zozo.com,admissionReviewVersions=v1,timeoutSeconds=10,patch=`{"matchConditions":[{"name":"mounts-a-pvc","expression":"has(object.spec.volumes) && object.spec.volumes.exists(v, has(v.persistentVolumeClaim))"}]}`
 
 // MountValidator refuses a pod that mounts a PVC the operator holds for

@@ -128,6 +128,17 @@ var _ = Describe("Pod admission", func() {
 		Expect(bindings()).To(BeEmpty())
 	})
 
+	It("does not send a pod it admitted, which mounts only the claim it was handed, to the mount webhook; a copy without the opt-in label goes there", func() {
+		before := webhookCalls(webhook.MountPath)
+		pod := fixtures.MakePod("own", ns).FluentPVC(fpvc.Name).Obj()
+		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+		Expect(webhookCalls(webhook.MountPath)).To(Equal(before), "the pod webhook judged it")
+
+		copied := fixtures.MakePod("copy", ns).Claim(pod.Labels[v1alpha1.BindingNameLabelKey]).Obj()
+		Expect(k8sClient.Create(ctx, copied, client.DryRunAll)).To(Satisfy(apierrors.IsForbidden))
+		Expect(webhookCalls(webhook.MountPath)).To(BeNumerically(">", before))
+	})
+
 	It("appends the sidecar to containers in Container mode, as fluent-pvc-operator did", func() {
 		legacy := createFluentPVC(fixtures.MakeFluentPVC("legacy-" + ns).Mutate(func(f *v1alpha1.FluentPVC) {
 			f.Spec.SidecarMode = v1alpha1.SidecarModeContainer
@@ -519,6 +530,27 @@ func applyPatch(pod *corev1.Pod, resp admission.Response) *corev1.Pod {
 	out := &corev1.Pod{}
 	Expect(json.Unmarshal(patched, out)).To(Succeed())
 	return out
+}
+
+// webhookCalls is the number of requests the webhook server has served on
+// path (controller-runtime's own counter).
+func webhookCalls(path string) float64 {
+	families, err := metrics.Registry.Gather()
+	Expect(err).NotTo(HaveOccurred())
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_webhook_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "webhook" && l.GetValue() == path {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
 }
 
 // admissionCount is the number of admissions the webhook has handled.

@@ -78,6 +78,7 @@ type config struct {
 	CostPods          int           `json:"costPods"`
 	CreateConcurrency int           `json:"createConcurrency"`
 	ParallelSlow      bool          `json:"parallelSlow"`
+	SkipSlow          bool          `json:"skipSlow,omitempty"`
 	Phases            []string      `json:"phases"`
 	OperatorArgs      []string      `json:"operatorArgs,omitempty"`
 	RealNode          bool          `json:"realNode"`
@@ -145,6 +146,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.CostPods, "cost-pods", 10, "pods per cost measurement (hit and miss)")
 	fs.IntVar(&c.CreateConcurrency, "create-concurrency", 200, "concurrent creates of the unlabelled pods")
 	fs.BoolVar(&c.ParallelSlow, "parallel-slow", true, "run sequential b and c side by side (each still one pod at a time)")
+	fs.BoolVar(&c.SkipSlow, "skip-slow", false, "start-up: run only a, w, d and e on the simulated tier, not b and c (which wait ~L per pod); for quick measurements, not for results files")
 	fs.StringVar(&phases, "phases", strings.Join(allPhases, ","), "phases to run, a subset of "+strings.Join(allPhases, ","))
 	fs.StringVar(&opArgs, "operator-args", "", "extra flags of the operator, space-separated (e.g. --pprof-bind-address=127.0.0.1:6060)")
 	fs.BoolVar(&c.RealNode, "real-node", true, "also run the real-node tier (a kubelet with containerd) after the kwok one; skipped, saying why, where this machine cannot run it")

@@ -388,6 +388,9 @@ func (e *env) startupPhase(ctx context.Context, res *results) error {
 			}
 		}
 	}
+	if e.cfg.SkipSlow {
+		return errors.Join(errs...)
+	}
 	// Its warm PVCs are deleted with it, in the background of sequential
 	// b and c, which wait ~L per pod anyway; they are gone before the
 	// bursts of b and c.
