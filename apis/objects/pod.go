@@ -6,6 +6,7 @@ package objects
 
 import (
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -100,6 +101,7 @@ func InjectPod(pod *corev1.Pod, spec *v1alpha1.FluentPVCSpec, claimName string) 
 	}
 	sidecar := *spec.SidecarContainerTemplate.DeepCopy()
 	injectContainer(&sidecar, spec)
+	mountServiceAccountToken(pod, &sidecar)
 	if spec.NativeSidecar() {
 		sidecar.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
 		pod.Spec.InitContainers = append(pod.Spec.InitContainers, sidecar)
@@ -110,6 +112,37 @@ func InjectPod(pod *corev1.Pod, spec *v1alpha1.FluentPVCSpec, claimName string) 
 		pod.Annotations = map[string]string{}
 	}
 	pod.Annotations[v1alpha1.SidecarAnnotationKey] = sidecar.Name
+}
+
+// serviceAccountTokenVolumePrefix and serviceAccountTokenMountPath are the
+// ServiceAccount admission plugin's: the name of the projected token volume
+// it gives a pod (with a random suffix) and where it mounts it.
+const (
+	serviceAccountTokenVolumePrefix = "kube-api-access-"
+	serviceAccountTokenMountPath    = "/var/run/secrets/kubernetes.io/serviceaccount"
+)
+
+// mountServiceAccountToken gives the sidecar c the mount of pod's service
+// account token that the API server's ServiceAccount admission plugin
+// gives every container of a pod that has the token volume (the plugin ran
+// before the webhooks and made it), unless c mounts something there
+// already, as the plugin does. The plugin runs again once a webhook has
+// changed the pod, and would add the mount then: the pod it admits is the
+// same, but a change made after the webhook makes the API server call the
+// webhook a second time (reinvocationPolicy IfNeeded), a round trip on
+// every labelled pod's admission.
+func mountServiceAccountToken(pod *corev1.Pod, c *corev1.Container) {
+	for _, m := range c.VolumeMounts {
+		if m.MountPath == serviceAccountTokenMountPath {
+			return
+		}
+	}
+	for _, v := range pod.Spec.Volumes {
+		if strings.HasPrefix(v.Name, serviceAccountTokenVolumePrefix) {
+			c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: v.Name, ReadOnly: true, MountPath: serviceAccountTokenMountPath})
+			return
+		}
+	}
 }
 
 // PodSidecar is the name of the sidecar the webhook added to pod, recorded

@@ -221,3 +221,50 @@ func TestPodSidecar(t *testing.T) {
 		})
 	}
 }
+
+// TestInjectPodServiceAccountToken: the sidecar gets the service account
+// token mount that the API server's ServiceAccount admission plugin would
+// add when it runs again after the webhook, and only then, so that the
+// plugin changes nothing and the webhook is not called a second time.
+func TestInjectPodServiceAccountToken(t *testing.T) {
+	token := corev1.VolumeMount{Name: "kube-api-access-abcde", ReadOnly: true, MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"}
+	withToken := func(p *corev1.Pod) *corev1.Pod {
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: token.Name, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}})
+		for i := range p.Spec.Containers {
+			p.Spec.Containers[i].VolumeMounts = append(p.Spec.Containers[i].VolumeMounts, token)
+		}
+		return p
+	}
+	own := corev1.VolumeMount{Name: "own-token", MountPath: token.MountPath}
+	cases := map[string]struct {
+		pod     *corev1.Pod
+		sidecar []corev1.VolumeMount // the sidecar template's own mounts
+		want    *corev1.VolumeMount
+	}{
+		"the plugin gave the pod its token volume":  {pod: withToken(fixtures.MakePod("p", "ns").Obj()), want: &token},
+		"no token volume (automount off)":           {pod: fixtures.MakePod("p", "ns").Obj()},
+		"the sidecar mounts something there itself": {pod: withToken(fixtures.MakePod("p", "ns").Obj()), sidecar: []corev1.VolumeMount{own}, want: &own},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			spec := fixtures.MakeFluentPVC("f").Obj().Spec
+			spec.SidecarContainerTemplate.VolumeMounts = tc.sidecar
+			pod := tc.pod.DeepCopy()
+			objects.InjectPod(pod, &spec, "claim-1")
+			var got *corev1.VolumeMount
+			for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+				if c.Name != spec.SidecarContainerTemplate.Name {
+					continue
+				}
+				for i := range c.VolumeMounts {
+					if c.VolumeMounts[i].MountPath == token.MountPath {
+						got = &c.VolumeMounts[i]
+					}
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("the sidecar's mount at %s (-want +got):\n%s", token.MountPath, diff)
+			}
+		})
+	}
+}
