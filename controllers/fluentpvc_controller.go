@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -215,7 +217,7 @@ var nodeEligibilityChanged = predicate.Funcs{
 // SetupWithManager registers the reconciler and its watches: pool PVCs and
 // binder Jobs refill the pool as soon as they change, a checkout included.
 func (r *FluentPVCReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	byFluentPVCLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+	byFluentPVCLabel := coalesced(func(_ context.Context, obj client.Object) []reconcile.Request {
 		if name := obj.GetLabels()[v1alpha1.FluentPVCNameLabelKey]; name != "" {
 			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: name}}}
 		}
@@ -244,9 +246,42 @@ func (r *FluentPVCReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			UpdateFunc: func(event.UpdateEvent) bool { return false },
 			DeleteFunc: func(event.DeleteEvent) bool { return false },
 		})).
-		Watches(&v1alpha1.FluentPVCBinding{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		Watches(&v1alpha1.FluentPVCBinding{}, coalesced(func(_ context.Context, obj client.Object) []reconcile.Request {
 			b := obj.(*v1alpha1.FluentPVCBinding)
 			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: b.Spec.FluentPVC.Name}}}
 		})).
 		Complete(quietConflicts(r))
+}
+
+// fluentPVCCoalesce is how long after an event of one of its PVCs, Jobs,
+// holders or bindings a FluentPVC is reconciled. The events of a burst of
+// admissions (a checkout, then the binding, each) come within it and make
+// one reconcile, and the pool's refill is written after the admission
+// that took the PVC, not while it runs.
+const fluentPVCCoalesce = 100 * time.Millisecond
+
+// coalesced enqueues the FluentPVCs that m maps an event's object to,
+// fluentPVCCoalesce after the event; a FluentPVC already waiting keeps
+// its earlier time.
+func coalesced(m handler.MapFunc) handler.EventHandler {
+	add := func(ctx context.Context, obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		for _, req := range m(ctx, obj) {
+			q.AddAfter(req, fluentPVCCoalesce)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, e.Object, q)
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, e.ObjectOld, q)
+			add(ctx, e.ObjectNew, q)
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, e.Object, q)
+		},
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			add(ctx, e.Object, q)
+		},
+	}
 }
