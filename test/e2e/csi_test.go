@@ -32,6 +32,9 @@ var _ = Describe("A warm pool on CSI storage, behind the real external-provision
 			clear(zones)
 			for _, c := range l.Items {
 				g.Expect(c.Status.Phase).To(Equal(corev1.ClaimBound))
+				// Until the operator records its volume's placement, a warm PVC
+				// is no candidate for a checkout: a pod created then would miss.
+				g.Expect(c.Annotations).To(HaveKey(v1alpha1.NodeAffinityAnnotationKey), "warm PVC %s has its placement recorded", c.Name)
 				node := &corev1.Node{}
 				g.Expect(k8s.Get(ctx, client.ObjectKey{Name: c.Annotations[v1alpha1.SelectedNodeAnnotationKey]}, node)).To(Succeed())
 				zone := node.Labels[corev1.LabelTopologyZone]
