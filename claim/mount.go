@@ -14,7 +14,8 @@ import (
 // operator's PVCs are guarded, and only while the operator holds them:
 //
 //   - a warm PVC, by the pool's binder pod or holder pod of that PVC
-//     alone;
+//     alone, a holder only while the PVC records its request
+//     (HolderRequested);
 //   - a claim handed out and not yet recording its pod, by the pod it was
 //     handed to: one that carries its opt-in and binding labels (the
 //     webhook hands out the claim and refuses copies of such pods before
@@ -36,8 +37,15 @@ func MountObjection(pod *corev1.Pod, pvc *corev1.PersistentVolumeClaim, job *bat
 	fpvc := pvc.Labels[v1alpha1.FluentPVCNameLabelKey]
 	switch StateOf(pvc) {
 	case Warm:
-		if objects.BinderPodOf(pod, job, pvc.Name) || objects.HolderPodOf(pod, pvc, byOperator) {
+		if objects.BinderPodOf(pod, job, pvc.Name) {
 			return ""
+		}
+		if objects.HolderPodOf(pod, pvc, byOperator) {
+			if HolderRequested(pod, pvc) {
+				return ""
+			}
+			return fmt.Sprintf("holder %s does not carry the holder request warm PVC %s records (%q): the pool requests a holder on the PVC before it creates one",
+				pod.Name, pvc.Name, pvc.Annotations[v1alpha1.HolderRequestAnnotationKey])
 		}
 		return fmt.Sprintf("PVC %s is a warm PVC of FluentPVC %q, kept for a pod that opts in: no pod may mount it by name. "+
 			"Label the pod %s=%s instead, and it gets a claim of its own", pvc.Name, fpvc, v1alpha1.FluentPVCNameLabelKey, fpvc)

@@ -71,7 +71,11 @@ func TestMountObjection(t *testing.T) {
 	binder := podOf("f-abc-bind-x", binderJob)
 	forgedBinder := pod("forged", "forged-uid", binderJob.Spec.Template.Labels)
 	warm.UID = "warm-uid"
+	unrequested := warm.DeepCopy()
+	metav1.SetMetaDataAnnotation(&warm.ObjectMeta, v1alpha1.HolderRequestAnnotationKey, "2024-01-01T00:00:01.5Z")
 	holder := objects.HolderPod(fpvc.Name, warm, "node-1", "pause", "")
+	rerequested := warm.DeepCopy()
+	metav1.SetMetaDataAnnotation(&rerequested.ObjectMeta, v1alpha1.HolderRequestAnnotationKey, "2024-01-01T00:00:02.5Z")
 	writingHolder := holder.DeepCopy()
 	writingHolder.Spec.Volumes[0].PersistentVolumeClaim.ReadOnly = false
 	otherWarm := warm.DeepCopy()
@@ -88,32 +92,34 @@ func TestMountObjection(t *testing.T) {
 		// want is part of the objection; "" when the pod may mount the PVC.
 		want string
 	}{
-		"a warm PVC, by its holder":                      {pod: holder, pvc: warm, byOperator: true},
-		"a warm PVC, by a holder someone else creates":   {pod: holder, pvc: warm, want: "is a warm PVC"},
-		"a warm PVC, by a holder that would write":       {pod: writingHolder, pvc: warm, byOperator: true, want: "is a warm PVC"},
-		"a warm PVC, by the holder of an earlier PVC":    {pod: staleHolder, pvc: warm, byOperator: true, want: "is a warm PVC"},
-		"a claim handed out, by its holder":              {pod: holder, pvc: handedOut, byOperator: true, want: "no other pod may mount it"},
-		"a used claim, by its holder":                    {pod: holder, pvc: used, byOperator: true, want: "no other pod may mount it"},
-		"a pod the operator creates that is no holder":   {pod: debugCopy, pvc: warm, byOperator: true, want: "is a warm PVC"},
-		"not the operator's PVC":                         {pod: debugCopy, pvc: other},
-		"the pod a claim was handed to, being admitted":  {pod: admitted, pvc: handedOut},
-		"an unlabelled copy of a pod being admitted":     {pod: debugCopy, pvc: handedOut, want: "the claim of the pod being admitted with it"},
-		"a pod of another FluentPVC naming the claim":    {pod: otherFluentPVC, pvc: handedOut, want: "no other pod may mount it"},
-		"the recorded pod":                               {pod: own, pvc: used},
-		"kubectl debug --copy-to of the recorded pod":    {pod: debugCopy, pvc: used, want: "PVC f-abc is the claim of pod app"},
-		"a labelled copy of the recorded pod":            {pod: admitted, pvc: used, want: "the claim of pod app"},
-		"the claim's drain pod":                          {pod: drain, pvc: used, job: drainJob},
-		"the claim's drain pod, its Job not found":       {pod: drain, pvc: used, want: "no other pod may mount it"},
-		"a pod with a drain pod's labels, no controller": {pod: forgedDrain, pvc: used, want: "no other pod may mount it"},
-		"a pod naming the drain Job with another UID":    {pod: lookalikeDrain, pvc: used, job: drainJob, want: "no other pod may mount it"},
-		"a pod of a drain-named Job no binding controls": {pod: lookalikeDrain, pvc: used, job: lookalikeJob, want: "no other pod may mount it"},
-		"another claim's drain pod":                      {pod: otherDrain, pvc: used, job: otherDrainJob, want: "no other pod may mount it"},
-		"a warm PVC, by its binder pod":                  {pod: binder, pvc: warm, job: binderJob},
-		"a warm PVC, by a pod with binder labels":        {pod: forgedBinder, pvc: warm, want: "is a warm PVC of FluentPVC \"f\""},
-		"a warm PVC, by the claim's drain pod":           {pod: drain, pvc: warm, job: drainJob, want: "is a warm PVC"},
-		"a warm PVC, by name":                            {pod: debugCopy, pvc: warm, want: "is a warm PVC of FluentPVC \"f\""},
-		"a drained claim being deleted":                  {pod: debugCopy, pvc: released},
-		"a claim let go of and kept: a person drains it": {pod: debugCopy, pvc: kept},
+		"a warm PVC, by its holder":                       {pod: holder, pvc: warm, byOperator: true},
+		"a warm PVC, by a holder someone else creates":    {pod: holder, pvc: warm, want: "is a warm PVC"},
+		"a warm PVC, by a holder of an earlier request":   {pod: holder, pvc: rerequested, byOperator: true, want: "does not carry the holder request"},
+		"a warm PVC that records no request, by a holder": {pod: holder, pvc: unrequested, byOperator: true, want: "does not carry the holder request"},
+		"a warm PVC, by a holder that would write":        {pod: writingHolder, pvc: warm, byOperator: true, want: "is a warm PVC"},
+		"a warm PVC, by the holder of an earlier PVC":     {pod: staleHolder, pvc: warm, byOperator: true, want: "is a warm PVC"},
+		"a claim handed out, by its holder":               {pod: holder, pvc: handedOut, byOperator: true, want: "no other pod may mount it"},
+		"a used claim, by its holder":                     {pod: holder, pvc: used, byOperator: true, want: "no other pod may mount it"},
+		"a pod the operator creates that is no holder":    {pod: debugCopy, pvc: warm, byOperator: true, want: "is a warm PVC"},
+		"not the operator's PVC":                          {pod: debugCopy, pvc: other},
+		"the pod a claim was handed to, being admitted":   {pod: admitted, pvc: handedOut},
+		"an unlabelled copy of a pod being admitted":      {pod: debugCopy, pvc: handedOut, want: "the claim of the pod being admitted with it"},
+		"a pod of another FluentPVC naming the claim":     {pod: otherFluentPVC, pvc: handedOut, want: "no other pod may mount it"},
+		"the recorded pod":                                {pod: own, pvc: used},
+		"kubectl debug --copy-to of the recorded pod":     {pod: debugCopy, pvc: used, want: "PVC f-abc is the claim of pod app"},
+		"a labelled copy of the recorded pod":             {pod: admitted, pvc: used, want: "the claim of pod app"},
+		"the claim's drain pod":                           {pod: drain, pvc: used, job: drainJob},
+		"the claim's drain pod, its Job not found":        {pod: drain, pvc: used, want: "no other pod may mount it"},
+		"a pod with a drain pod's labels, no controller":  {pod: forgedDrain, pvc: used, want: "no other pod may mount it"},
+		"a pod naming the drain Job with another UID":     {pod: lookalikeDrain, pvc: used, job: drainJob, want: "no other pod may mount it"},
+		"a pod of a drain-named Job no binding controls":  {pod: lookalikeDrain, pvc: used, job: lookalikeJob, want: "no other pod may mount it"},
+		"another claim's drain pod":                       {pod: otherDrain, pvc: used, job: otherDrainJob, want: "no other pod may mount it"},
+		"a warm PVC, by its binder pod":                   {pod: binder, pvc: warm, job: binderJob},
+		"a warm PVC, by a pod with binder labels":         {pod: forgedBinder, pvc: warm, want: "is a warm PVC of FluentPVC \"f\""},
+		"a warm PVC, by the claim's drain pod":            {pod: drain, pvc: warm, job: drainJob, want: "is a warm PVC"},
+		"a warm PVC, by name":                             {pod: debugCopy, pvc: warm, want: "is a warm PVC of FluentPVC \"f\""},
+		"a drained claim being deleted":                   {pod: debugCopy, pvc: released},
+		"a claim let go of and kept: a person drains it":  {pod: debugCopy, pvc: kept},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

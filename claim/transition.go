@@ -201,6 +201,8 @@ func Checkout(pvc *corev1.PersistentVolumeClaim, admittedAt time.Time, checkoutI
 	setAnnotation(out, v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutHit)
 	setAnnotation(out, v1alpha1.UsedByPodAnnotationKey, "")
 	setAnnotation(out, v1alpha1.CheckoutIDAnnotationKey, checkoutID)
+	// A claim has no holder: the request has served its purpose.
+	delete(out.Annotations, v1alpha1.HolderRequestAnnotationKey)
 	// The write is conditioned on the version read: nothing happened to
 	// the claim between that version and the checkout.
 	if pvc.ResourceVersion != "" {

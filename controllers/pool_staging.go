@@ -235,8 +235,30 @@ func (r *PoolReconciler) stagingOps(ctx context.Context, f *v1alpha1.FluentPVC, 
 					return err
 				}
 			}
-			h := objects.HolderPod(f.Name, c, st.Node, r.opts.BinderImage, r.opts.HolderPriorityClass)
-			err := r.Create(ctx, h)
+			// The request first, conditioned on the version the plan read: if
+			// the PVC was checked out since, it fails and no holder is made.
+			w, err := claim.RequestHolder(c, r.clock.Now())
+			if err != nil {
+				return nil // no longer warm in the cache either
+			}
+			if err := claim.Execute(ctx, r, w); err != nil {
+				if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+					return nil // the PVC's event brings the next plan
+				}
+				return err
+			}
+			h := objects.HolderPod(f.Name, w.Object, st.Node, r.opts.BinderImage, r.opts.HolderPriorityClass)
+			err = r.Create(ctx, h)
+			if err != nil && notCreated(err) {
+				// No holder carries the request: withdrawn, it keeps the PVC
+				// from no checkout (and a holder of that name made earlier
+				// stays the PVC's holder).
+				if w, werr := claim.WithdrawHolderRequest(w.Object); werr == nil {
+					if werr := claim.Execute(ctx, r, w); client.IgnoreNotFound(werr) != nil && !apierrors.IsConflict(werr) {
+						err = errors.Join(err, werr)
+					}
+				}
+			}
 			if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) || apierrors.IsAlreadyExists(err) {
 				return nil
 			}
@@ -260,6 +282,17 @@ func (r *PoolReconciler) stagingOps(ctx context.Context, f *v1alpha1.FluentPVC, 
 		ops = append(ops, func() error { return remove(name) })
 	}
 	return ops
+}
+
+// notCreated says whether err, from a pod's create call, proves the pod
+// was not created: the API server answered with a refusal. A timeout, or no
+// answer, proves nothing: the pod may still be stored.
+func notCreated(err error) bool {
+	if apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) {
+		return false
+	}
+	var status apierrors.APIStatus
+	return errors.As(err, &status) && status.Status().Code != 0
 }
 
 // stillWarm reads c live after the API server refused its holder: the

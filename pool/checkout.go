@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -165,10 +166,11 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 	hash := TemplateHash(&fpvc.Spec.PVCSpecTemplate)
 	namespace := pod.Namespace
 	placement := NewPlacement(pod, func() ([]*corev1.Node, error) { return c.podNodes(ctx, pod) })
-	holders, err := c.holders(ctx, fpvc.Name, namespace)
+	holders, requests, err := c.holders(ctx, fpvc.Name, namespace)
 	if err != nil {
 		return Checkedout{}, err
 	}
+	seen := func(request string) bool { return requests[request] }
 	holderNode := func(claim string) (string, bool) {
 		h, ok := holders[claim]
 		if !ok {
@@ -199,7 +201,12 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 		if err := r.List(ctx, &warm, opts...); err != nil {
 			return Checkedout{}, fmt.Errorf("listing warm PVCs: %w", err)
 		}
-		cands := Candidates(warm.Items, hash, placement.Usable)
+		// A PVC whose holder may still be created goes to no pod: the holder
+		// could be admitted on a read before this checkout and be created
+		// after it.
+		cands := slices.DeleteFunc(Candidates(warm.Items, hash, placement.Usable), func(pvc *corev1.PersistentVolumeClaim) bool {
+			return claim.HolderPending(pvc, seen, admittedAt)
+		})
 		if len(holders) > 0 {
 			cands = Rank(cands, holderNode, placement.FitsNode, pinned)
 		}
@@ -248,20 +255,29 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 }
 
 // holders are the holder pods of fpvc's pool in namespace, from the
-// cache, by the warm PVC each holds; those being deleted are left out.
-func (c *Checkouter) holders(ctx context.Context, fpvc, namespace string) (map[string]*corev1.Pod, error) {
+// cache, by the warm PVC each holds, those being deleted left out; and the
+// holder requests (v1alpha1.HolderRequestAnnotationKey) the cached holders
+// carry, those being deleted included.
+func (c *Checkouter) holders(ctx context.Context, fpvc, namespace string) (map[string]*corev1.Pod, map[string]bool, error) {
 	var pods corev1.PodList
 	if err := c.Cache.List(ctx, &pods, client.InNamespace(namespace), client.MatchingFields{HolderIndex: fpvc}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing holder pods: %w", err)
+		return nil, nil, fmt.Errorf("listing holder pods: %w", err)
 	}
-	out := make(map[string]*corev1.Pod, len(pods.Items))
+	out, requests := make(map[string]*corev1.Pod, len(pods.Items)), make(map[string]bool, len(pods.Items))
 	for i := range pods.Items {
 		h := &pods.Items[i]
-		if claim := objects.HolderOf(h); claim != "" && h.DeletionTimestamp.IsZero() {
+		claim := objects.HolderOf(h)
+		if claim == "" {
+			continue
+		}
+		if req := h.Annotations[v1alpha1.HolderRequestAnnotationKey]; req != "" {
+			requests[req] = true
+		}
+		if h.DeletionTimestamp.IsZero() {
 			out[claim] = h
 		}
 	}
-	return out, nil
+	return out, requests, nil
 }
 
 // missReason says why a checkout found no warm PVC, from how many warm PVCs
@@ -272,7 +288,7 @@ func missReason(warm, candidates int, lostRace bool) string {
 	case warm == 0:
 		return "the pool has no warm PVC in the namespace"
 	case candidates == 0:
-		return "no warm PVC is Bound, from the current template and usable on a node the pod can run on"
+		return "no warm PVC is Bound, from the current template, usable on a node the pod can run on and without a holder being created"
 	case lostRace:
 		return "concurrent admissions took every warm PVC tried"
 	default:

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
@@ -68,5 +69,63 @@ func TestCheckoutSkipsWhatThisReplicaIsTaking(t *testing.T) {
 	}
 	if n := updates.Load(); n != 1 {
 		t.Errorf("%d writes of the warm PVC, want 1", n)
+	}
+}
+
+// TestCheckoutLeavesAPVCWhoseHolderIsPending: a warm PVC that records a
+// recent holder request goes to no pod until the cache holds a holder
+// carrying that request, since the holder's admission may have read the
+// PVC warm before the checkout and the holder be created after it. Before,
+// such a PVC was handed out, and its holder was created beside the pod.
+func TestCheckoutLeavesAPVCWhoseHolderIsPending(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+	request := func(at time.Time) string { return at.UTC().Format(time.RFC3339Nano) }
+	for name, tc := range map[string]struct {
+		request string
+		holder  string // the request the cached holder carries; "-": no holder
+		hit     bool
+	}{
+		"no request":                          {holder: "-", hit: true},
+		"a recent request, no holder yet":     {request: request(now.Add(-time.Second)), holder: "-"},
+		"a recent request, its holder cached": {request: request(now.Add(-time.Second)), holder: request(now.Add(-time.Second)), hit: true},
+		"a recent request, an older holder":   {request: request(now.Add(-time.Second)), holder: request(now.Add(-time.Minute))},
+		"a request past its TTL, no holder":   {request: request(now.Add(-claim.HolderRequestTTL)), holder: "-", hit: true},
+		"a malformed request":                 {request: "soon", holder: "-", hit: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			warm := claim.NewWarm(f, "ns", TemplateHash(&f.Spec.PVCSpecTemplate), "").Object
+			warm.Name, warm.UID = "f-warm", "warm-uid"
+			warm.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
+			if tc.request != "" {
+				warm.Annotations[v1alpha1.HolderRequestAnnotationKey] = tc.request
+			}
+			warm.Status.Phase = corev1.ClaimBound
+			objs := []client.Object{warm}
+			if tc.holder != "-" {
+				h := objects.HolderPod(f.Name, warm, "n1", "pause", "")
+				h.Annotations = map[string]string{v1alpha1.HolderRequestAnnotationKey: tc.holder}
+				objs = append(objs, h)
+			}
+			scheme := runtime.NewScheme()
+			if err := fixtures.AddToScheme(scheme); err != nil {
+				t.Fatal(err)
+			}
+			api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
+				WithIndex(&corev1.PersistentVolumeClaim{}, WarmIndex, warmKey).
+				WithIndex(&corev1.Pod{}, HolderIndex, holderKey).Build()
+			got, err := NewCheckouter(api, api, api).Checkout(context.Background(), f, fixtures.MakePod("p", "ns").FluentPVC(f.Name).Obj(), now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if hit := got.PVC != nil; hit != tc.hit {
+				t.Errorf("hit: %v, want %v", hit, tc.hit)
+			}
+			if got.PVC != nil {
+				if _, ok := got.PVC.Annotations[v1alpha1.HolderRequestAnnotationKey]; ok {
+					t.Errorf("the claim keeps its holder request: %v", got.PVC.Annotations)
+				}
+			}
+		})
 	}
 }

@@ -249,7 +249,7 @@ func TestMissReason(t *testing.T) {
 		want             string
 	}{
 		"empty pool":            {want: "the pool has no warm PVC in the namespace"},
-		"none usable":           {warm: 3, want: "no warm PVC is Bound, from the current template and usable on a node the pod can run on"},
+		"none usable":           {warm: 3, want: "no warm PVC is Bound, from the current template, usable on a node the pod can run on and without a holder being created"},
 		"lost every race":       {warm: 3, candidates: 2, lostRace: true, want: "concurrent admissions took every warm PVC tried"},
 		"all taken just before": {warm: 3, candidates: 2, want: "every warm PVC was taken moments ago by this replica"},
 	}

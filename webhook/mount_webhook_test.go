@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -54,8 +55,15 @@ var _ = Describe("Mounting a claim", func() {
 			Should(And(Satisfy(apierrors.IsForbidden), MatchError(ContainSubstring(want))))
 	}
 
-	It("lets the operator's own holder mount a warm PVC read-only, and refuses a holder made by anyone else, one that would write, and one of a PVC handed out", func() {
+	It("lets the operator's own holder mount a warm PVC read-only, and refuses a holder made by anyone else, one that would write, one of an earlier request, and one of a PVC handed out", func() {
 		warm := create(claim.NewWarm(fpvc, ns, "h", ""))
+		request := func(at time.Time) {
+			GinkgoHelper()
+			w, err := claim.RequestHolder(warm, at)
+			Expect(err).NotTo(HaveOccurred())
+			warm = create(w)
+		}
+		request(fixtures.Epoch)
 		holder := objects.HolderPod(fpvc.Name, warm, "n1", "pause", "")
 		Eventually(func() error { return k8sClient.Create(ctx, holder.DeepCopy(), client.DryRunAll) }).
 			WithTimeout(fixtures.Timeout).WithPolling(fixtures.Interval).Should(Succeed())
@@ -76,7 +84,12 @@ var _ = Describe("Mounting a claim", func() {
 		writing.Spec.Volumes[0].PersistentVolumeClaim.ReadOnly = false
 		Expect(k8sClient.Create(ctx, writing, client.DryRunAll)).To(And(Satisfy(apierrors.IsForbidden), MatchError(ContainSubstring("is a warm PVC"))))
 
+		By("a holder of an earlier request, which the PVC no longer records")
+		request(fixtures.Epoch.Add(time.Second))
+		Expect(k8sClient.Create(ctx, holder.DeepCopy(), client.DryRunAll)).To(And(Satisfy(apierrors.IsForbidden), MatchError(ContainSubstring("does not carry the holder request"))))
+
 		By("a holder of a PVC just handed out, which the cache may not show yet")
+		holder = objects.HolderPod(fpvc.Name, warm, "n1", "pause", "")
 		w, err := claim.Checkout(warm, fixtures.Epoch, claim.NewCheckoutID())
 		Expect(err).NotTo(HaveOccurred())
 		create(w)

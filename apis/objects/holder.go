@@ -26,12 +26,19 @@ const holderMountPath = "/held"
 // room and volume limits; priorityClass (none when "") is a low priority
 // that never preempts, so that real pods preempt holders, never the
 // reverse. It carries the FluentPVC's label, which puts it in the
-// operator's cache; the pod webhook leaves it alone (HolderLabels).
+// operator's cache; the pod webhook leaves it alone (HolderLabels). It
+// carries the holder request claim records
+// (v1alpha1.HolderRequestAnnotationKey), if any.
 func HolderPod(fpvc string, claim *corev1.PersistentVolumeClaim, node, image, priorityClass string) *corev1.Pod {
+	var annotations map[string]string
+	if req, ok := claim.Annotations[v1alpha1.HolderRequestAnnotationKey]; ok {
+		annotations = map[string]string{v1alpha1.HolderRequestAnnotationKey: req}
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      HolderName(claim.Name),
-			Namespace: claim.Namespace,
+			Name:        HolderName(claim.Name),
+			Namespace:   claim.Namespace,
+			Annotations: annotations,
 			Labels: map[string]string{
 				v1alpha1.FluentPVCNameLabelKey: fpvc,
 				v1alpha1.ComponentLabelKey:     v1alpha1.ComponentHolder,
