@@ -534,13 +534,9 @@ const drainStatusDelay = 10 * time.Second
 // clear), and nothing blocks the drain or was refused now. Once the delay
 // is over, or anything else happens, the status is written.
 func quietFirstDrain(b *v1alpha1.FluentPVCBinding, now time.Time, p *plan) {
-	unsaid := func(s v1alpha1.FluentPVCBindingStatus) bool {
-		return meta.FindStatusCondition(s.Conditions, v1alpha1.BindingConditionDrainBlocked) == nil &&
-			meta.FindStatusCondition(s.Conditions, v1alpha1.BindingConditionDrainJobRejected) == nil
-	}
 	was := b.Status
-	if was.Phase != "" && was.Phase != v1alpha1.BindingPhaseInUse || was.DrainAttempts != 0 || !unsaid(was) ||
-		p.status.DrainAttempts != 1 || p.status.DrainStartTime == nil || !unsaid(p.status) {
+	if was.Phase != "" && was.Phase != v1alpha1.BindingPhaseInUse || was.DrainAttempts != 0 || !untroubled(was) ||
+		p.status.DrainAttempts != 1 || p.status.DrainStartTime == nil || !untroubled(p.status) {
 		return
 	}
 	left := p.status.DrainStartTime.Add(drainStatusDelay).Sub(now)
@@ -727,10 +723,16 @@ func statusNews(was, next v1alpha1.FluentPVCBindingStatus) bool {
 	if equality.Semantic.DeepEqual(was, next) {
 		return false
 	}
-	quiet := was.Phase == "" && next.Phase == v1alpha1.BindingPhaseInUse &&
-		meta.FindStatusCondition(next.Conditions, v1alpha1.BindingConditionDrainBlocked) == nil &&
-		meta.FindStatusCondition(next.Conditions, v1alpha1.BindingConditionDrainJobRejected) == nil
+	quiet := was.Phase == "" && next.Phase == v1alpha1.BindingPhaseInUse && untroubled(next)
 	return !quiet
+}
+
+// untroubled is true when status s tells of nothing that holds its drain
+// up: no DrainBlocked, no DrainJobRejected. Only such a status may wait to
+// be written; trouble is told at once.
+func untroubled(s v1alpha1.FluentPVCBindingStatus) bool {
+	return meta.FindStatusCondition(s.Conditions, v1alpha1.BindingConditionDrainBlocked) == nil &&
+		meta.FindStatusCondition(s.Conditions, v1alpha1.BindingConditionDrainJobRejected) == nil
 }
 
 // drainStarted is true once the binding started draining its claim: its

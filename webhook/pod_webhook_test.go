@@ -532,39 +532,21 @@ func applyPatch(pod *corev1.Pod, resp admission.Response) *corev1.Pod {
 	return out
 }
 
+// counter is the sum of the series of counter name, in this process's
+// controller-runtime registry, whose labels include labels.
+func counter(name string, labels map[string]string) float64 {
+	m, err := fixtures.GatherMetrics(metrics.Registry)
+	Expect(err).NotTo(HaveOccurred())
+	return m.Counter(name, labels)
+}
+
 // webhookCalls is the number of requests the webhook server has served on
 // path (controller-runtime's own counter).
 func webhookCalls(path string) float64 {
-	families, err := metrics.Registry.Gather()
-	Expect(err).NotTo(HaveOccurred())
-	total := 0.0
-	for _, f := range families {
-		if f.GetName() != "controller_runtime_webhook_requests_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "webhook" && l.GetValue() == path {
-					total += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return total
+	return counter("controller_runtime_webhook_requests_total", map[string]string{"webhook": path})
 }
 
 // admissionCount is the number of admissions the webhook has handled.
 func admissionCount() float64 {
-	families, err := metrics.Registry.Gather()
-	Expect(err).NotTo(HaveOccurred())
-	total := 0.0
-	for _, f := range families {
-		if f.GetName() != "fluentpvc_webhook_admissions_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			total += m.GetCounter().GetValue()
-		}
-	}
-	return total
+	return counter("fluentpvc_webhook_admissions_total", nil)
 }
