@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -100,13 +101,11 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{RequeueAfter: ownWriteTTL}, nil
 	}
 	o, err := r.observe(ctx, b, now)
+	if errors.Is(err, errOwnClaimUnseen) {
+		return ctrl.Result{RequeueAfter: ownWriteTTL}, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, err
-	}
-	if o.pvc != nil && r.ownClaims.stale(client.ObjectKeyFromObject(o.pvc), o.pvc.ResourceVersion, now) {
-		// The cache has not seen this reconciler's record of the pod on
-		// the claim yet: the claim's event reconciles the binding again.
-		return ctrl.Result{RequeueAfter: ownWriteTTL}, nil
 	}
 	res, err := r.apply(ctx, &o, decide(o, now, r.opts), now)
 	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) && !o.namespaceTerminating {
@@ -250,9 +249,16 @@ func (r *BindingReconciler) observeFluentPVC(ctx context.Context, o *observed, _
 	return nil
 }
 
+// errOwnClaimUnseen: the cache has not seen this reconciler's record of the
+// pod on the claim yet. The claim's event reconciles the binding again;
+// deciding from the older copy would only write the record again.
+var errOwnClaimUnseen = errors.New("the cache has not seen the record of the pod on the claim yet")
+
 // observeClaim reads the binding's claim: nil when it is gone, and
-// checkoutOver when the claim went on to another checkout.
-func (r *BindingReconciler) observeClaim(ctx context.Context, o *observed, _ time.Time) error {
+// checkoutOver when the claim went on to another checkout. It returns
+// errOwnClaimUnseen, before the other reads, while the cache lags behind
+// this reconciler's record of the pod on the claim.
+func (r *BindingReconciler) observeClaim(ctx context.Context, o *observed, now time.Time) error {
 	b := o.binding
 	pvc := &corev1.PersistentVolumeClaim{}
 	key := client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.PVC.Name}
@@ -288,6 +294,10 @@ func (r *BindingReconciler) observeClaim(ctx context.Context, o *observed, _ tim
 		case err != nil && !apierrors.IsNotFound(err):
 			return fmt.Errorf("reading binding %s/%s: %w", b.Namespace, b.Name, err)
 		}
+	}
+	if o.pvc != nil && r.ownClaims.stale(client.ObjectKeyFromObject(o.pvc), o.pvc.ResourceVersion, now) {
+		// Before any other read, some of them live.
+		return errOwnClaimUnseen
 	}
 	if o.pvc != nil && o.fluentPVC != nil {
 		// Only a claim that claim.Return takes (one no pod is recorded on).
