@@ -95,7 +95,8 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	// Grace periods are counted on the API server's clock.
+	// Grace periods and the age of holder requests are counted on the API
+	// server's clock.
 	serverClock := apiclock.New(nil)
 	serverClock.Wrap(cfg)
 	opts.controllers.Clock = serverClock
@@ -194,7 +195,7 @@ func run(ctx context.Context, args []string) error {
 	go func() {
 		select {
 		case <-certsReady:
-			webhookSetupErr <- webhook.Setup(mgr, webhook.Options{NativeSidecarsUnsupported: nativeUnsupported, Namespace: opts.namespace, Self: self})
+			webhookSetupErr <- webhook.Setup(mgr, webhook.Options{NativeSidecarsUnsupported: nativeUnsupported, Namespace: opts.namespace, Self: self, ServerClock: serverClock})
 		case <-ctx.Done():
 			webhookSetupErr <- nil
 		}

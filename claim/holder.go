@@ -8,11 +8,18 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
 
+// HolderAdmitWindow is how long after its request a holder may be
+// admitted: the mount webhook refuses an older one (HolderRequested), so a
+// create call retried for long (client-go resends on 429 and on 5xx with
+// Retry-After), or one that outlived a leader, makes no holder late.
+const HolderAdmitWindow = 30 * time.Second
+
 // HolderRequestTTL is how long a holder request keeps its warm PVC from
-// being checked out while no holder carrying it has been seen: longer
-// than the API server's request timeout (one minute by default), so that a
-// holder's create call has ended by then, created or not.
-const HolderRequestTTL = 2 * time.Minute
+// being checked out while no holder carrying it has been seen: the admit
+// window, then the API server's request timeout (one minute by default)
+// within which an admitted holder is stored or not at all, and 30 s for
+// the clocks of the replicas to differ.
+const HolderRequestTTL = HolderAdmitWindow + time.Minute + 30*time.Second
 
 // RequestHolder records on warm PVC pvc, at now, that the pool is about to
 // create its holder pod (v1alpha1.HolderRequestAnnotationKey). The patch is
@@ -49,11 +56,21 @@ func WithdrawHolderRequest(pvc *corev1.PersistentVolumeClaim) (Write, error) {
 }
 
 // HolderRequested says whether holder pod h carries the holder request
-// warm PVC pvc records: the holder the pool asked for, not one made
-// before a later request or by a version that made none.
-func HolderRequested(h *corev1.Pod, pvc *corev1.PersistentVolumeClaim) bool {
-	req, _, ok := holderRequest(pvc)
-	return ok && h.Annotations[v1alpha1.HolderRequestAnnotationKey] == req
+// warm PVC pvc records, made less than HolderAdmitWindow before now: the
+// holder the pool asked for, not one made before a later request, by a
+// version that made none, or after its window.
+func HolderRequested(h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, now time.Time) bool {
+	req, at, ok := holderRequest(pvc)
+	return ok && h.Annotations[v1alpha1.HolderRequestAnnotationKey] == req && now.Sub(at) < HolderAdmitWindow
+}
+
+// CarriesHolderRequest says whether holder pod h carries the holder
+// request warm PVC pvc records and that request is younger than
+// HolderRequestTTL at now: once h is gone, the request would keep the PVC
+// from checkouts until then, though its holder was made.
+func CarriesHolderRequest(h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, now time.Time) bool {
+	req, at, ok := holderRequest(pvc)
+	return ok && h.Annotations[v1alpha1.HolderRequestAnnotationKey] == req && now.Sub(at) < HolderRequestTTL
 }
 
 // HolderPending says whether a holder may still be created for warm PVC

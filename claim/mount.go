@@ -2,6 +2,7 @@ package claim
 
 import (
 	"fmt"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,8 +15,8 @@ import (
 // operator's PVCs are guarded, and only while the operator holds them:
 //
 //   - a warm PVC, by the pool's binder pod or holder pod of that PVC
-//     alone, a holder only while the PVC records its request
-//     (HolderRequested);
+//     alone, a holder only while the PVC records its request, made
+//     less than HolderAdmitWindow before now (HolderRequested);
 //   - a claim handed out and not yet recording its pod, by the pod it was
 //     handed to: one that carries its opt-in and binding labels (the
 //     webhook hands out the claim and refuses copies of such pods before
@@ -33,7 +34,7 @@ import (
 //
 // A claim let go of (drained, abandoned, or kept for the user) is no
 // longer guarded: a person may mount it to read its data.
-func MountObjection(pod *corev1.Pod, pvc *corev1.PersistentVolumeClaim, job *batchv1.Job, byOperator bool) string {
+func MountObjection(pod *corev1.Pod, pvc *corev1.PersistentVolumeClaim, job *batchv1.Job, byOperator bool, now time.Time) string {
 	fpvc := pvc.Labels[v1alpha1.FluentPVCNameLabelKey]
 	switch StateOf(pvc) {
 	case Warm:
@@ -41,11 +42,11 @@ func MountObjection(pod *corev1.Pod, pvc *corev1.PersistentVolumeClaim, job *bat
 			return ""
 		}
 		if objects.HolderPodOf(pod, pvc, byOperator) {
-			if HolderRequested(pod, pvc) {
+			if HolderRequested(pod, pvc, now) {
 				return ""
 			}
-			return fmt.Sprintf("holder %s does not carry the holder request warm PVC %s records (%q): the pool requests a holder on the PVC before it creates one",
-				pod.Name, pvc.Name, pvc.Annotations[v1alpha1.HolderRequestAnnotationKey])
+			return fmt.Sprintf("holder %s does not carry a holder request of warm PVC %s made within %s (the PVC records %q, the holder %q): the pool requests a holder on the PVC before it creates one",
+				pod.Name, pvc.Name, HolderAdmitWindow, pvc.Annotations[v1alpha1.HolderRequestAnnotationKey], pod.Annotations[v1alpha1.HolderRequestAnnotationKey])
 		}
 		return fmt.Sprintf("PVC %s is a warm PVC of FluentPVC %q, kept for a pod that opts in: no pod may mount it by name. "+
 			"Label the pod %s=%s instead, and it gets a claim of its own", pvc.Name, fpvc, v1alpha1.FluentPVCNameLabelKey, fpvc)

@@ -3,6 +3,7 @@ package claim_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -72,7 +73,8 @@ func TestMountObjection(t *testing.T) {
 	forgedBinder := pod("forged", "forged-uid", binderJob.Spec.Template.Labels)
 	warm.UID = "warm-uid"
 	unrequested := warm.DeepCopy()
-	metav1.SetMetaDataAnnotation(&warm.ObjectMeta, v1alpha1.HolderRequestAnnotationKey, "2024-01-01T00:00:01.5Z")
+	requested := time.Date(2024, 1, 1, 0, 0, 1, 5e8, time.UTC)
+	metav1.SetMetaDataAnnotation(&warm.ObjectMeta, v1alpha1.HolderRequestAnnotationKey, requested.Format(time.RFC3339Nano))
 	holder := objects.HolderPod(fpvc.Name, warm, "node-1", "pause", "")
 	rerequested := warm.DeepCopy()
 	metav1.SetMetaDataAnnotation(&rerequested.ObjectMeta, v1alpha1.HolderRequestAnnotationKey, "2024-01-01T00:00:02.5Z")
@@ -89,13 +91,17 @@ func TestMountObjection(t *testing.T) {
 		job *batchv1.Job
 		// byOperator is true when the operator creates the pod.
 		byOperator bool
+		// late: the pod is admitted HolderAdmitWindow after the holder
+		// request; else a second after it.
+		late bool
 		// want is part of the objection; "" when the pod may mount the PVC.
 		want string
 	}{
 		"a warm PVC, by its holder":                       {pod: holder, pvc: warm, byOperator: true},
 		"a warm PVC, by a holder someone else creates":    {pod: holder, pvc: warm, want: "is a warm PVC"},
-		"a warm PVC, by a holder of an earlier request":   {pod: holder, pvc: rerequested, byOperator: true, want: "does not carry the holder request"},
-		"a warm PVC that records no request, by a holder": {pod: holder, pvc: unrequested, byOperator: true, want: "does not carry the holder request"},
+		"a warm PVC, by a holder of an earlier request":   {pod: holder, pvc: rerequested, byOperator: true, want: "does not carry a holder request"},
+		"a warm PVC that records no request, by a holder": {pod: holder, pvc: unrequested, byOperator: true, want: "does not carry a holder request"},
+		"a warm PVC, by its holder past the admit window": {pod: holder, pvc: warm, byOperator: true, late: true, want: "does not carry a holder request"},
 		"a warm PVC, by a holder that would write":        {pod: writingHolder, pvc: warm, byOperator: true, want: "is a warm PVC"},
 		"a warm PVC, by the holder of an earlier PVC":     {pod: staleHolder, pvc: warm, byOperator: true, want: "is a warm PVC"},
 		"a claim handed out, by its holder":               {pod: holder, pvc: handedOut, byOperator: true, want: "no other pod may mount it"},
@@ -123,7 +129,11 @@ func TestMountObjection(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := claim.MountObjection(tc.pod, tc.pvc, tc.job, tc.byOperator)
+			now := requested.Add(time.Second)
+			if tc.late {
+				now = requested.Add(claim.HolderAdmitWindow)
+			}
+			got := claim.MountObjection(tc.pod, tc.pvc, tc.job, tc.byOperator, now)
 			switch {
 			case tc.want == "" && got != "":
 				t.Errorf("objection %q, want none", got)

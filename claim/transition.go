@@ -295,6 +295,8 @@ func Return(b *v1alpha1.FluentPVCBinding, pvc *corev1.PersistentVolumeClaim) (Wr
 	delete(out.Annotations, v1alpha1.UsedByPodAnnotationKey)
 	delete(out.Annotations, v1alpha1.CheckoutIDAnnotationKey)
 	delete(out.Annotations, v1alpha1.PodsSinceAnnotationKey)
+	// A webhook that knows no holder requests keeps it at checkout.
+	delete(out.Annotations, v1alpha1.HolderRequestAnnotationKey)
 	controllerutil.RemoveFinalizer(out, v1alpha1.PVCProtectionFinalizer)
 	pre := preconditionOf(pvc)
 	pre.CheckoutID = b.Annotations[v1alpha1.CheckoutIDAnnotationKey]

@@ -190,3 +190,52 @@ func TestPlanPoolStagingNoRoom(t *testing.T) {
 		t.Errorf("requeue after %s, want %s", got, pool.UnstagedRecheck)
 	}
 }
+
+// TestPlanPoolStagingPendingRequest: a warm PVC whose recent holder
+// request has no holder carrying it in the cache gets no second request
+// (which would lift the first one's hold on checkouts while its holder
+// may still be created) until a holder carrying it shows, or the request
+// is older than its TTL; the pool looks again soon meanwhile.
+func TestPlanPoolStagingPendingRequest(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	f := fixtures.MakeFluentPVC("f").PoolSize(1).Mutate(func(f *v1alpha1.FluentPVC) { f.Spec.Pool.Namespaces = []string{"a"} }).Obj()
+	hash := pool.TemplateHash(&f.Spec.PVCSpecTemplate)
+	request := func(at time.Time) string { return at.UTC().Format(time.RFC3339Nano) }
+	for name, tc := range map[string]struct {
+		request, holder string // holder: the request its holder carries; "-": no holder
+		create          bool
+	}{
+		"no request":                         {holder: "-", create: true},
+		"a recent request, no holder":        {request: request(now.Add(-time.Second)), holder: "-"},
+		"a request past its TTL, no holder":  {request: request(now.Add(-claim.HolderRequestTTL)), holder: "-", create: true},
+		"a recent request, its holder there": {request: request(now.Add(-time.Second)), holder: request(now.Add(-time.Second))},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := claim.NewWarm(f, "a", hash, "").Object
+			c.Name, c.UID, c.Status.Phase = "w1", "uid-w1", corev1.ClaimBound
+			c.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
+			if tc.request != "" {
+				c.Annotations[v1alpha1.HolderRequestAnnotationKey] = tc.request
+			}
+			o := poolObserved{
+				warm:       []corev1.PersistentVolumeClaim{*c},
+				namespaces: map[string]map[string]string{"a": {}},
+				nodes:      map[string]*corev1.Node{"n1": fixtures.MakeNode("n1").Obj()},
+				staging:    true,
+				room:       map[string]int{"n1": 8},
+			}
+			if tc.holder != "-" {
+				h := objects.HolderPod(f.Name, c, "n1", "pause", "")
+				h.Annotations[v1alpha1.HolderRequestAnnotationKey] = tc.holder
+				o.holders = []corev1.Pod{*h}
+			}
+			pp := planPool(f, o, now, Options{PoolIdleNamespaceTTL: time.Hour})
+			if got := len(pp.namespaces[0].stage.Create) == 1; got != tc.create {
+				t.Errorf("a holder planned: %v, want %v (%+v)", got, tc.create, pp.namespaces[0].stage)
+			}
+			if pending := tc.request != "" && tc.holder == "-" && !tc.create; pending && pp.result.requeueAfter == 0 {
+				t.Error("no recheck planned while a request is pending")
+			}
+		})
+	}
+}

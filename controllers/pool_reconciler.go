@@ -410,8 +410,9 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 			}
 		}
 		p := pool.PlanNamespace(in)
-		stage := pool.PlanStaging(stageInput(o, ns, pp.hash, p.Delete, pool.Demand(claimedByNS[ns])))
-		if stage.Unstaged > 0 && (res.requeueAfter == 0 || pool.UnstagedRecheck < res.requeueAfter) {
+		sin, pending := stageInput(o, ns, pp.hash, p.Delete, pool.Demand(claimedByNS[ns]), now)
+		stage := pool.PlanStaging(sin)
+		if (stage.Unstaged > 0 || pending > 0) && (res.requeueAfter == 0 || pool.UnstagedRecheck < res.requeueAfter) {
 			res.requeueAfter = pool.UnstagedRecheck
 		}
 		pp.namespaces = append(pp.namespaces, namespacePlan{namespace: ns, plan: p, kept: kept, size: in.Size, preferred: preferred, stage: stage})

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
+	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -131,14 +134,18 @@ func holderNode(h *corev1.Pod) string {
 
 // stageInput is namespace ns's part of o for pool.PlanStaging, given the
 // warm PVCs that namespace's plan keeps (not deleted, current template,
-// Bound, affinity recorded).
-func stageInput(o poolObserved, ns, hash string, deleted []string, demand []pool.DemandNode) pool.StageInput {
-	in := pool.StageInput{
+// Bound, affinity recorded), at now. A warm PVC whose holder request is
+// pending (claim.HolderPending: no holder carrying it cached yet) is left
+// out: its holder may still be created, and a second request would lift
+// the first one's hold on checkouts. pending counts them.
+func stageInput(o poolObserved, ns, hash string, deleted []string, demand []pool.DemandNode, now time.Time) (in pool.StageInput, pending int) {
+	in = pool.StageInput{
 		On:       o.staging,
 		Eligible: func(node string) bool { _, ok := o.room[node]; return ok },
 		Room:     o.room,
 		Demand:   demand,
 	}
+	requests := map[string]bool{}
 	for i := range o.holders {
 		h := &o.holders[i]
 		if h.Namespace != ns {
@@ -146,6 +153,7 @@ func stageInput(o poolObserved, ns, hash string, deleted []string, demand []pool
 		}
 		in.Holders = append(in.Holders, pool.Holder{Name: h.Name, Claim: objects.HolderOf(h), Node: holderNode(h),
 			Deleting: !h.DeletionTimestamp.IsZero(), Unschedulable: unschedulableHolder(h)})
+		requests[pool.HolderRequestKey(objects.HolderOf(h), h.Annotations[v1alpha1.HolderRequestAnnotationKey])] = true
 	}
 	for i := range o.warm {
 		c := &o.warm[i]
@@ -161,6 +169,10 @@ func stageInput(o poolObserved, ns, hash string, deleted []string, demand []pool
 		if err != nil {
 			continue
 		}
+		if claim.HolderPending(c, func(req string) bool { return requests[pool.HolderRequestKey(c.Name, req)] }, now) {
+			pending++
+			continue
+		}
 		in.Warm = append(in.Warm, pool.StageClaim{
 			Name: c.Name,
 			Node: c.Annotations[v1alpha1.SelectedNodeAnnotationKey],
@@ -170,7 +182,7 @@ func stageInput(o poolObserved, ns, hash string, deleted []string, demand []pool
 			},
 		})
 	}
-	return in
+	return in, pending
 }
 
 // stagedPerNode counts, per node, the warm PVCs of o's pool that a running
@@ -222,6 +234,16 @@ func (r *PoolReconciler) stagingOps(ctx context.Context, f *v1alpha1.FluentPVC, 
 		if err == nil {
 			pool.HoldersRemoved.WithLabelValues(f.Name, pool.HolderUnstaged).Inc()
 		}
+		// Once its holder is gone, a request younger than its TTL would
+		// keep the PVC from checkouts (no holder carrying it is seen any
+		// more): withdrawn, since its holder was made.
+		if c := claims[objects.HolderOf(old)]; c != nil && claim.CarriesHolderRequest(old, c, r.clock.Now()) {
+			if w, err := claim.WithdrawHolderRequest(c); err == nil {
+				if err := claim.Execute(ctx, r, w); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+					return err
+				}
+			}
+		}
 		return nil
 	}
 	for _, st := range np.stage.Create {
@@ -249,30 +271,34 @@ func (r *PoolReconciler) stagingOps(ctx context.Context, f *v1alpha1.FluentPVC, 
 			}
 			h := objects.HolderPod(f.Name, w.Object, st.Node, r.opts.BinderImage, r.opts.HolderPriorityClass)
 			err = r.Create(ctx, h)
-			if err != nil && notCreated(err) {
+			if err == nil {
+				return nil
+			}
+			// Judged before the request is withdrawn: the live PVC still
+			// records it.
+			seenCheckout := apierrors.IsForbidden(err) && !r.stillWarm(ctx, c, h)
+			var werr error
+			if notCreated(err) {
 				// No holder carries the request: withdrawn, it keeps the PVC
 				// from no checkout (and a holder of that name made earlier
 				// stays the PVC's holder).
-				if w, werr := claim.WithdrawHolderRequest(w.Object); werr == nil {
-					if werr := claim.Execute(ctx, r, w); client.IgnoreNotFound(werr) != nil && !apierrors.IsConflict(werr) {
-						err = errors.Join(err, werr)
+				if w, err := claim.WithdrawHolderRequest(w.Object); err == nil {
+					if err := claim.Execute(ctx, r, w); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+						werr = err
 					}
 				}
 			}
-			if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) || apierrors.IsAlreadyExists(err) {
-				return nil
+			switch {
+			case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) || apierrors.IsAlreadyExists(err):
+				return werr
+			case seenCheckout:
+				return werr // the mount webhook saw the checkout the cache had not
 			}
-			if err != nil {
-				err = fmt.Errorf("creating the holder of %s/%s on node %s: %w", np.namespace, st.Claim, st.Node, err)
-				if apierrors.IsForbidden(err) && !r.stillWarm(ctx, c) {
-					return nil // the mount webhook saw the checkout the cache had not
-				}
-				if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
-					return holderRejected{err}
-				}
-				return err
+			err = fmt.Errorf("creating the holder of %s/%s on node %s: %w", np.namespace, st.Claim, st.Node, err)
+			if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+				return errors.Join(holderRejected{err}, werr)
 			}
-			return nil
+			return errors.Join(err, werr)
 		})
 	}
 	for _, name := range np.stage.Delete {
@@ -285,21 +311,30 @@ func (r *PoolReconciler) stagingOps(ctx context.Context, f *v1alpha1.FluentPVC, 
 }
 
 // notCreated says whether err, from a pod's create call, proves the pod
-// was not created: the API server answered with a refusal. A timeout, or no
-// answer, proves nothing: the pod may still be stored.
+// was not stored: the API server refused the request itself (400, 403,
+// 404, 409, 422, 429), or could not call an admission webhook, which it
+// does before storing anything. Any other error (a 500 from storage, a
+// 502 or 503 from a proxy, a timeout, no answer) proves nothing.
 func notCreated(err error) bool {
-	if apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
 		return false
 	}
-	var status apierrors.APIStatus
-	return errors.As(err, &status) && status.Status().Code != 0
+	switch status.Status().Code {
+	case http.StatusBadRequest, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity, http.StatusTooManyRequests:
+		return true
+	case http.StatusInternalServerError:
+		return strings.Contains(status.Status().Message, "failed calling webhook")
+	}
+	return false
 }
 
-// stillWarm reads c live after the API server refused its holder: the
+// stillWarm reads c live after the API server refused its holder h: the
 // mount webhook refuses the holder of a PVC checked out since the cache
-// saw it, which is no rejection for a person to look into. A failed read
-// counts as warm, so the refusal is reported.
-func (r *PoolReconciler) stillWarm(ctx context.Context, c *corev1.PersistentVolumeClaim) bool {
+// saw it, or one whose request another replica's has replaced, which is no
+// rejection for a person to look into. A failed read counts as warm, so
+// the refusal is reported.
+func (r *PoolReconciler) stillWarm(ctx context.Context, c *corev1.PersistentVolumeClaim, h *corev1.Pod) bool {
 	live := &corev1.PersistentVolumeClaim{}
 	switch err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(c), live); {
 	case apierrors.IsNotFound(err):
@@ -307,5 +342,6 @@ func (r *PoolReconciler) stillWarm(ctx context.Context, c *corev1.PersistentVolu
 	case err != nil:
 		return true
 	}
-	return live.UID == c.UID && live.DeletionTimestamp == nil && claim.StateOf(live) == claim.Warm
+	return live.UID == c.UID && live.DeletionTimestamp == nil && claim.StateOf(live) == claim.Warm &&
+		live.Annotations[v1alpha1.HolderRequestAnnotationKey] == h.Annotations[v1alpha1.HolderRequestAnnotationKey]
 }

@@ -170,7 +170,6 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 	if err != nil {
 		return Checkedout{}, err
 	}
-	seen := func(request string) bool { return requests[request] }
 	holderNode := func(claim string) (string, bool) {
 		h, ok := holders[claim]
 		if !ok {
@@ -205,7 +204,7 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 		// could be admitted on a read before this checkout and be created
 		// after it.
 		cands := slices.DeleteFunc(Candidates(warm.Items, hash, placement.Usable), func(pvc *corev1.PersistentVolumeClaim) bool {
-			return claim.HolderPending(pvc, seen, admittedAt)
+			return claim.HolderPending(pvc, func(req string) bool { return requests[HolderRequestKey(pvc.Name, req)] }, admittedAt)
 		})
 		if len(holders) > 0 {
 			cands = Rank(cands, holderNode, placement.FitsNode, pinned)
@@ -254,10 +253,16 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 	return Checkedout{}, nil
 }
 
+// HolderRequestKey names holder request req of warm PVC claim: requests
+// are times, which two PVCs may share.
+func HolderRequestKey(claim, req string) string {
+	return claim + "/" + req
+}
+
 // holders are the holder pods of fpvc's pool in namespace, from the
 // cache, by the warm PVC each holds, those being deleted left out; and the
 // holder requests (v1alpha1.HolderRequestAnnotationKey) the cached holders
-// carry, those being deleted included.
+// carry, those being deleted included, by HolderRequestKey.
 func (c *Checkouter) holders(ctx context.Context, fpvc, namespace string) (map[string]*corev1.Pod, map[string]bool, error) {
 	var pods corev1.PodList
 	if err := c.Cache.List(ctx, &pods, client.InNamespace(namespace), client.MatchingFields{HolderIndex: fpvc}, client.UnsafeDisableDeepCopy); err != nil {
@@ -271,7 +276,7 @@ func (c *Checkouter) holders(ctx context.Context, fpvc, namespace string) (map[s
 			continue
 		}
 		if req := h.Annotations[v1alpha1.HolderRequestAnnotationKey]; req != "" {
-			requests[req] = true
+			requests[HolderRequestKey(claim, req)] = true
 		}
 		if h.DeletionTimestamp.IsZero() {
 			out[claim] = h

@@ -84,8 +84,11 @@ func TestCheckoutLeavesAPVCWhoseHolderIsPending(t *testing.T) {
 	for name, tc := range map[string]struct {
 		request string
 		holder  string // the request the cached holder carries; "-": no holder
-		hit     bool
+		// elsewhere: the cached holder holds another warm PVC.
+		elsewhere bool
+		hit       bool
 	}{
+		"a recent request, another PVC's holder with the same": {request: request(now.Add(-time.Second)), holder: request(now.Add(-time.Second)), elsewhere: true},
 		"no request":                          {holder: "-", hit: true},
 		"a recent request, no holder yet":     {request: request(now.Add(-time.Second)), holder: "-"},
 		"a recent request, its holder cached": {request: request(now.Add(-time.Second)), holder: request(now.Add(-time.Second)), hit: true},
@@ -103,7 +106,15 @@ func TestCheckoutLeavesAPVCWhoseHolderIsPending(t *testing.T) {
 			warm.Status.Phase = corev1.ClaimBound
 			objs := []client.Object{warm}
 			if tc.holder != "-" {
-				h := objects.HolderPod(f.Name, warm, "n1", "pause", "")
+				of := warm
+				if tc.elsewhere {
+					of = warm.DeepCopy()
+					of.Name, of.UID = "f-other", "other-uid"
+					of.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
+					of.Status.Phase = corev1.ClaimPending
+					objs = append(objs, of)
+				}
+				h := objects.HolderPod(f.Name, of, "n1", "pause", "")
 				h.Annotations = map[string]string{v1alpha1.HolderRequestAnnotationKey: tc.holder}
 				objs = append(objs, h)
 			}

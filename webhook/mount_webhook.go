@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -68,6 +70,8 @@ type MountValidator struct {
 	// Self is the operator's own user name: a pod it creates may be a
 	// holder ("" when unknown: no pod is).
 	Self string
+	// Clock tells how old a holder's request is; the real clock when nil.
+	Clock clock.PassiveClock
 }
 
 // Handle implements admission.Handler.
@@ -102,24 +106,27 @@ func (v *MountValidator) Handle(ctx context.Context, req admission.Request) admi
 // A PVC the cache does not hold is not the operator's (or is a claim made
 // for this very pod, which the cache has not seen yet). byOperator says
 // the operator itself creates pod. A holder is judged on a live read
-// only: the cache may not have seen its PVC handed out.
+// only, whether the cache holds its PVC or not: the cache may not have
+// seen its PVC handed out.
 func (v *MountValidator) objection(ctx context.Context, pod *corev1.Pod, name string, byOperator bool) (string, string, error) {
 	key := client.ObjectKey{Namespace: pod.Namespace, Name: name}
 	pvc := &corev1.PersistentVolumeClaim{}
+	now := v.now()
+	holder := objects.IsHolder(pod)
 	switch err := v.Reader.Get(ctx, key, pvc); {
-	case apierrors.IsNotFound(err):
+	case apierrors.IsNotFound(err) && !holder:
 		return "", "", nil
-	case err != nil:
+	case err != nil && !apierrors.IsNotFound(err):
 		return "", "", fmt.Errorf("reading PVC %s: %w", key, err)
 	}
-	if !objects.IsHolder(pod) && (claim.MountObjection(pod, pvc, nil, false) == "" || checkedOutNow(pod, pvc)) {
+	if !holder && (claim.MountObjection(pod, pvc, nil, false, now) == "" || checkedOutNow(pod, pvc)) {
 		return "", "", nil
 	}
 	job, err := controllingJob(ctx, v.Reader, v.APIReader, pod)
 	if err != nil {
 		return "", "", err
 	}
-	if !objects.IsHolder(pod) && claim.MountObjection(pod, pvc, job, false) == "" {
+	if !holder && claim.MountObjection(pod, pvc, job, false, now) == "" {
 		return "", "", nil
 	}
 	switch err := v.APIReader.Get(ctx, key, pvc); {
@@ -128,7 +135,14 @@ func (v *MountValidator) objection(ctx context.Context, pod *corev1.Pod, name st
 	case err != nil:
 		return "", "", fmt.Errorf("reading PVC %s: %w", key, err)
 	}
-	return claim.MountObjection(pod, pvc, job, byOperator), pvc.Labels[v1alpha1.FluentPVCNameLabelKey], nil
+	return claim.MountObjection(pod, pvc, job, byOperator, now), pvc.Labels[v1alpha1.FluentPVCNameLabelKey], nil
+}
+
+func (v *MountValidator) now() time.Time {
+	if v.Clock == nil {
+		return time.Now()
+	}
+	return v.Clock.Now()
 }
 
 // controllingJob reads the Job that pod's controller reference names: from

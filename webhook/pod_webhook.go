@@ -40,6 +40,9 @@ const maxNameTries = 3
 type Options struct {
 	// Clock stamps the admission time; the real clock when nil.
 	Clock clock.PassiveClock
+	// ServerClock tells the API server's time (package apiclock), on which
+	// the pool stamps holder requests; the real clock when nil.
+	ServerClock clock.PassiveClock
 	// NativeSidecarsUnsupported, when set, says why the cluster cannot run
 	// native sidecars (NativeSidecarSupport); pods of FluentPVCs in Native
 	// mode are then refused with it.
@@ -112,7 +115,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		},
 		ClaimPath: &ClaimDeletionValidator{Decoder: admission.NewDecoder(mgr.GetScheme()), Reader: mgr.GetClient()},
 		MountPath: &MountValidator{
-			Decoder: admission.NewDecoder(mgr.GetScheme()), Reader: mgr.GetClient(), APIReader: direct, Self: opts.Self,
+			Decoder: admission.NewDecoder(mgr.GetScheme()), Reader: mgr.GetClient(), APIReader: direct, Self: opts.Self, Clock: opts.ServerClock,
 		},
 	} {
 		mgr.GetWebhookServer().Register(path, &admission.Webhook{Handler: detached{h}})
