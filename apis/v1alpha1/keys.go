@@ -72,10 +72,11 @@ const (
 	// pool is creating for it. The pool writes it on the PVC, conditioned on
 	// the version it read, before it creates the holder, and the holder
 	// carries the same value: the time of the request in RFC 3339 with the
-	// fraction of a second. The mount webhook admits a holder only while its
-	// PVC is warm and records its request, and a checkout skips a warm PVC
-	// whose recent request has no holder in its cache yet, so that no holder
-	// is created after its PVC was handed to a pod.
+	// fraction of a second, on the API server's clock. The mount webhook
+	// admits a holder only while its PVC is warm and records its request,
+	// within 30 s of it, and a checkout skips a warm PVC whose recent request
+	// has no holder in its cache yet, so that no holder is created after its
+	// PVC was handed to a pod.
 	HolderRequestAnnotationKey = keyPrefix + "holder-request"
 
 	// DrainAttemptLabelKey numbers a binding's finalizer Jobs (1, 2, ...), so
