@@ -131,6 +131,12 @@ func (r *HolderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, fmt.Errorf("removing holder %s: %w", h.Name, err)
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("holder removed", "holder", klog.KObj(h), "node", h.Spec.NodeName, "reason", reason)
+	if pvc != nil && claim.StateOf(pvc) == claim.Warm {
+		// An evicted holder of a PVC still warm: the pool stages it again.
+		if err := withdrawServedRequest(ctx, r, h, pvc, r.clock.Now()); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	if reason != pool.HolderEvicted {
 		pool.HoldersRemoved.WithLabelValues(fpvc, reason).Inc()
 	}

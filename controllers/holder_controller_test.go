@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -147,5 +148,35 @@ func TestRejectedHolders(t *testing.T) {
 	}
 	if got := rejectedHolders(nil); got != nil {
 		t.Errorf("rejectedHolders(nil) = %q", got)
+	}
+}
+
+// TestHolderReconcileWithdrawsAnEvictedHoldersRequest: the holder of a
+// warm PVC that ended (evicted, preempted) is removed, and the holder
+// request it carried is withdrawn from the PVC: with no holder carrying it
+// left to see, the request would keep the PVC from checkouts, and from a
+// new holder, until its TTL.
+func TestHolderReconcileWithdrawsAnEvictedHoldersRequest(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	f := fixtures.MakeFluentPVC("f").Obj()
+	warm := fixtures.Returned(fixtures.Claim(f, "ns", "f-abc", "h", v1alpha1.CheckoutHit, now))
+	warm.UID = "warm-uid"
+	metav1.SetMetaDataAnnotation(&warm.ObjectMeta, v1alpha1.HolderRequestAnnotationKey, now.Add(-time.Second).UTC().Format(time.RFC3339Nano))
+	holder := objects.HolderPod(f.Name, warm, "n1", "pause", "")
+	holder.Spec.NodeName, holder.Status.Phase = "n1", corev1.PodFailed
+	api := fakeAPI(t, interceptor.Funcs{}, warm, holder)
+	r := NewHolderReconciler(api, api, clocktesting.NewFakePassiveClock(now))
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(holder)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := api.Get(context.Background(), client.ObjectKeyFromObject(holder), &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the evicted holder is still there: %v", err)
+	}
+	after := &corev1.PersistentVolumeClaim{}
+	if err := api.Get(context.Background(), client.ObjectKeyFromObject(warm), after); err != nil {
+		t.Fatal(err)
+	}
+	if req, ok := after.Annotations[v1alpha1.HolderRequestAnnotationKey]; ok {
+		t.Errorf("the evicted holder's request %q is left on the PVC", req)
 	}
 }

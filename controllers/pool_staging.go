@@ -234,15 +234,8 @@ func (r *PoolReconciler) stagingOps(ctx context.Context, f *v1alpha1.FluentPVC, 
 		if err == nil {
 			pool.HoldersRemoved.WithLabelValues(f.Name, pool.HolderUnstaged).Inc()
 		}
-		// Once its holder is gone, a request younger than its TTL would
-		// keep the PVC from checkouts (no holder carrying it is seen any
-		// more): withdrawn, since its holder was made.
-		if c := claims[objects.HolderOf(old)]; c != nil && claim.CarriesHolderRequest(old, c, r.clock.Now()) {
-			if w, err := claim.WithdrawHolderRequest(c); err == nil {
-				if err := claim.Execute(ctx, r, w); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
-					return err
-				}
-			}
+		if c := claims[objects.HolderOf(old)]; c != nil {
+			return withdrawServedRequest(ctx, r, old, c, r.clock.Now())
 		}
 		return nil
 	}
@@ -308,6 +301,25 @@ func (r *PoolReconciler) stagingOps(ctx context.Context, f *v1alpha1.FluentPVC, 
 		ops = append(ops, func() error { return remove(name) })
 	}
 	return ops
+}
+
+// withdrawServedRequest withdraws, once holder h is removed, the holder
+// request of warm PVC pvc (as read) that h carries, while it is younger
+// than its TTL at now: with no holder carrying it left to see, it would
+// keep the PVC from checkouts until then, though its holder was made. A
+// PVC written since it was read keeps its request.
+func withdrawServedRequest(ctx context.Context, c client.Writer, h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, now time.Time) error {
+	if !claim.CarriesHolderRequest(h, pvc, now) {
+		return nil
+	}
+	w, err := claim.WithdrawHolderRequest(pvc)
+	if err != nil {
+		return nil // no longer warm: no request to withdraw
+	}
+	if err := claim.Execute(ctx, c, w); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+		return err
+	}
+	return nil
 }
 
 // notCreated says whether err, from a pod's create call, proves the pod
