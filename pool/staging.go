@@ -265,8 +265,9 @@ const (
 	// from the holder's to attach there.
 	HolderMoved = "moved"
 	// HolderAbandoned: its PVC was handed out and no pod came to a node in
-	// HolderPatience, or the claim moved on without one, or the pod it
-	// records is gone.
+	// HolderPatience, or none carries the claim HolderPodWait after the
+	// admission, or the claim moved on without one, or the pod it records
+	// is gone.
 	HolderAbandoned = "abandoned"
 	// HolderOrphaned: its PVC is gone, or is not the one it was made for.
 	HolderOrphaned = "orphaned"
@@ -309,11 +310,23 @@ func HolderFate(h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, pod *corev1.Po
 	if err != nil || (state != claim.Claimed && state != claim.Used) {
 		return HolderAbandoned, 0
 	}
-	if left := admitted.Add(HolderPatience).Sub(now); left > 0 {
-		return "", min(left, HolderRecheck(pod, now.Sub(admitted)))
+	since := now.Sub(admitted)
+	if pod == nil && since >= HolderPodWait {
+		// No pod carries the claim: it came and went before anything
+		// recorded it, or never came.
+		return HolderAbandoned, 0
+	}
+	if left := HolderPatience - since; left > 0 {
+		return "", min(left, HolderRecheck(pod, since))
 	}
 	return HolderAbandoned, 0
 }
+
+// HolderPodWait is how long after its PVC's admission a holder waits for a
+// pod carrying the claim to exist at all. The API server creates the pod
+// moments after the webhook hands it the claim; a pod deleted before the
+// operator recorded it leaves nothing else to wait for.
+const HolderPodWait = 5 * time.Second
 
 // disrupted says whether the scheduler or the kubelet marked pod for
 // preemption or eviction.
