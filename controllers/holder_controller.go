@@ -133,7 +133,7 @@ func (r *HolderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	ctrl.LoggerFrom(ctx).V(1).Info("holder removed", "holder", klog.KObj(h), "node", h.Spec.NodeName, "reason", reason)
 	if pvc != nil && claim.StateOf(pvc) == claim.Warm {
 		// An evicted holder of a PVC still warm: the pool stages it again.
-		if err := withdrawServedRequest(ctx, r, h, pvc, r.clock.Now()); err != nil {
+		if err := withdrawHolderRequest(ctx, r, h, pvc, r.clock.Now()); err != nil {
 			return ctrl.Result{}, err
 		}
 	}

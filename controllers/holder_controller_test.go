@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -159,9 +158,7 @@ func TestRejectedHolders(t *testing.T) {
 func TestHolderReconcileWithdrawsAnEvictedHoldersRequest(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
 	f := fixtures.MakeFluentPVC("f").Obj()
-	warm := fixtures.Returned(fixtures.Claim(f, "ns", "f-abc", "h", v1alpha1.CheckoutHit, now))
-	warm.UID = "warm-uid"
-	metav1.SetMetaDataAnnotation(&warm.ObjectMeta, v1alpha1.HolderRequestAnnotationKey, now.Add(-time.Second).UTC().Format(time.RFC3339Nano))
+	warm := requestedWarm(f, now)
 	holder := objects.HolderPod(f.Name, warm, "n1", "pause", "")
 	holder.Spec.NodeName, holder.Status.Phase = "n1", corev1.PodFailed
 	api := fakeAPI(t, interceptor.Funcs{}, warm, holder)
@@ -172,10 +169,7 @@ func TestHolderReconcileWithdrawsAnEvictedHoldersRequest(t *testing.T) {
 	if err := api.Get(context.Background(), client.ObjectKeyFromObject(holder), &corev1.Pod{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the evicted holder is still there: %v", err)
 	}
-	after := &corev1.PersistentVolumeClaim{}
-	if err := api.Get(context.Background(), client.ObjectKeyFromObject(warm), after); err != nil {
-		t.Fatal(err)
-	}
+	after := getPVC(t, api, warm)
 	if req, ok := after.Annotations[v1alpha1.HolderRequestAnnotationKey]; ok {
 		t.Errorf("the evicted holder's request %q is left on the PVC", req)
 	}

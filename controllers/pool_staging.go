@@ -235,7 +235,7 @@ func (r *PoolReconciler) stagingOps(ctx context.Context, f *v1alpha1.FluentPVC, 
 			pool.HoldersRemoved.WithLabelValues(f.Name, pool.HolderUnstaged).Inc()
 		}
 		if c := claims[objects.HolderOf(old)]; c != nil {
-			return withdrawServedRequest(ctx, r, old, c, r.clock.Now())
+			return withdrawHolderRequest(ctx, r, old, c, r.clock.Now())
 		}
 		return nil
 	}
@@ -275,11 +275,7 @@ func (r *PoolReconciler) stagingOps(ctx context.Context, f *v1alpha1.FluentPVC, 
 				// No holder carries the request: withdrawn, it keeps the PVC
 				// from no checkout (and a holder of that name made earlier
 				// stays the PVC's holder).
-				if w, err := claim.WithdrawHolderRequest(w.Object); err == nil {
-					if err := claim.Execute(ctx, r, w); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
-						werr = err
-					}
-				}
+				werr = withdrawHolderRequest(ctx, r, h, w.Object, r.clock.Now())
 			}
 			switch {
 			case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) || apierrors.IsAlreadyExists(err):
@@ -303,12 +299,12 @@ func (r *PoolReconciler) stagingOps(ctx context.Context, f *v1alpha1.FluentPVC, 
 	return ops
 }
 
-// withdrawServedRequest withdraws, once holder h is removed, the holder
-// request of warm PVC pvc (as read) that h carries, while it is younger
-// than its TTL at now: with no holder carrying it left to see, it would
-// keep the PVC from checkouts until then, though its holder was made. A
-// PVC written since it was read keeps its request.
-func withdrawServedRequest(ctx context.Context, c client.Writer, h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, now time.Time) error {
+// withdrawHolderRequest withdraws the holder request of warm PVC pvc (as
+// read) that holder h carries, while it is younger than its TTL at now,
+// once h is known not to stay: its create was refused, or it was removed.
+// A request no holder carries keeps the PVC from checkouts until its TTL
+// for nothing. A PVC written since it was read keeps its request.
+func withdrawHolderRequest(ctx context.Context, c client.Writer, h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, now time.Time) error {
 	if !claim.CarriesHolderRequest(h, pvc, now) {
 		return nil
 	}

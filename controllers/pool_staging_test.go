@@ -106,10 +106,7 @@ func TestStagingOpsRequestsTheHolderFirst(t *testing.T) {
 	for name, stale := range map[string]bool{"the PVC as read": false, "the PVC written since it was read": true} {
 		t.Run(name, func(t *testing.T) {
 			api := fakeAPI(t, interceptor.Funcs{}, warm.DeepCopy())
-			read := &corev1.PersistentVolumeClaim{}
-			if err := api.Get(context.Background(), client.ObjectKeyFromObject(warm), read); err != nil {
-				t.Fatal(err)
-			}
+			read := getPVC(t, api, warm)
 			if stale {
 				read.ResourceVersion = "1"
 			}
@@ -122,10 +119,7 @@ func TestStagingOpsRequestsTheHolderFirst(t *testing.T) {
 			if err := ops[0](); err != nil {
 				t.Fatal(err)
 			}
-			after := &corev1.PersistentVolumeClaim{}
-			if err := api.Get(context.Background(), client.ObjectKeyFromObject(warm), after); err != nil {
-				t.Fatal(err)
-			}
+			after := getPVC(t, api, warm)
 			h := &corev1.Pod{}
 			err := api.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: objects.HolderName(warm.Name)}, h)
 			if stale {
@@ -180,18 +174,12 @@ func TestStagingOpsWithdrawsARefusedRequest(t *testing.T) {
 				}
 				return c.Create(ctx, obj, opts...)
 			}}, warm.DeepCopy())
-			read := &corev1.PersistentVolumeClaim{}
-			if err := api.Get(context.Background(), client.ObjectKeyFromObject(warm), read); err != nil {
-				t.Fatal(err)
-			}
+			read := getPVC(t, api, warm)
 			r := NewPoolReconciler(api, api, clocktesting.NewFakePassiveClock(now), Options{BinderImage: "pause"})
 			np := namespacePlan{namespace: "ns", stage: pool.StagePlan{Create: []pool.Stage{{Claim: warm.Name, Node: "n1"}}}}
 			ops := r.stagingOps(context.Background(), f, np, map[string]*corev1.PersistentVolumeClaim{warm.Name: read}, poolObserved{})
 			_ = ops[0]()
-			after := &corev1.PersistentVolumeClaim{}
-			if err := api.Get(context.Background(), client.ObjectKeyFromObject(warm), after); err != nil {
-				t.Fatal(err)
-			}
+			after := getPVC(t, api, warm)
 			if _, kept := after.Annotations[v1alpha1.HolderRequestAnnotationKey]; kept == tc.withdraw {
 				t.Errorf("request kept: %v, want %v", kept, !tc.withdraw)
 			}
@@ -206,15 +194,10 @@ func TestStagingOpsWithdrawsARefusedRequest(t *testing.T) {
 func TestStagingOpsWithdrawsARemovedHoldersRequest(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
 	f := fixtures.MakeFluentPVC("f").Obj()
-	warm := fixtures.Returned(fixtures.Claim(f, "ns", "f-abc", "h", v1alpha1.CheckoutHit, now))
-	warm.UID = "warm-uid"
-	metav1.SetMetaDataAnnotation(&warm.ObjectMeta, v1alpha1.HolderRequestAnnotationKey, now.Add(-time.Second).UTC().Format(time.RFC3339Nano))
+	warm := requestedWarm(f, now)
 	h := objects.HolderPod(f.Name, warm, "n1", "pause", "")
 	api := fakeAPI(t, interceptor.Funcs{}, warm.DeepCopy(), h)
-	read := &corev1.PersistentVolumeClaim{}
-	if err := api.Get(context.Background(), client.ObjectKeyFromObject(warm), read); err != nil {
-		t.Fatal(err)
-	}
+	read := getPVC(t, api, warm)
 	cachedHolder := &corev1.Pod{}
 	if err := api.Get(context.Background(), client.ObjectKeyFromObject(h), cachedHolder); err != nil {
 		t.Fatal(err)
@@ -228,14 +211,30 @@ func TestStagingOpsWithdrawsARemovedHoldersRequest(t *testing.T) {
 	if err := ops[0](); err != nil {
 		t.Fatal(err)
 	}
-	after := &corev1.PersistentVolumeClaim{}
-	if err := api.Get(context.Background(), client.ObjectKeyFromObject(warm), after); err != nil {
-		t.Fatal(err)
-	}
+	after := getPVC(t, api, warm)
 	if req, ok := after.Annotations[v1alpha1.HolderRequestAnnotationKey]; ok {
 		t.Errorf("the removed holder's request %q is left on the PVC", req)
 	}
 	if err := api.Get(context.Background(), client.ObjectKeyFromObject(h), &corev1.Pod{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the holder is still there: %v", err)
 	}
+}
+
+// requestedWarm is a warm PVC of f that records a holder request made a
+// second before now.
+func requestedWarm(f *v1alpha1.FluentPVC, now time.Time) *corev1.PersistentVolumeClaim {
+	warm := fixtures.Returned(fixtures.Claim(f, "ns", "f-abc", "h", v1alpha1.CheckoutHit, now))
+	warm.UID = "warm-uid"
+	metav1.SetMetaDataAnnotation(&warm.ObjectMeta, v1alpha1.HolderRequestAnnotationKey, now.Add(-time.Second).UTC().Format(time.RFC3339Nano))
+	return warm
+}
+
+// getPVC reads PVC pvc's namespace and name through c.
+func getPVC(t *testing.T, c client.Reader, pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+	t.Helper()
+	got := &corev1.PersistentVolumeClaim{}
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(pvc), got); err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
