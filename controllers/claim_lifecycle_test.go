@@ -414,8 +414,11 @@ var _ = Describe("Claim lifecycle", func() {
 		By("past the grace period, no pod mounts the claim, but one was created with it: it is drained")
 		job := drainJob(name, 1)
 		claimHeld(name)
-		Expect(binding(name)(Default).Status.Conditions).To(ContainElement(And(
-			HaveField("Type", v1alpha1.BindingConditionPodReady), HaveField("Message", ContainSubstring("pod unrecorded")))))
+		// The Job is created before the binding's status is written.
+		Eventually(func(g Gomega) {
+			g.Expect(binding(name)(g).Status.Conditions).To(ContainElement(And(
+				HaveField("Type", v1alpha1.BindingConditionPodReady), HaveField("Message", ContainSubstring("pod unrecorded")))))
+		}).Should(Succeed())
 		completeJob(ctx, job)
 		Eventually(claimReleased(name)).Should(Succeed())
 	})
