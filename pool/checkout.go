@@ -131,17 +131,17 @@ type Checkouter struct {
 	// MaxTries bounds the updates tried on each list.
 	MaxTries int
 
-	// taken remembers PVCs this replica is handing out, handed out or lost
-	// a race for, by UID, so that its other checkouts skip them while its
-	// cache is stale.
+	// taken remembers the versions of PVCs this replica is handing out,
+	// handed out or lost a race for, by UID, so that its other checkouts
+	// skip them while its cache is stale.
 	mu    sync.Mutex
-	taken map[types.UID]time.Time
+	taken map[types.UID]tried
 }
 
 // NewCheckouter is a Checkouter with DefaultMaxTries; cache must have
 // WarmIndex and HolderIndex (IndexWarm).
 func NewCheckouter(cache, live client.Reader, w client.Writer) *Checkouter {
-	return &Checkouter{Cache: cache, Live: live, Writer: w, MaxTries: DefaultMaxTries, taken: map[types.UID]time.Time{}}
+	return &Checkouter{Cache: cache, Live: live, Writer: w, MaxTries: DefaultMaxTries, taken: map[types.UID]tried{}}
 }
 
 // Checkedout is what Checkout hands a pod.
@@ -223,7 +223,7 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 			// Taken before the write, so that the checkouts of this replica
 			// running meanwhile try other PVCs instead of losing a race
 			// to this one.
-			if !c.take(cand.UID, admittedAt) {
+			if !c.take(cand, admittedAt) {
 				continue
 			}
 			tries++
@@ -331,20 +331,31 @@ func (c *Checkouter) podNodes(ctx context.Context, pod *corev1.Pod) ([]*corev1.N
 	return out, nil
 }
 
-// take marks the PVC of uid taken at now and says whether it was free: not
-// taken, by a checkout of this replica, in the recentTTL before now. Once
-// taken it stays so, whether its write wins, loses a race, or fails.
-func (c *Checkouter) take(uid types.UID, now time.Time) bool {
+// take marks the version of pvc read taken at now and says whether it was
+// free: no checkout of this replica tried that version in the recentTTL
+// before now. A version tried stays taken, whether its write wins, loses a
+// race, or fails: until this replica's cache catches up, it still shows
+// the version the write replaced. A newer version is free. Still warm, it
+// lost only a write that left it so (an annotation of the pool's, a
+// binding of the PV controller's); a checkout of another replica made it
+// no candidate.
+func (c *Checkouter) take(pvc *corev1.PersistentVolumeClaim, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if at, ok := c.taken[uid]; ok && now.Sub(at) < recentTTL {
+	if t, ok := c.taken[pvc.UID]; ok && t.version == pvc.ResourceVersion && now.Sub(t.at) < recentTTL {
 		return false
 	}
-	for u, at := range c.taken {
-		if now.Sub(at) >= recentTTL {
+	for u, t := range c.taken {
+		if now.Sub(t.at) >= recentTTL {
 			delete(c.taken, u)
 		}
 	}
-	c.taken[uid] = now
+	c.taken[pvc.UID] = tried{version: pvc.ResourceVersion, at: now}
 	return true
+}
+
+// tried is the version of a warm PVC a checkout wrote, and when.
+type tried struct {
+	version string
+	at      time.Time
 }

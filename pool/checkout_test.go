@@ -140,3 +140,71 @@ func TestCheckoutLeavesAPVCWhoseHolderIsPending(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckoutRetriesAPVCThatLostOnlyAnotherWrite: a checkout whose write
+// of the only warm PVC loses a race retries it on a live list when the
+// write that won left it warm (an annotation of the pool's, the PV
+// controller's binding), and leaves it when another replica checked it
+// out. Before, a PVC this replica had tried stayed skipped for a minute,
+// whatever its version: the pod missed, and so did this replica's next
+// pods, while the PVC sat warm.
+func TestCheckoutRetriesAPVCThatLostOnlyAnotherWrite(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+	for name, tc := range map[string]struct {
+		// meanwhile writes the PVC between the checkout's read and its write.
+		meanwhile func(pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim
+		hit       bool
+		writes    int32
+	}{
+		"nothing meanwhile": {meanwhile: nil, hit: true, writes: 1},
+		"an annotation meanwhile": {meanwhile: func(pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+			pvc.Annotations["example.com/note"] = "x"
+			return pvc
+		}, hit: true, writes: 2},
+		"another replica's checkout meanwhile": {meanwhile: func(pvc *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+			w, err := claim.Checkout(pvc, now, claim.NewCheckoutID())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return w.Object
+		}, hit: false, writes: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			warm := claim.NewWarm(f, "ns", TemplateHash(&f.Spec.PVCSpecTemplate), "").Object
+			warm.Name, warm.UID = "f-warm", "warm-uid"
+			warm.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
+			warm.Status.Phase = corev1.ClaimBound
+			scheme := runtime.NewScheme()
+			if err := fixtures.AddToScheme(scheme); err != nil {
+				t.Fatal(err)
+			}
+			var checkoutWrites atomic.Int32
+			api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(warm).
+				WithIndex(&corev1.PersistentVolumeClaim{}, WarmIndex, warmKey).
+				WithIndex(&corev1.Pod{}, HolderIndex, holderKey).
+				WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+					if checkoutWrites.Add(1) == 1 && tc.meanwhile != nil {
+						cur := &corev1.PersistentVolumeClaim{}
+						if err := c.Get(ctx, client.ObjectKeyFromObject(obj), cur); err != nil {
+							return err
+						}
+						if err := c.Update(ctx, tc.meanwhile(cur)); err != nil {
+							return err
+						}
+					}
+					return c.Update(ctx, obj, opts...)
+				}}).Build()
+			got, err := NewCheckouter(api, api, api).Checkout(context.Background(), f, fixtures.MakePod("p", "ns").FluentPVC(f.Name).Obj(), now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if hit := got.PVC != nil; hit != tc.hit {
+				t.Errorf("hit: %v, want %v", hit, tc.hit)
+			}
+			if n := checkoutWrites.Load(); n != tc.writes {
+				t.Errorf("%d checkout writes, want %d", n, tc.writes)
+			}
+		})
+	}
+}
