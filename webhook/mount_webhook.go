@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -146,8 +148,9 @@ func (v *MountValidator) now() time.Time {
 }
 
 // controllingJob reads the Job that pod's controller reference names: from
-// the cache (which holds the operator's Jobs), else live, since the Job
-// controller creates a Job's pods as soon as it sees the Job. It is nil
+// the cache (which holds the operator's Jobs), waiting up to jobCacheWait
+// for it to show there, since the Job controller creates a Job's pods as
+// soon as it sees the Job; else live. It is nil
 // when pod names no controlling Job or none of that name exists; which
 // Job it is, and whether it is the operator's, the caller checks
 // (objects.DrainPodOf, objects.BinderPodOf).
@@ -158,7 +161,7 @@ func controllingJob(ctx context.Context, cached, live client.Reader, pod *corev1
 	}
 	key := client.ObjectKey{Namespace: pod.Namespace, Name: ref.Name}
 	job := &batchv1.Job{}
-	err := cached.Get(ctx, key, job)
+	err := awaitCachedJob(ctx, cached, key, job, ref.UID, jobCacheWait)
 	if apierrors.IsNotFound(err) {
 		err = live.Get(ctx, key, job)
 	}
@@ -169,6 +172,35 @@ func controllingJob(ctx context.Context, cached, live client.Reader, pod *corev1
 		return nil, fmt.Errorf("reading Job %s, the controller of the pod: %w", key, err)
 	}
 	return job, nil
+}
+
+// jobCacheWait bounds how long controllingJob waits for the cache to show
+// a pod's controlling Job before it reads the Job live. The Job existed
+// before its pod, so an operator's Job (the cache holds those) shows
+// within the watch's delay, and the drain pod's admission costs no read.
+// A Job the cache never holds (not the operator's) costs the wait.
+const jobCacheWait = time.Second
+
+// awaitCachedJob gets Job key, of uid, from the cache into job, waiting
+// up to timeout for the cache to hold it. It is NotFound when the cache
+// holds no Job of that uid by then.
+func awaitCachedJob(ctx context.Context, cached client.Reader, key client.ObjectKey, job *batchv1.Job, uid types.UID, timeout time.Duration) error {
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		switch err := cached.Get(ctx, key, job); {
+		case apierrors.IsNotFound(err):
+			return false, nil
+		case err != nil:
+			return false, err
+		}
+		return job.UID == uid, nil
+	})
+	switch {
+	case err == nil || !wait.Interrupted(err):
+		return err
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return apierrors.NewNotFound(batchv1.Resource("jobs"), key.Name)
 }
 
 // checkedOutNow is true when warm PVC pvc, as cached, is the one the pod
