@@ -449,12 +449,9 @@ var _ = Describe("Claim lifecycle", func() {
 		Expect(k8sClient.Delete(ctx, pod)).To(Succeed())
 		drainJob(claim, 1)
 		// The FluentPVC is removed by force: its finalizer stripped by hand.
-		f := &v1alpha1.FluentPVC{}
-		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(fpvc), f)).To(Succeed())
-		f.Finalizers = nil
-		Expect(k8sClient.Update(ctx, f)).To(Succeed())
-		Expect(k8sClient.Delete(ctx, f)).To(Succeed())
-		Eventually(gone(f)).Should(BeTrue())
+		updateFluentPVC(ctx, fpvc, func(f *v1alpha1.FluentPVC) { f.Finalizers = nil })
+		Expect(k8sClient.Delete(ctx, fpvc)).To(Succeed())
+		Eventually(gone(fpvc)).Should(BeTrue())
 		// The running Job needs no template; a retry does.
 		failJob(ctx, drainJob(claim, 1))
 

@@ -56,8 +56,12 @@ var _ = Describe("A warm pool on CSI storage, behind the real external-provision
 		pod := fixtures.MakePod("hit", ns).FluentPVC(fpvc.Name).Obj()
 		Expect(k8s.Create(ctx, pod)).To(Succeed())
 		claim := fixtures.ClaimOf(pod)
-		pvc := fixtures.GetPVC(ctx, Default, k8s, ns, claim)
-		Expect(pvc.Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutHit))
+		// The test's informer may lag behind the webhook's checkout.
+		var pvc *corev1.PersistentVolumeClaim
+		Eventually(func(g Gomega) {
+			pvc = fixtures.GetPVC(ctx, g, k8s, ns, claim)
+			g.Expect(pvc.Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutHit))
+		}).Should(Succeed())
 		node := running(ns, "hit").Spec.NodeName
 		var pv *corev1.PersistentVolume
 		Eventually(func(g Gomega) {

@@ -87,13 +87,18 @@ var _ = Describe("Warm pool on a simulated cluster", func() {
 		claim := fixtures.ClaimOf(pod)
 		Expect(fixtures.Names(cs)).To(ContainElement(claim))
 		running(ns, "hit")
-		Expect(fixtures.GetPVC(ctx, Default, k8s, ns, claim).Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutHit))
+		// The test's informer may lag behind the webhook's checkout.
+		Eventually(func(g Gomega) {
+			g.Expect(fixtures.GetPVC(ctx, g, k8s, ns, claim).Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutHit))
+		}).Should(Succeed())
 
 		pinned := fixtures.MakePod("pinned", ns).FluentPVC(fpvc.Name).NodeSelector(pool.ZoneLabelKey, "zone-b").Obj()
 		Expect(k8s.Create(ctx, pinned)).To(Succeed())
-		pinnedClaim := fixtures.GetPVC(ctx, Default, k8s, ns, fixtures.ClaimOf(pinned))
-		Expect(pinnedClaim.Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutHit))
-		Expect(pinnedClaim.Annotations).To(HaveKeyWithValue(v1alpha1.ZonesAnnotationKey, "zone-b"))
+		Eventually(func(g Gomega) {
+			pinnedClaim := fixtures.GetPVC(ctx, g, k8s, ns, fixtures.ClaimOf(pinned))
+			g.Expect(pinnedClaim.Annotations).To(HaveKeyWithValue(v1alpha1.CheckoutAnnotationKey, v1alpha1.CheckoutHit))
+			g.Expect(pinnedClaim.Annotations).To(HaveKeyWithValue(v1alpha1.ZonesAnnotationKey, "zone-b"))
+		}).Should(Succeed())
 		Expect(running(ns, "pinned").Spec.NodeName).To(HavePrefix("kwok-zone-b-"))
 
 		// A warm PVC deleted by hand is replaced.
@@ -107,7 +112,7 @@ var _ = Describe("Warm pool on a simulated cluster", func() {
 		Expect(k8s.Delete(ctx, pod)).To(Succeed())
 		Expect(k8s.Delete(ctx, pinned)).To(Succeed())
 		fixtures.Drained(ctx, k8s, ns, claim, longTimeout)
-		fixtures.Drained(ctx, k8s, ns, pinnedClaim.Name, longTimeout)
+		fixtures.Drained(ctx, k8s, ns, fixtures.ClaimOf(pinned), longTimeout)
 	})
 
 	It("replaces every warm PVC when the template changes, and converges when scaled 6 → 1 → 0", func() {
