@@ -328,6 +328,18 @@ type namespacePlan struct {
 	stage pool.StagePlan
 }
 
+// newestAdmission is the later of last, a namespace's newest admission as
+// its bindings and status record it, and the admission times of its
+// claims: a claim handed out moments ago may have no binding yet.
+func newestAdmission(last time.Time, claims []corev1.PersistentVolumeClaim) time.Time {
+	for i := range claims {
+		if t, ok := claim.AdmittedAt(claims[i].Annotations); ok && t.After(last) {
+			last = t
+		}
+	}
+	return last
+}
+
 // planPool decides, from what was observed at now, how to bring every
 // pool namespace of f to spec.pool.size warm PVCs and to empty the
 // namespaces that no longer hold a pool. It reads nothing and writes
@@ -397,7 +409,7 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 		if o.selectNodes && kept {
 			var replace []string
 			var wait time.Duration
-			preferred, replace, wait = pool.FollowDemand(pool.Demand(claimedByNS[ns]), adapted.Places, eligible, now)
+			preferred, replace, wait = pool.FollowDemand(pool.Demand(claimedByNS[ns]), adapted.Places, eligible, newestAdmission(o.lastAdmission[ns], claimedByNS[ns]), now)
 			for i := range in.Claims {
 				if slices.Contains(replace, in.Claims[i].Name) {
 					in.Claims[i].Replace = true

@@ -37,9 +37,13 @@ type WarmPlace struct {
 // (eligible), in that order. replace are Bound warm PVCs that cover no
 // demand node and have settled (SpareSettle), oldest first, at most one per
 // uncovered node: each is replaced by a PVC on an uncovered node, so the
-// pool converges instead of churning. requeueAfter is when the next spare
-// settles (0: none waits).
-func FollowDemand(demand []DemandNode, warm []WarmPlace, eligible func(node string) bool, now time.Time) (uncovered, replace []string, requeueAfter time.Duration) {
+// pool converges instead of churning. Spares are replaced only once the
+// namespace has had no admission for SpareSettle (lastAdmission): while
+// pods arrive, the refill of what they take is named for the uncovered
+// nodes, and a spare deleted then would leave a later pod of the same wave
+// without a warm PVC while its replacement provisions. requeueAfter is
+// when the next spare settles, or the admissions do (0: none waits).
+func FollowDemand(demand []DemandNode, warm []WarmPlace, eligible func(node string) bool, lastAdmission, now time.Time) (uncovered, replace []string, requeueAfter time.Duration) {
 	demand = slices.Clone(demand)
 	slices.SortFunc(demand, func(a, b DemandNode) int {
 		return cmp.Or(cmp.Compare(b.Misses, a.Misses), cmp.Compare(b.Claims, a.Claims), cmp.Compare(a.Name, b.Name))
@@ -74,6 +78,12 @@ func FollowDemand(demand []DemandNode, warm []WarmPlace, eligible func(node stri
 			continue
 		}
 		spares = append(spares, w)
+	}
+	if left := lastAdmission.Add(SpareSettle).Sub(now); left > 0 && len(spares) > 0 {
+		if requeueAfter == 0 || left < requeueAfter {
+			requeueAfter = left
+		}
+		return uncovered, nil, requeueAfter
 	}
 	slices.SortFunc(spares, func(a, b WarmPlace) int { return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Name, b.Name)) })
 	for _, w := range spares[:min(len(spares), len(uncovered))] {

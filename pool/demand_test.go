@@ -36,6 +36,8 @@ func TestFollowDemand(t *testing.T) {
 		wantUncovered []string
 		wantReplace   []string
 		wantRequeue   time.Duration
+		// lastAdmission is the namespace's newest admission; zero: none.
+		lastAdmission time.Time
 	}{
 		"no demand: nothing moves": {
 			warm: []WarmPlace{local("w1", "a-0", settled)},
@@ -86,13 +88,36 @@ func TestFollowDemand(t *testing.T) {
 			wantUncovered: []string{"a-1"},
 			wantReplace:   []string{"old"},
 		},
+		// Before, the spare was deleted while pods still came, and the
+		// wave's last pod missed.
+		"pods still arriving: the spare waits for the admissions to settle, and says when": {
+			demand:        []DemandNode{hit("a-0"), hit("a-1")},
+			warm:          []WarmPlace{zonal("wc", "c", settled)},
+			lastAdmission: now.Add(-time.Second),
+			wantUncovered: []string{"a-0", "a-1"},
+			wantRequeue:   SpareSettle - time.Second,
+		},
+		"admissions settled: the spare moves": {
+			demand:        []DemandNode{hit("a-0")},
+			warm:          []WarmPlace{zonal("wc", "c", settled)},
+			lastAdmission: now.Add(-SpareSettle),
+			wantUncovered: []string{"a-0"},
+			wantReplace:   []string{"wc"},
+		},
+		"pods still arriving, no spare settled: the spare's own wait": {
+			demand:        []DemandNode{miss("a-1")},
+			warm:          []WarmPlace{local("w1", "b-0", now.Add(-25*time.Second))},
+			lastAdmission: now.Add(-time.Second),
+			wantUncovered: []string{"a-1"},
+			wantRequeue:   5 * time.Second,
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			if tc.eligible == nil {
 				tc.eligible = allNodes
 			}
-			uncovered, replace, requeue := FollowDemand(tc.demand, tc.warm, tc.eligible, now)
+			uncovered, replace, requeue := FollowDemand(tc.demand, tc.warm, tc.eligible, tc.lastAdmission, now)
 			if diff := cmp.Diff(tc.wantUncovered, uncovered, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("uncovered (-want +got):\n%s", diff)
 			}
