@@ -328,11 +328,14 @@ type namespacePlan struct {
 	stage pool.StagePlan
 }
 
-// newestAdmission is the later of last, a namespace's newest admission as
-// its bindings and status record it, and the admission times of its
-// claims: a claim handed out moments ago may have no binding yet.
-func newestAdmission(last time.Time, claims []corev1.PersistentVolumeClaim) time.Time {
+// newestHit is the newest admission among claims that took a warm PVC:
+// what a refill follows. A miss takes none.
+func newestHit(claims []corev1.PersistentVolumeClaim) time.Time {
+	var last time.Time
 	for i := range claims {
+		if claims[i].Annotations[v1alpha1.CheckoutAnnotationKey] != v1alpha1.CheckoutHit {
+			continue
+		}
 		if t, ok := claim.AdmittedAt(claims[i].Annotations); ok && t.After(last) {
 			last = t
 		}
@@ -409,7 +412,7 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 		if o.selectNodes && kept {
 			var replace []string
 			var wait time.Duration
-			preferred, replace, wait = pool.FollowDemand(pool.Demand(claimedByNS[ns]), adapted.Places, eligible, newestAdmission(o.lastAdmission[ns], claimedByNS[ns]), now)
+			preferred, replace, wait = pool.FollowDemand(pool.Demand(claimedByNS[ns]), adapted.Places, eligible, newestHit(claimedByNS[ns]), now)
 			for i := range in.Claims {
 				if slices.Contains(replace, in.Claims[i].Name) {
 					in.Claims[i].Replace = true

@@ -132,16 +132,16 @@ type Checkouter struct {
 	MaxTries int
 
 	// taken remembers the versions of PVCs this replica is handing out,
-	// handed out or lost a race for, by UID, so that its other checkouts
-	// skip them while its cache is stale.
+	// handed out or lost a race for, and when, by UID, so that its other
+	// checkouts skip them while its cache is stale.
 	mu    sync.Mutex
-	taken map[types.UID]tried
+	taken map[types.UID]map[string]time.Time
 }
 
 // NewCheckouter is a Checkouter with DefaultMaxTries; cache must have
 // WarmIndex and HolderIndex (IndexWarm).
 func NewCheckouter(cache, live client.Reader, w client.Writer) *Checkouter {
-	return &Checkouter{Cache: cache, Live: live, Writer: w, MaxTries: DefaultMaxTries, taken: map[types.UID]tried{}}
+	return &Checkouter{Cache: cache, Live: live, Writer: w, MaxTries: DefaultMaxTries, taken: map[types.UID]map[string]time.Time{}}
 }
 
 // Checkedout is what Checkout hands a pod.
@@ -333,7 +333,7 @@ func (c *Checkouter) podNodes(ctx context.Context, pod *corev1.Pod) ([]*corev1.N
 
 // take marks the version of pvc read taken at now and says whether it was
 // free: no checkout of this replica tried that version in the recentTTL
-// before now. A version tried stays taken, whether its write wins, loses a
+// before now. Every version tried stays taken, whether its write wins, loses a
 // race, or fails: until this replica's cache catches up, it still shows
 // the version the write replaced. A newer version is free. Still warm, it
 // lost only a write that left it so (an annotation of the pool's, a
@@ -342,20 +342,22 @@ func (c *Checkouter) podNodes(ctx context.Context, pod *corev1.Pod) ([]*corev1.N
 func (c *Checkouter) take(pvc *corev1.PersistentVolumeClaim, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if t, ok := c.taken[pvc.UID]; ok && t.version == pvc.ResourceVersion && now.Sub(t.at) < recentTTL {
+	if at, ok := c.taken[pvc.UID][pvc.ResourceVersion]; ok && now.Sub(at) < recentTTL {
 		return false
 	}
-	for u, t := range c.taken {
-		if now.Sub(t.at) >= recentTTL {
+	for u, versions := range c.taken {
+		for v, at := range versions {
+			if now.Sub(at) >= recentTTL {
+				delete(versions, v)
+			}
+		}
+		if len(versions) == 0 {
 			delete(c.taken, u)
 		}
 	}
-	c.taken[pvc.UID] = tried{version: pvc.ResourceVersion, at: now}
+	if c.taken[pvc.UID] == nil {
+		c.taken[pvc.UID] = map[string]time.Time{}
+	}
+	c.taken[pvc.UID][pvc.ResourceVersion] = now
 	return true
-}
-
-// tried is the version of a warm PVC a checkout wrote, and when.
-type tried struct {
-	version string
-	at      time.Time
 }

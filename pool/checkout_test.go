@@ -208,3 +208,36 @@ func TestCheckoutRetriesAPVCThatLostOnlyAnotherWrite(t *testing.T) {
 		})
 	}
 }
+
+// TestTake: a replica skips every version of a PVC it tried in the last
+// recentTTL, and only those. Before, it remembered only the last: a cache
+// still showing the version an earlier try lost on made the next
+// checkout write it again and lose again.
+func TestTake(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	pvc := func(version string) *corev1.PersistentVolumeClaim {
+		p := &corev1.PersistentVolumeClaim{}
+		p.UID, p.ResourceVersion = "uid", version
+		return p
+	}
+	type try struct {
+		version string
+		after   time.Duration
+		free    bool
+	}
+	for name, tc := range map[string][]try{
+		"a version once":                  {{version: "1", free: true}, {version: "1"}},
+		"a newer version":                 {{version: "1", free: true}, {version: "2", free: true}},
+		"lost on 1, won on 2, 1 cached":   {{version: "1", free: true}, {version: "2", free: true}, {version: "1"}, {version: "2"}},
+		"a version again after recentTTL": {{version: "1", free: true}, {version: "1", after: recentTTL, free: true}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := NewCheckouter(nil, nil, nil)
+			for i, tr := range tc {
+				if got := c.take(pvc(tr.version), now.Add(tr.after)); got != tr.free {
+					t.Errorf("try %d of version %s: free %v, want %v", i, tr.version, got, tr.free)
+				}
+			}
+		})
+	}
+}

@@ -36,8 +36,8 @@ func TestFollowDemand(t *testing.T) {
 		wantUncovered []string
 		wantReplace   []string
 		wantRequeue   time.Duration
-		// lastAdmission is the namespace's newest admission; zero: none.
-		lastAdmission time.Time
+		// lastHit is the namespace's newest hit; zero: none.
+		lastHit time.Time
 	}{
 		"no demand: nothing moves": {
 			warm: []WarmPlace{local("w1", "a-0", settled)},
@@ -90,24 +90,44 @@ func TestFollowDemand(t *testing.T) {
 		},
 		// Before, the spare was deleted while pods still came, and the
 		// wave's last pod missed.
-		"pods still arriving: the spare waits for the admissions to settle, and says when": {
+		"hits still coming: the spare waits for them to settle, and says when": {
 			demand:        []DemandNode{hit("a-0"), hit("a-1")},
 			warm:          []WarmPlace{zonal("wc", "c", settled)},
-			lastAdmission: now.Add(-time.Second),
+			lastHit:       now.Add(-time.Second),
 			wantUncovered: []string{"a-0", "a-1"},
 			wantRequeue:   SpareSettle - time.Second,
 		},
-		"admissions settled: the spare moves": {
+		"hits settled: the spare moves": {
 			demand:        []DemandNode{hit("a-0")},
 			warm:          []WarmPlace{zonal("wc", "c", settled)},
-			lastAdmission: now.Add(-SpareSettle),
+			lastHit:       now.Add(-SpareSettle),
 			wantUncovered: []string{"a-0"},
 			wantReplace:   []string{"wc"},
 		},
-		"pods still arriving, no spare settled: the spare's own wait": {
+		"misses only, coming: they hold nothing": {
+			demand:        []DemandNode{miss("a-0")},
+			warm:          []WarmPlace{local("w1", "c-0", settled)},
+			wantUncovered: []string{"a-0"},
+			wantReplace:   []string{"w1"},
+		},
+		"hits still coming, a spare past the hold: it moves, the younger one waits": {
+			demand:        []DemandNode{miss("a-0"), miss("a-1")},
+			warm:          []WarmPlace{local("old", "c-0", now.Add(-SpareHoldMax)), local("young", "c-1", settled)},
+			lastHit:       now.Add(-time.Second),
+			wantUncovered: []string{"a-0", "a-1"},
+			wantReplace:   []string{"old"},
+		},
+		"hits still coming, every spare held: the sooner of the hits settling and a spare's hold ending": {
+			demand:        []DemandNode{miss("a-1")},
+			warm:          []WarmPlace{local("w1", "b-0", now.Add(-SpareHoldMax+5*time.Second))},
+			lastHit:       now.Add(-time.Second),
+			wantUncovered: []string{"a-1"},
+			wantRequeue:   5 * time.Second,
+		},
+		"hits still coming, no spare settled: the spare's own wait": {
 			demand:        []DemandNode{miss("a-1")},
 			warm:          []WarmPlace{local("w1", "b-0", now.Add(-25*time.Second))},
-			lastAdmission: now.Add(-time.Second),
+			lastHit:       now.Add(-time.Second),
 			wantUncovered: []string{"a-1"},
 			wantRequeue:   5 * time.Second,
 		},
@@ -117,7 +137,7 @@ func TestFollowDemand(t *testing.T) {
 			if tc.eligible == nil {
 				tc.eligible = allNodes
 			}
-			uncovered, replace, requeue := FollowDemand(tc.demand, tc.warm, tc.eligible, tc.lastAdmission, now)
+			uncovered, replace, requeue := FollowDemand(tc.demand, tc.warm, tc.eligible, tc.lastHit, now)
 			if diff := cmp.Diff(tc.wantUncovered, uncovered, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("uncovered (-want +got):\n%s", diff)
 			}

@@ -183,20 +183,16 @@ const jobCacheWait = time.Second
 
 // awaitCachedJob gets Job key, of uid, from the cache into job, waiting
 // up to timeout for the cache to hold it. It is NotFound when the cache
-// holds no Job of that uid by then.
+// gives no Job of that uid by then, whatever the reason.
 func awaitCachedJob(ctx context.Context, cached client.Reader, key client.ObjectKey, job *batchv1.Job, uid types.UID, timeout time.Duration) error {
 	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		switch err := cached.Get(ctx, key, job); {
-		case apierrors.IsNotFound(err):
-			return false, nil
-		case err != nil:
-			return false, err
-		}
-		return job.UID == uid, nil
+		// Any error of the cache (one not synced yet waits out the poll's
+		// context) leaves the live read to decide.
+		return cached.Get(ctx, key, job) == nil && job.UID == uid, nil
 	})
 	switch {
-	case err == nil || !wait.Interrupted(err):
-		return err
+	case err == nil:
+		return nil
 	case ctx.Err() != nil:
 		return ctx.Err()
 	}

@@ -31,6 +31,7 @@ func TestControllingJob(t *testing.T) {
 	for name, tc := range map[string]struct {
 		cachedAfter int       // cache Gets that find nothing first; -1: never cached
 		cachedUID   types.UID // of the Job the cache holds; "": job's
+		cacheErr    bool      // the cache fails (not synced, say)
 		live        bool      // the API server holds the Job
 		want        types.UID
 		liveReads   int32
@@ -50,6 +51,9 @@ func TestControllingJob(t *testing.T) {
 			cached := fake.NewClientBuilder().WithScheme(scheme).WithObjects(cachedJob).WithInterceptorFuncs(interceptor.Funcs{
 				Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 					gets++
+					if tc.cacheErr {
+						return apierrors.NewTimeoutError("the cache has not synced", 1)
+					}
 					if tc.cachedAfter < 0 || gets <= tc.cachedAfter {
 						return apierrors.NewNotFound(batchv1.Resource("jobs"), key.Name)
 					}
