@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -353,67 +352,6 @@ func (e *env) deletePodsAndDrain(ctx context.Context, ns string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("draining %s: %w (%s)", ns, err, state)
-	}
-	return nil
-}
-
-// waitTornDown waits, after a run's clean-up, until namespace ns holds no
-// pod or Job but the pool's (holders, binders), no PVC but warm ones, and
-// no PV is left of its deleted claims, all listed live: the pod-protection and PVC-protection
-// finalizers, the garbage collector and the provisioner finish their part
-// of the teardown on their own schedules, and their writes would
-// otherwise land on the next run.
-func (e *env) waitTornDown(ctx context.Context, ns string) error {
-	var state string
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, drainTimeout, true, func(ctx context.Context) (bool, error) {
-		var pods corev1.PodList
-		if err := e.cl.List(ctx, &pods, client.InNamespace(ns)); err != nil {
-			return false, err
-		}
-		var jobs batchv1.JobList
-		if err := e.cl.List(ctx, &jobs, client.InNamespace(ns)); err != nil {
-			return false, err
-		}
-		var pvcs corev1.PersistentVolumeClaimList
-		if err := e.cl.List(ctx, &pvcs, client.InNamespace(ns)); err != nil {
-			return false, err
-		}
-		var pvs corev1.PersistentVolumeList
-		if err := e.cl.List(ctx, &pvs); err != nil {
-			return false, err
-		}
-		pool := func(o metav1.Object) bool {
-			c := o.GetLabels()[v1alpha1.ComponentLabelKey]
-			return c == v1alpha1.ComponentHolder || c == v1alpha1.ComponentBinder
-		}
-		podsLeft, jobsLeft := 0, 0
-		for i := range pods.Items {
-			if !pool(&pods.Items[i]) {
-				podsLeft++
-			}
-		}
-		for i := range jobs.Items {
-			if !pool(&jobs.Items[i]) {
-				jobsLeft++
-			}
-		}
-		others := 0
-		for _, c := range pvcs.Items {
-			if c.Labels[v1alpha1.ClaimRoleLabelKey] != v1alpha1.ClaimRoleWarm || c.DeletionTimestamp != nil {
-				others++
-			}
-		}
-		released := 0
-		for _, pv := range pvs.Items {
-			if ref := pv.Spec.ClaimRef; ref != nil && ref.Namespace == ns && (pv.Status.Phase == corev1.VolumeReleased || pv.Status.Phase == corev1.VolumeFailed) {
-				released++
-			}
-		}
-		state = fmt.Sprintf("%d pods, %d Jobs, %d PVCs other than warm, %d PVs of deleted claims", podsLeft, jobsLeft, others, released)
-		return podsLeft == 0 && jobsLeft == 0 && others == 0 && released == 0, nil
-	})
-	if err != nil {
-		return fmt.Errorf("waiting for the teardown in %s: %w (%s)", ns, err, state)
 	}
 	return nil
 }

@@ -479,9 +479,6 @@ func (e *env) cleanupStartup(ctx context.Context, ns, mode string, n int) error 
 			return err
 		}
 	}
-	if err := e.waitTornDown(ctx, ns); err != nil {
-		return err
-	}
 	return e.settle(ctx)
 }
 
