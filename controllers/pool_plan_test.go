@@ -239,30 +239,3 @@ func TestPlanPoolStagingPendingRequest(t *testing.T) {
 		})
 	}
 }
-
-// TestNewestHit: only claims that took a warm PVC count; a stream of
-// misses must not keep spares from moving to where the pods run.
-func TestNewestHit(t *testing.T) {
-	t0 := fixtures.Epoch.Add(time.Hour)
-	made := func(checkout string, at time.Time) corev1.PersistentVolumeClaim {
-		return corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
-			v1alpha1.CheckoutAnnotationKey:   checkout,
-			v1alpha1.AdmittedAtAnnotationKey: at.UTC().Format(time.RFC3339Nano),
-		}}}
-	}
-	for name, tc := range map[string]struct {
-		claims []corev1.PersistentVolumeClaim
-		want   time.Time
-	}{
-		"none":                     {},
-		"misses only":              {claims: []corev1.PersistentVolumeClaim{made(v1alpha1.CheckoutMiss, t0)}},
-		"the newest hit, not miss": {claims: []corev1.PersistentVolumeClaim{made(v1alpha1.CheckoutHit, t0), made(v1alpha1.CheckoutHit, t0.Add(time.Second)), made(v1alpha1.CheckoutMiss, t0.Add(time.Minute))}, want: t0.Add(time.Second)},
-		"a hit without its time":   {claims: []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{v1alpha1.CheckoutAnnotationKey: v1alpha1.CheckoutHit}}}}},
-	} {
-		t.Run(name, func(t *testing.T) {
-			if got := newestHit(tc.claims); !got.Equal(tc.want) {
-				t.Errorf("newestHit = %v, want %v", got, tc.want)
-			}
-		})
-	}
-}

@@ -328,21 +328,6 @@ type namespacePlan struct {
 	stage pool.StagePlan
 }
 
-// newestHit is the newest admission among claims that took a warm PVC:
-// what a refill follows. A miss takes none.
-func newestHit(claims []corev1.PersistentVolumeClaim) time.Time {
-	var last time.Time
-	for i := range claims {
-		if claims[i].Annotations[v1alpha1.CheckoutAnnotationKey] != v1alpha1.CheckoutHit {
-			continue
-		}
-		if t, ok := claim.AdmittedAt(claims[i].Annotations); ok && t.After(last) {
-			last = t
-		}
-	}
-	return last
-}
-
 // planPool decides, from what was observed at now, how to bring every
 // pool namespace of f to spec.pool.size warm PVCs and to empty the
 // namespaces that no longer hold a pool. It reads nothing and writes
@@ -412,7 +397,7 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 		if o.selectNodes && kept {
 			var replace []string
 			var wait time.Duration
-			preferred, replace, wait = pool.FollowDemand(pool.Demand(claimedByNS[ns]), adapted.Places, eligible, newestHit(claimedByNS[ns]), now)
+			preferred, replace, wait = pool.FollowDemand(pool.Demand(claimedByNS[ns]), adapted.Places, eligible, now)
 			for i := range in.Claims {
 				if slices.Contains(replace, in.Claims[i].Name) {
 					in.Claims[i].Replace = true

@@ -11,11 +11,6 @@ import (
 // being filled, or pods being rescheduled, do not make it churn.
 const SpareSettle = 30 * time.Second
 
-// SpareHoldMax bounds how long a stream of hits keeps a spare from moving
-// (FollowDemand): past this age, a spare that served none of them moves
-// even mid-wave.
-const SpareHoldMax = 10 * time.Minute
-
 // DemandNode is a node where a namespace's pods use claims of the pool: the
 // node named on each claim (the scheduler names it for a miss; the pool, for
 // a hit). Misses say that the pool had nothing usable there.
@@ -42,15 +37,9 @@ type WarmPlace struct {
 // (eligible), in that order. replace are Bound warm PVCs that cover no
 // demand node and have settled (SpareSettle), oldest first, at most one per
 // uncovered node: each is replaced by a PVC on an uncovered node, so the
-// pool converges instead of churning. While hits come (lastHit, the
-// newest admission that took a warm PVC, within SpareSettle), a spare is
-// replaced only once it is SpareHoldMax old: the refill of what the hits
-// take is named for the uncovered nodes, and a spare deleted mid-wave would
-// leave a later pod of the wave without a warm PVC while its replacement
-// provisions. Misses hold nothing: they take no warm PVC, so no refill
-// follows them. requeueAfter is when the next spare settles, or the hits
-// do (0: none waits).
-func FollowDemand(demand []DemandNode, warm []WarmPlace, eligible func(node string) bool, lastHit, now time.Time) (uncovered, replace []string, requeueAfter time.Duration) {
+// pool converges instead of churning. requeueAfter is when the next spare
+// settles (0: none waits).
+func FollowDemand(demand []DemandNode, warm []WarmPlace, eligible func(node string) bool, now time.Time) (uncovered, replace []string, requeueAfter time.Duration) {
 	demand = slices.Clone(demand)
 	slices.SortFunc(demand, func(a, b DemandNode) int {
 		return cmp.Or(cmp.Compare(b.Misses, a.Misses), cmp.Compare(b.Claims, a.Claims), cmp.Compare(a.Name, b.Name))
@@ -85,23 +74,6 @@ func FollowDemand(demand []DemandNode, warm []WarmPlace, eligible func(node stri
 			continue
 		}
 		spares = append(spares, w)
-	}
-	if left := lastHit.Add(SpareSettle).Sub(now); left > 0 && len(spares) > 0 {
-		held := spares
-		spares = nil
-		for _, w := range held {
-			if w.Created.Add(SpareHoldMax).After(now) {
-				left = min(left, w.Created.Add(SpareHoldMax).Sub(now))
-				continue
-			}
-			spares = append(spares, w)
-		}
-		if len(spares) == 0 {
-			if requeueAfter == 0 || left < requeueAfter {
-				requeueAfter = left
-			}
-			return uncovered, nil, requeueAfter
-		}
 	}
 	slices.SortFunc(spares, func(a, b WarmPlace) int { return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Name, b.Name)) })
 	for _, w := range spares[:min(len(spares), len(uncovered))] {

@@ -36,8 +36,6 @@ func TestFollowDemand(t *testing.T) {
 		wantUncovered []string
 		wantReplace   []string
 		wantRequeue   time.Duration
-		// lastHit is the namespace's newest hit; zero: none.
-		lastHit time.Time
 	}{
 		"no demand: nothing moves": {
 			warm: []WarmPlace{local("w1", "a-0", settled)},
@@ -88,56 +86,13 @@ func TestFollowDemand(t *testing.T) {
 			wantUncovered: []string{"a-1"},
 			wantReplace:   []string{"old"},
 		},
-		// Before, the spare was deleted while pods still came, and the
-		// wave's last pod missed.
-		"hits still coming: the spare waits for them to settle, and says when": {
-			demand:        []DemandNode{hit("a-0"), hit("a-1")},
-			warm:          []WarmPlace{zonal("wc", "c", settled)},
-			lastHit:       now.Add(-time.Second),
-			wantUncovered: []string{"a-0", "a-1"},
-			wantRequeue:   SpareSettle - time.Second,
-		},
-		"hits settled: the spare moves": {
-			demand:        []DemandNode{hit("a-0")},
-			warm:          []WarmPlace{zonal("wc", "c", settled)},
-			lastHit:       now.Add(-SpareSettle),
-			wantUncovered: []string{"a-0"},
-			wantReplace:   []string{"wc"},
-		},
-		"misses only, coming: they hold nothing": {
-			demand:        []DemandNode{miss("a-0")},
-			warm:          []WarmPlace{local("w1", "c-0", settled)},
-			wantUncovered: []string{"a-0"},
-			wantReplace:   []string{"w1"},
-		},
-		"hits still coming, a spare past the hold: it moves, the younger one waits": {
-			demand:        []DemandNode{miss("a-0"), miss("a-1")},
-			warm:          []WarmPlace{local("old", "c-0", now.Add(-SpareHoldMax)), local("young", "c-1", settled)},
-			lastHit:       now.Add(-time.Second),
-			wantUncovered: []string{"a-0", "a-1"},
-			wantReplace:   []string{"old"},
-		},
-		"hits still coming, every spare held: the sooner of the hits settling and a spare's hold ending": {
-			demand:        []DemandNode{miss("a-1")},
-			warm:          []WarmPlace{local("w1", "b-0", now.Add(-SpareHoldMax+5*time.Second))},
-			lastHit:       now.Add(-time.Second),
-			wantUncovered: []string{"a-1"},
-			wantRequeue:   5 * time.Second,
-		},
-		"hits still coming, no spare settled: the spare's own wait": {
-			demand:        []DemandNode{miss("a-1")},
-			warm:          []WarmPlace{local("w1", "b-0", now.Add(-25*time.Second))},
-			lastHit:       now.Add(-time.Second),
-			wantUncovered: []string{"a-1"},
-			wantRequeue:   5 * time.Second,
-		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			if tc.eligible == nil {
 				tc.eligible = allNodes
 			}
-			uncovered, replace, requeue := FollowDemand(tc.demand, tc.warm, tc.eligible, tc.lastHit, now)
+			uncovered, replace, requeue := FollowDemand(tc.demand, tc.warm, tc.eligible, now)
 			if diff := cmp.Diff(tc.wantUncovered, uncovered, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("uncovered (-want +got):\n%s", diff)
 			}
