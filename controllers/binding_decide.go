@@ -480,11 +480,15 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 		wait := backoff(attempts, opts)
 		left := failedAt.Add(wait).Sub(now)
 		if p.status.LastDrainFailureTime == nil || p.status.LastDrainFailureTime.Before(&metav1.Time{Time: failedAt}) {
+			// Every failure is told as a Warning, also one first seen
+			// after its backoff is over and so retried at once.
 			p.status.LastDrainFailureTime = &metav1.Time{Time: failedAt}
+			retry := "retried in " + wait.Round(time.Second).String()
+			if left <= 0 {
+				retry = "retried now"
+			}
 			p.outcomes = append(p.outcomes, outcome{kind: outcomeDrainFailed,
-				message: fmt.Sprintf("finalizer Job %s (attempt %d) failed; the claim is kept and the drain retried in %s", current.Name, attempts, wait.Round(time.Second)),
-				// Retried at once: the Event of the next attempt says so.
-				silent: left <= 0})
+				message: fmt.Sprintf("finalizer Job %s (attempt %d) failed; the claim is kept and the drain %s", current.Name, attempts, retry)})
 		}
 		if left > 0 {
 			p.status.DrainJobName = current.Name

@@ -206,10 +206,10 @@ func TestDecide(t *testing.T) {
 			now:  failedAt.Add(5 * time.Second),
 			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonBackoff, requeueAfter: 5 * time.Second, attempts: 1},
 		},
-		"Job failed, backoff over: replace it with the next attempt": {
+		"Job failed, backoff over when first seen: warn, and replace it with the next attempt": {
 			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, batchv1.JobFailed, failedAt)}},
 			now:  failedAt.Add(10 * time.Second),
-			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 2, deleteJobs: []string{"f-abc-drain-1"}, newFailure: true, attempts: 2, events: []string{v1alpha1.EventReasonDrainStarted}},
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 2, deleteJobs: []string{"f-abc-drain-1"}, newFailure: true, attempts: 2, events: []string{v1alpha1.EventReasonDrainFailed, v1alpha1.EventReasonDrainStarted}},
 		},
 		"third failure waits four times the base": {
 			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(3, batchv1.JobFailed, failedAt)}},
@@ -355,7 +355,7 @@ func TestDecide(t *testing.T) {
 		"second attempt refused after the first failed: the failed Job does not clear the refusal": {
 			obs:  observed{binding: mkBinding(refused(1)), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, batchv1.JobFailed, failedAt)}},
 			now:  failedAt.Add(time.Hour),
-			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 2, deleteJobs: []string{"f-abc-drain-1"}, newFailure: true, attempts: 2, events: []string{v1alpha1.EventReasonDrainStarted}, refused: true},
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 2, deleteJobs: []string{"f-abc-drain-1"}, newFailure: true, attempts: 2, events: []string{v1alpha1.EventReasonDrainFailed, v1alpha1.EventReasonDrainStarted}, refused: true},
 		},
 		"claim back in the pool after this checkout: finish quietly, touch nothing": {
 			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, checkoutOver: true},
