@@ -167,8 +167,8 @@ type poolResult struct {
 	capped       []string
 	requeueAfter time.Duration
 	// unreachable are warm PVCs replaced because no node can use their
-	// volume, moved those replaced to follow demand ("namespace/name"), for
-	// the log.
+	// volume, moved those a replacement is made for to follow demand
+	// ("namespace/name"), for the log and the metric.
 	unreachable, moved []string
 	// observed is true once the pool was read; emptied is true when every
 	// warm PVC and binder is gone or being deleted.
@@ -395,21 +395,20 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 		}
 		var preferred []string
 		if o.selectNodes && kept {
-			var replace []string
-			var wait time.Duration
-			preferred, replace, wait = pool.FollowDemand(pool.Demand(claimedByNS[ns]), adapted.Places, eligible, now)
+			fd := pool.FollowDemand(pool.Demand(claimedByNS[ns]), adapted.Places, eligible, now)
+			preferred = fd.Uncovered
 			for i := range in.Claims {
-				if slices.Contains(replace, in.Claims[i].Name) {
-					in.Claims[i].Replace = true
-					res.moved = append(res.moved, ns+"/"+in.Claims[i].Name)
-					pp.replaced[ns+"/"+in.Claims[i].Name] = pool.ReplacedDemand
-				}
+				in.Claims[i].Spare = slices.Contains(fd.Spare, in.Claims[i].Name)
+				in.Claims[i].Move = slices.Contains(fd.Move, in.Claims[i].Name)
 			}
-			if wait > 0 && (res.requeueAfter == 0 || wait < res.requeueAfter) {
+			if wait := fd.RequeueAfter; wait > 0 && (res.requeueAfter == 0 || wait < res.requeueAfter) {
 				res.requeueAfter = wait
 			}
 		}
 		p := pool.PlanNamespace(in)
+		for _, name := range p.Moved {
+			res.moved = append(res.moved, ns+"/"+name)
+		}
 		sin, pending := stageInput(o, ns, pp.hash, p.Delete, pool.Demand(claimedByNS[ns]), now)
 		stage := pool.PlanStaging(sin)
 		if (stage.Unstaged > 0 || pending > 0) && (res.requeueAfter == 0 || pool.UnstagedRecheck < res.requeueAfter) {
@@ -470,6 +469,9 @@ func (r *PoolReconciler) applyPool(ctx context.Context, f *v1alpha1.FluentPVC, o
 	if len(pp.result.unreachable) > 0 || len(pp.result.moved) > 0 {
 		log.Info("replacing warm PVCs", "unreachable", pp.result.unreachable, "servingNoPods", pp.result.moved)
 	}
+	// A moving warm PVC is counted as its replacement is made: it is
+	// deleted later, as surplus, once that one is Bound.
+	pool.Replaced.WithLabelValues(f.Name, pool.ReplacedDemand).Add(float64(len(pp.result.moved)))
 	return runParallel(ops, poolParallelism)
 }
 

@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -443,13 +444,30 @@ var _ = Describe("Warm pool", func() {
 		}).Should(Succeed())
 
 		// The warm PVC serving no pod is replaced by one on the miss's
-		// node, once it has settled.
+		// node, once it has settled: the new one is made first...
+		var moved corev1.PersistentVolumeClaim
+		Eventually(func(g Gomega) {
+			current := currentWarm(g)
+			g.Expect(current).To(HaveLen(2))
+			g.Expect(current).To(ContainElement(HaveField("UID", spare.UID)), "the spare is still warm")
+			i := slices.IndexFunc(current, func(c corev1.PersistentVolumeClaim) bool { return c.UID != spare.UID })
+			moved = current[i]
+			g.Expect(moved.Annotations).To(HaveKeyWithValue(v1alpha1.SelectedNodeAnnotationKey, other))
+		}).WithTimeout(pool.SpareSettle + fixtures.LongTimeout).Should(Succeed())
+		// ...the spare stays warm, for pods to take, while it provisions...
+		Consistently(func(g Gomega) {
+			g.Expect(currentWarm(g)).To(ContainElement(HaveField("UID", spare.UID)))
+		}).Should(Succeed())
+		// ...and goes once it is Bound.
+		Eventually(func(g Gomega) {
+			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(&moved), &moved)).To(Succeed())
+			bindClaim(ctx, g, &moved, zoneOf[other])
+		}).Should(Succeed())
 		Eventually(func(g Gomega) {
 			current := currentWarm(g)
 			g.Expect(current).To(HaveLen(1))
-			g.Expect(current[0].UID).NotTo(Equal(spare.UID))
-			g.Expect(current[0].Annotations).To(HaveKeyWithValue(v1alpha1.SelectedNodeAnnotationKey, other))
-		}).WithTimeout(pool.SpareSettle + fixtures.LongTimeout).Should(Succeed())
+			g.Expect(current[0].UID).To(Equal(moved.UID))
+		}).Should(Succeed())
 	})
 
 	It("warns on the FluentPVC, quoting the scheduler, when a binder cannot be scheduled", func() {

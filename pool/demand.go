@@ -29,17 +29,32 @@ type WarmPlace struct {
 	Reaches func(node string) bool
 }
 
+// Following is how a namespace's pool follows its demand (FollowDemand).
+type Following struct {
+	// Uncovered are the demand nodes left without a warm PVC that new PVCs
+	// may be named for, most wanted first.
+	Uncovered []string
+	// Move are settled spares to replace by PVCs on uncovered nodes, oldest
+	// first, at most one per uncovered node. A moving PVC is deleted only
+	// once its replacement is Bound (PlanNamespace), so that it still
+	// serves pods meanwhile.
+	Move []string
+	// Spare are the warm PVCs that cover no demand node, the first to go
+	// when the pool holds more than its size.
+	Spare []string
+	// RequeueAfter is when the next spare settles (0: none waits).
+	RequeueAfter time.Duration
+}
+
 // FollowDemand places a pool where its namespace's pods run, in
 // select-node mode. It matches each warm PVC to at most one demand node,
 // nodes with the most misses (then claims) first, so that a zonal PVC
-// covers one pod of its zone and a node-local one its own node. uncovered
-// are the demand nodes left without a PVC that new PVCs may be named for
-// (eligible), in that order. replace are Bound warm PVCs that cover no
-// demand node and have settled (SpareSettle), oldest first, at most one per
-// uncovered node: each is replaced by a PVC on an uncovered node, so the
-// pool converges instead of churning. requeueAfter is when the next spare
-// settles (0: none waits).
-func FollowDemand(demand []DemandNode, warm []WarmPlace, eligible func(node string) bool, now time.Time) (uncovered, replace []string, requeueAfter time.Duration) {
+// covers one pod of its zone and a node-local one its own node. The warm
+// PVCs that cover none are spares; a Bound spare that has settled
+// (SpareSettle) moves to an uncovered node, at most one per node, so that
+// the pool converges instead of churning.
+func FollowDemand(demand []DemandNode, warm []WarmPlace, eligible func(node string) bool, now time.Time) Following {
+	var out Following
 	demand = slices.Clone(demand)
 	slices.SortFunc(demand, func(a, b DemandNode) int {
 		return cmp.Or(cmp.Compare(b.Misses, a.Misses), cmp.Compare(b.Claims, a.Claims), cmp.Compare(a.Name, b.Name))
@@ -56,28 +71,29 @@ func FollowDemand(demand []DemandNode, warm []WarmPlace, eligible func(node stri
 		if i >= 0 {
 			used[i] = true
 		} else if eligible(d.Name) {
-			uncovered = append(uncovered, d.Name)
+			out.Uncovered = append(out.Uncovered, d.Name)
 		}
 	}
-	if len(uncovered) == 0 {
-		return uncovered, nil, 0
-	}
-	var spares []WarmPlace
+	var settled []WarmPlace
 	for j, w := range warm {
-		if used[j] || !w.Bound {
+		if used[j] {
+			continue
+		}
+		out.Spare = append(out.Spare, w.Name)
+		if !w.Bound || len(out.Uncovered) == 0 {
 			continue
 		}
 		if left := w.Created.Add(SpareSettle).Sub(now); left > 0 {
-			if requeueAfter == 0 || left < requeueAfter {
-				requeueAfter = left
+			if out.RequeueAfter == 0 || left < out.RequeueAfter {
+				out.RequeueAfter = left
 			}
 			continue
 		}
-		spares = append(spares, w)
+		settled = append(settled, w)
 	}
-	slices.SortFunc(spares, func(a, b WarmPlace) int { return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Name, b.Name)) })
-	for _, w := range spares[:min(len(spares), len(uncovered))] {
-		replace = append(replace, w.Name)
+	slices.SortFunc(settled, func(a, b WarmPlace) int { return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Name, b.Name)) })
+	for _, w := range settled[:min(len(settled), len(out.Uncovered))] {
+		out.Move = append(out.Move, w.Name)
 	}
-	return uncovered, replace, requeueAfter
+	return out
 }

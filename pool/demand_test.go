@@ -34,29 +34,38 @@ func TestFollowDemand(t *testing.T) {
 		warm          []WarmPlace
 		eligible      func(string) bool
 		wantUncovered []string
-		wantReplace   []string
+		wantMove      []string
+		wantSpare     []string
 		wantRequeue   time.Duration
 	}{
 		"no demand: nothing moves": {
-			warm: []WarmPlace{local("w1", "a-0", settled)},
+			warm:      []WarmPlace{local("w1", "a-0", settled)},
+			wantSpare: []string{"w1"},
 		},
 		"DaemonSet, node-local: a second PVC on one node moves to the uncovered node": {
 			demand:        []DemandNode{miss("a-0"), miss("a-1"), miss("b-0")},
 			warm:          []WarmPlace{local("w1", "a-0", settled), local("w2", "a-0", settled.Add(-time.Second)), local("w3", "b-0", settled)},
 			wantUncovered: []string{"a-1"},
-			wantReplace:   []string{"w2"},
+			wantMove:      []string{"w2"},
+			wantSpare:     []string{"w2"},
 		},
 		"zonal: a PVC in a zone without pods moves where misses were": {
 			demand:        []DemandNode{hit("a-0"), miss("a-1")},
 			warm:          []WarmPlace{zonal("wa", "a", settled), zonal("wc", "c", settled)},
 			wantUncovered: []string{"a-0"},
-			wantReplace:   []string{"wc"},
+			wantMove:      []string{"wc"},
+			wantSpare:     []string{"wc"},
 		},
 		"zonal, pods in every zone: stable": {
 			demand: []DemandNode{hit("a-0"), hit("b-0"), hit("c-0"), hit("a-1")},
 			warm:   []WarmPlace{zonal("wa", "a", settled), zonal("wb", "b", settled), zonal("wc", "c", settled)},
 			// a-1 is uncovered, but no PVC is spare.
 			wantUncovered: []string{"a-1"},
+		},
+		"a spare with no node uncovered is told, and stays": {
+			demand:    []DemandNode{hit("a-0"), hit("b-0")},
+			warm:      []WarmPlace{zonal("wa", "a", settled), zonal("wb", "b", settled), zonal("wc", "c", settled)},
+			wantSpare: []string{"wc"},
 		},
 		"misses are covered first": {
 			demand:        []DemandNode{hit("a-0"), miss("a-1")},
@@ -68,23 +77,27 @@ func TestFollowDemand(t *testing.T) {
 			warm:          []WarmPlace{local("w1", "b-0", now.Add(-10*time.Second))},
 			wantUncovered: []string{"a-1"},
 			wantRequeue:   SpareSettle - 10*time.Second,
+			wantSpare:     []string{"w1"},
 		},
 		"a pending PVC is never replaced, but covers its node": {
 			demand: []DemandNode{miss("a-1"), miss("a-0")},
 			warm:   []WarmPlace{pending("p1", "a-0"), pending("p2", "c-0")},
 			// a-1 stays uncovered for new PVCs; p2 is left to bind.
 			wantUncovered: []string{"a-1"},
+			wantSpare:     []string{"p2"},
 		},
 		"demand on a node that cannot be named moves nothing": {
-			demand:   []DemandNode{miss("a-1")},
-			warm:     []WarmPlace{local("w1", "b-0", settled)},
-			eligible: func(n string) bool { return n != "a-1" },
+			demand:    []DemandNode{miss("a-1")},
+			warm:      []WarmPlace{local("w1", "b-0", settled)},
+			eligible:  func(n string) bool { return n != "a-1" },
+			wantSpare: []string{"w1"},
 		},
 		"no more replaced than nodes uncovered, oldest first": {
 			demand:        []DemandNode{miss("a-1")},
 			warm:          []WarmPlace{local("new", "b-0", settled), local("old", "c-0", settled.Add(-time.Minute))},
 			wantUncovered: []string{"a-1"},
-			wantReplace:   []string{"old"},
+			wantMove:      []string{"old"},
+			wantSpare:     []string{"new", "old"},
 		},
 	}
 	for name, tc := range cases {
@@ -92,15 +105,10 @@ func TestFollowDemand(t *testing.T) {
 			if tc.eligible == nil {
 				tc.eligible = allNodes
 			}
-			uncovered, replace, requeue := FollowDemand(tc.demand, tc.warm, tc.eligible, now)
-			if diff := cmp.Diff(tc.wantUncovered, uncovered, cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("uncovered (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(tc.wantReplace, replace, cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("replace (-want +got):\n%s", diff)
-			}
-			if requeue != tc.wantRequeue {
-				t.Errorf("requeueAfter = %s, want %s", requeue, tc.wantRequeue)
+			got := FollowDemand(tc.demand, tc.warm, tc.eligible, now)
+			want := Following{Uncovered: tc.wantUncovered, Move: tc.wantMove, Spare: tc.wantSpare, RequeueAfter: tc.wantRequeue}
+			if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("FollowDemand (-want +got):\n%s", diff)
 			}
 		})
 	}

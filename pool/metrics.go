@@ -57,7 +57,7 @@ var (
 	// Replaced counts warm PVCs deleted to be made again elsewhere.
 	Replaced = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fluentpvc_pool_replaced_total",
-		Help: "Warm PVCs deleted to be made again elsewhere, by FluentPVC and reason: unreachable (no node accepts the volume) or demand (moved to a node where pods run).",
+		Help: "Warm PVCs replaced by one made elsewhere, by FluentPVC and reason: unreachable (no node accepts the volume; deleted at once) or demand (moved to a node where pods run; deleted once the pool provisions nothing more).",
 	}, []string{"fluentpvc", "reason"})
 
 	// Staged is the number of warm PVCs staged by a running holder, by

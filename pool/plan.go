@@ -16,10 +16,17 @@ type Claim struct {
 	// Recorded is true once the claim carries its volume's node affinity
 	// (NodeAffinityAnnotationKey).
 	Recorded bool
-	// Replace is true for a claim to delete and create anew elsewhere: no
-	// node can use its volume any more, or it serves no demand node while
-	// one waits (FollowDemand).
+	// Replace is true for a claim to delete at once and create anew
+	// elsewhere: no node can use its volume any more.
 	Replace bool
+	// Spare is true for a claim that serves no node where the namespace's
+	// pods run (FollowDemand): among the surplus, it goes first.
+	Spare bool
+	// Move is true for a spare to replace by a claim on a node in demand
+	// (FollowDemand). Make before break: the replacement is created, and
+	// the moving claim, still handed to pods meanwhile, is deleted once no
+	// kept claim is still provisioning.
+	Move bool
 	// NodeSelected is true once the claim names the node to provision for
 	// (v1alpha1.SelectedNodeAnnotationKey).
 	NodeSelected bool
@@ -65,16 +72,27 @@ type Plan struct {
 	// Record are Bound warm PVCs whose volume's node affinity is not
 	// recorded yet.
 	Record []string
-	// Warm and Provisioning count the current, non-stale claims kept.
+	// Moved are the claims marked Move that this plan creates a
+	// replacement for.
+	Moved []string
+	// Leaving are Bound surplus claims kept, still warm, until the kept
+	// claims that provision meanwhile are Bound.
+	Leaving []string
+	// Warm and Provisioning count the current, non-stale claims kept,
+	// Leaving ones among the Warm.
 	Warm, Provisioning int32
 }
 
 // PlanNamespace decides how to bring one namespace's pool to in.Size: create
 // the missing PVCs all at once, replace stale ones (made from another
-// template) and those marked Replace, delete the surplus (unbound and newest first, so that the PVCs
-// that took longest to provision are kept), and give every unbound PVC of a
-// WaitForFirstConsumer class a selected node (SelectNodes) or else a binder,
-// until it is Bound.
+// template) and those marked Replace, delete the surplus, and give every
+// unbound PVC of a WaitForFirstConsumer class a selected node (SelectNodes)
+// or else a binder, until it is Bound. Claims are kept in this order:
+// Bound ones serving demand, unbound ones serving demand, then spares,
+// Bound before unbound; older before newer in each. A claim marked Move is
+// never kept: a new one takes its place. A Bound claim of the surplus
+// stays (Leaving) while a kept one still provisions, so that the pool never
+// holds fewer warm PVCs than before it changed.
 func PlanNamespace(in Input) Plan {
 	p := Plan{PerZone: map[string]int{}}
 	var valid []Claim
@@ -87,24 +105,45 @@ func PlanNamespace(in Input) Plan {
 			valid = append(valid, c)
 		}
 	}
-	// Keep bound before unbound, older before newer.
-	slices.SortStableFunc(valid, func(a, b Claim) int {
-		if a.Bound != b.Bound {
-			if a.Bound {
-				return -1
-			}
-			return 1
+	rank := func(c Claim) int {
+		r := 0
+		if c.Spare || c.Move {
+			r += 2
 		}
-		return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Name, b.Name))
+		if !c.Bound {
+			r++
+		}
+		if c.Move {
+			r += 4
+		}
+		return r
+	}
+	slices.SortStableFunc(valid, func(a, b Claim) int {
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), a.Created.Compare(b.Created), cmp.Compare(a.Name, b.Name))
 	})
 	size := max(int(in.Size), 0)
-	if len(valid) > size {
-		for _, c := range valid[size:] {
-			p.Delete = append(p.Delete, c.Name)
+	staying := len(valid) - countFunc(valid, func(c Claim) bool { return c.Move })
+	keepN := min(size, staying)
+	// The moving claims a replacement is made for: those that, unmarked,
+	// would have been kept.
+	if n := min(len(valid), size) - staying; n > 0 {
+		for _, c := range valid[staying : staying+n] {
+			p.Moved = append(p.Moved, c.Name)
 		}
-		valid = valid[:size]
 	}
-	p.Create = size - len(valid)
+	p.Create = size - keepN
+	surplus := valid[keepN:]
+	valid = valid[:keepN]
+	provisioning := p.Create + countFunc(valid, func(c Claim) bool { return !c.Bound })
+	for _, c := range surplus {
+		if c.Bound && provisioning > 0 {
+			provisioning--
+			p.Leaving = append(p.Leaving, c.Name)
+			p.Warm++
+			continue
+		}
+		p.Delete = append(p.Delete, c.Name)
+	}
 
 	kept, replaced := map[string]bool{}, map[string]bool{}
 	for _, c := range valid {
@@ -136,6 +175,16 @@ func PlanNamespace(in Input) Plan {
 		}
 	}
 	return p
+}
+
+func countFunc[T any](s []T, f func(T) bool) int {
+	n := 0
+	for _, v := range s {
+		if f(v) {
+			n++
+		}
+	}
+	return n
 }
 
 func boundClaim(claims []Claim, name string) bool {

@@ -25,6 +25,9 @@ func TestPlanNamespace(t *testing.T) {
 		c.Bound, c.Recorded = false, false
 		return c
 	}
+	spare := func(c *Claim) { c.Spare = true }
+	move := func(c *Claim) { c.Spare, c.Move = true, true }
+	with := func(c Claim, f func(*Claim)) Claim { f(&c); return c }
 	cases := map[string]struct {
 		in   Input
 		want Plan
@@ -68,6 +71,30 @@ func TestPlanNamespace(t *testing.T) {
 		"claims marked Replace are deleted and created anew": {
 			in:   Input{Size: 2, Hash: "h", Claims: []Claim{bound("a", 1), {Name: "unreachable", Bound: true, Hash: "h", Recorded: true, Replace: true}}},
 			want: Plan{Create: 1, Delete: []string{"unreachable"}, Warm: 1},
+		},
+		"a spare to move stays warm while its replacement is made": {
+			in:   Input{Size: 2, Hash: "h", Claims: []Claim{bound("a", 1), with(bound("m", 5), move)}},
+			want: Plan{Create: 1, Moved: []string{"m"}, Leaving: []string{"m"}, Warm: 2},
+		},
+		"the replacement provisions: the spare it replaces stays, still warm": {
+			in:   Input{Size: 2, Hash: "h", Claims: []Claim{bound("a", 1), unbound("n", 0), with(bound("m", 5), spare)}},
+			want: Plan{Leaving: []string{"m"}, Warm: 2, Provisioning: 1},
+		},
+		"the replacement is Bound: the spare goes": {
+			in:   Input{Size: 2, Hash: "h", Claims: []Claim{bound("a", 1), bound("n", 0), with(bound("m", 5), spare)}},
+			want: Plan{Delete: []string{"m"}, Warm: 2},
+		},
+		"a spare to move in a pool already full goes as surplus, nothing made": {
+			in:   Input{Size: 1, Hash: "h", Claims: []Claim{bound("a", 1), with(bound("m", 5), move)}},
+			want: Plan{Delete: []string{"m"}, Warm: 1},
+		},
+		"scale down deletes spares before claims serving demand, older spares kept first": {
+			in:   Input{Size: 2, Hash: "h", Claims: []Claim{bound("serving", 1), with(bound("old-spare", 10), spare), with(bound("new-spare", 2), spare)}},
+			want: Plan{Delete: []string{"new-spare"}, Warm: 2},
+		},
+		"scale down while one provisions: a Bound surplus claim stays until it is Bound": {
+			in:   Input{Size: 2, Hash: "h", Claims: []Claim{bound("a", 1), unbound("pending", 1), with(bound("s", 3), spare)}},
+			want: Plan{Leaving: []string{"s"}, Warm: 2, Provisioning: 1},
 		},
 		"a newly Bound claim gets its node affinity recorded": {
 			in:   Input{Size: 1, Hash: "h", Claims: []Claim{{Name: "a", Bound: true, Hash: "h"}}},
