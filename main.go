@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
@@ -164,13 +165,15 @@ func run(ctx context.Context, args []string) error {
 	certsReady := make(chan struct{})
 	switch opts.certManagement {
 	case certSelf:
+		rotatorReady := make(chan struct{})
+		go servingCertReady(ctx, mgr.GetAPIReader(), filepath.Join(opts.certDir, "tls.crt"), opts.webhookConfig, opts.validatingWebhookConfig, rotatorReady, certsReady)
 		if err := rotator.AddRotator(mgr, &rotator.CertRotator{
 			SecretKey:      types.NamespacedName{Namespace: opts.namespace, Name: opts.certSecret},
 			CertDir:        opts.certDir,
 			CAName:         "fluent-pvc-operator-ca",
 			CAOrganization: "fluent-pvc-operator",
 			DNSName:        fmt.Sprintf("%s.%s.svc", opts.webhookService, opts.namespace),
-			IsReady:        certsReady,
+			IsReady:        rotatorReady,
 			Webhooks: []rotator.WebhookInfo{
 				{Name: opts.webhookConfig, Type: rotator.Mutating},
 				{Name: opts.validatingWebhookConfig, Type: rotator.Validating},
