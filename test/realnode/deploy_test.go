@@ -169,6 +169,8 @@ echo "$me $n" >> ` + claimMount + `/buffer; echo "$me $n" >> /e2e/written/$me; s
 			warm = nil
 			for _, c := range l.Items {
 				g.Expect(c.Status.Phase).To(Equal(corev1.ClaimBound))
+				// Handed out only once the pool recorded where its volume is.
+				g.Expect(c.Annotations).To(HaveKey(v1alpha1.NodeAffinityAnnotationKey))
 				warm = append(warm, c.Name)
 			}
 		}).WithTimeout(longTimeout).Should(Succeed())
