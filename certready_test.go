@@ -22,8 +22,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 )
 
-// testCA is a CA and a serving certificate it signed, both PEM.
-type testCA struct{ caPEM, servingPEM []byte }
+// testCA is a CA and a serving certificate it signed for
+// webhook.ns.svc, and another for another name, all PEM.
+type testCA struct{ caPEM, servingPEM, otherNamePEM []byte }
 
 func newTestCA(t *testing.T) testCA {
 	t.Helper()
@@ -54,9 +55,15 @@ func newTestCA(t *testing.T) testCA {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tmpl.SerialNumber, tmpl.DNSNames = big.NewInt(3), []string{"old-name.ns.svc"}
+	otherDER, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return testCA{
-		caPEM:      pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
-		servingPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		caPEM:        pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		servingPEM:   pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		otherNamePEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: otherDER}),
 	}
 }
 
@@ -82,14 +89,15 @@ func TestCertTrusted(t *testing.T) {
 		objects []client.Object
 		trusted bool
 	}{
-		"not mounted yet":                {objects: webhookConfigs(ca.caPEM, ca.caPEM)},
-		"mounted, CA not injected yet":   {cert: ca.servingPEM, objects: webhookConfigs(nil, nil)},
-		"mounted, one webhook not yet":   {cert: ca.servingPEM, objects: webhookConfigs(ca.caPEM, nil)},
-		"mounted, an older CA injected":  {cert: ca.servingPEM, objects: webhookConfigs(ca.caPEM, other.caPEM)},
-		"an older certificate mounted":   {cert: other.servingPEM, objects: webhookConfigs(ca.caPEM, ca.caPEM)},
-		"no webhook configuration":       {cert: ca.servingPEM},
-		"not PEM":                        {cert: []byte("garbage"), objects: webhookConfigs(ca.caPEM, ca.caPEM)},
-		"mounted and trusted everywhere": {cert: ca.servingPEM, objects: webhookConfigs(ca.caPEM, ca.caPEM), trusted: true},
+		"not mounted yet":                 {objects: webhookConfigs(ca.caPEM, ca.caPEM)},
+		"mounted, CA not injected yet":    {cert: ca.servingPEM, objects: webhookConfigs(nil, nil)},
+		"mounted, one webhook not yet":    {cert: ca.servingPEM, objects: webhookConfigs(ca.caPEM, nil)},
+		"mounted, an older CA injected":   {cert: ca.servingPEM, objects: webhookConfigs(ca.caPEM, other.caPEM)},
+		"an older certificate mounted":    {cert: other.servingPEM, objects: webhookConfigs(ca.caPEM, ca.caPEM)},
+		"no webhook configuration":        {cert: ca.servingPEM},
+		"not PEM":                         {cert: []byte("garbage"), objects: webhookConfigs(ca.caPEM, ca.caPEM)},
+		"issued for another service name": {cert: ca.otherNamePEM, objects: webhookConfigs(ca.caPEM, ca.caPEM)},
+		"mounted and trusted everywhere":  {cert: ca.servingPEM, objects: webhookConfigs(ca.caPEM, ca.caPEM), trusted: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "tls.crt")
@@ -99,7 +107,7 @@ func TestCertTrusted(t *testing.T) {
 				}
 			}
 			r := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tc.objects...).Build()
-			err := certTrusted(context.Background(), r, file, "m", "v")
+			err := certTrusted(context.Background(), r, file, "webhook.ns.svc", "m", "v")
 			if got := err == nil; got != tc.trusted {
 				t.Errorf("trusted = %v (%v), want %v", got, err, tc.trusted)
 			}
@@ -126,7 +134,7 @@ func TestServingCertReady(t *testing.T) {
 			rotator, ready := make(chan struct{}), make(chan struct{})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			go servingCertReady(ctx, r, file, "m", "v", rotator, ready)
+			go servingCertReady(ctx, r, file, "webhook.ns.svc", "m", "v", rotator, ready)
 			select {
 			case <-ready:
 				t.Fatal("ready before the certificate is mounted or the rotator is ready")
@@ -152,7 +160,7 @@ func TestServingCertReady(t *testing.T) {
 		ready := make(chan struct{})
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		servingCertReady(ctx, r, filepath.Join(t.TempDir(), "tls.crt"), "m", "v", make(chan struct{}), ready)
+		servingCertReady(ctx, r, filepath.Join(t.TempDir(), "tls.crt"), "webhook.ns.svc", "m", "v", make(chan struct{}), ready)
 		select {
 		case <-ready:
 			t.Fatal("closed on cancellation")

@@ -166,13 +166,14 @@ func run(ctx context.Context, args []string) error {
 	switch opts.certManagement {
 	case certSelf:
 		rotatorReady := make(chan struct{})
-		go servingCertReady(ctx, mgr.GetAPIReader(), filepath.Join(opts.certDir, "tls.crt"), opts.webhookConfig, opts.validatingWebhookConfig, rotatorReady, certsReady)
+		dnsName := fmt.Sprintf("%s.%s.svc", opts.webhookService, opts.namespace)
+		go servingCertReady(ctx, mgr.GetAPIReader(), filepath.Join(opts.certDir, "tls.crt"), dnsName, opts.webhookConfig, opts.validatingWebhookConfig, rotatorReady, certsReady)
 		if err := rotator.AddRotator(mgr, &rotator.CertRotator{
 			SecretKey:      types.NamespacedName{Namespace: opts.namespace, Name: opts.certSecret},
 			CertDir:        opts.certDir,
 			CAName:         "fluent-pvc-operator-ca",
 			CAOrganization: "fluent-pvc-operator",
-			DNSName:        fmt.Sprintf("%s.%s.svc", opts.webhookService, opts.namespace),
+			DNSName:        dnsName,
 			IsReady:        rotatorReady,
 			Webhooks: []rotator.WebhookInfo{
 				{Name: opts.webhookConfig, Type: rotator.Mutating},

@@ -1,14 +1,22 @@
 package controllers
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
@@ -235,6 +243,56 @@ func TestPlanPoolStagingPendingRequest(t *testing.T) {
 			}
 			if pending := tc.request != "" && tc.holder == "-" && !tc.create; pending && pp.result.requeueAfter == 0 {
 				t.Error("no recheck planned while a request is pending")
+			}
+		})
+	}
+}
+
+// TestPoolOpsRefusedCreate: when the API server refuses a warm PVC's
+// create (a full quota, say), the spares being moved are deleted, so that
+// their replacements fit at the next try; with nothing moving, nothing is
+// deleted.
+func TestPoolOpsRefusedCreate(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := fixtures.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	f := fixtures.MakeFluentPVC("f").PoolSize(2).Obj()
+	hash := pool.TemplateHash(&f.Spec.PVCSpecTemplate)
+	spare := claim.NewWarm(f, "ns", hash, "").Object
+	spare.Name, spare.Status.Phase = "spare", corev1.ClaimBound
+	quota := apierrors.NewForbidden(corev1.Resource("persistentvolumeclaims"), "", errors.New("exceeded quota: pvcs, requested: persistentvolumeclaims=1, used: persistentvolumeclaims=2, limited: persistentvolumeclaims=2"))
+	for name, tc := range map[string]struct {
+		plan        pool.Plan
+		refuse      error
+		wantDeleted bool
+	}{
+		"refused while a spare moves: the spare goes":  {plan: pool.Plan{Create: 1, Moved: []string{"spare"}, Leaving: []string{"spare"}}, refuse: quota, wantDeleted: true},
+		"refused with nothing moving: nothing deleted": {plan: pool.Plan{Create: 1}, refuse: quota},
+		"made: the spare stays until it is Bound":      {plan: pool.Plan{Create: 1, Moved: []string{"spare"}, Leaving: []string{"spare"}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(spare.DeepCopy()).WithInterceptorFuncs(interceptor.Funcs{
+				Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+					if tc.refuse != nil {
+						return tc.refuse
+					}
+					return c.Create(ctx, obj, opts...)
+				}}).Build()
+			live := &corev1.PersistentVolumeClaim{}
+			if err := c.Get(context.Background(), client.ObjectKeyFromObject(spare), live); err != nil {
+				t.Fatal(err)
+			}
+			r := NewPoolReconciler(c, c, clocktesting.NewFakePassiveClock(fixtures.Epoch), Options{})
+			np := namespacePlan{namespace: "ns", plan: tc.plan, kept: true, size: 2}
+			pp := poolPlan{hash: hash, replaced: map[string]string{}}
+			err := runParallel(r.poolOps(context.Background(), f, np, pp, poolObserved{}, map[string]*corev1.PersistentVolumeClaim{"spare": live}), 1)
+			if (err != nil) != (tc.refuse != nil) {
+				t.Errorf("error = %v, want one: %v", err, tc.refuse != nil)
+			}
+			gone := apierrors.IsNotFound(c.Get(context.Background(), client.ObjectKeyFromObject(spare), &corev1.PersistentVolumeClaim{}))
+			if gone != tc.wantDeleted {
+				t.Errorf("spare deleted = %v, want %v", gone, tc.wantDeleted)
 			}
 		})
 	}

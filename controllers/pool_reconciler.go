@@ -396,7 +396,7 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 		var preferred []string
 		if o.selectNodes && kept {
 			fd := pool.FollowDemand(pool.Demand(claimedByNS[ns]), adapted.Places, eligible, now)
-			preferred = fd.Uncovered
+			preferred, in.Uncovered = fd.Uncovered, len(fd.Uncovered)
 			for i := range in.Claims {
 				in.Claims[i].Spare = slices.Contains(fd.Spare, in.Claims[i].Name)
 				in.Claims[i].Move = slices.Contains(fd.Move, in.Claims[i].Name)
@@ -469,10 +469,13 @@ func (r *PoolReconciler) applyPool(ctx context.Context, f *v1alpha1.FluentPVC, o
 	if len(pp.result.unreachable) > 0 || len(pp.result.moved) > 0 {
 		log.Info("replacing warm PVCs", "unreachable", pp.result.unreachable, "servingNoPods", pp.result.moved)
 	}
-	// A moving warm PVC is counted as its replacement is made: it is
+	if err := runParallel(ops, poolParallelism); err != nil {
+		return err
+	}
+	// A moving warm PVC is counted once its replacement is made: it is
 	// deleted later, as surplus, once that one is Bound.
 	pool.Replaced.WithLabelValues(f.Name, pool.ReplacedDemand).Add(float64(len(pp.result.moved)))
-	return runParallel(ops, poolParallelism)
+	return nil
 }
 
 // learning is what limits the namespaces f's pool learns: its
@@ -502,6 +505,27 @@ func (r *PoolReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, np 
 	if o.selectNodes {
 		nodes = pool.SpreadNodes(o.eligible, p.PerZone, p.Create+len(p.SelectNode), np.preferred, rand.IntN)
 	}
+	deleteWarm := func(name string) error {
+		c := claims[name]
+		if c == nil {
+			return nil // created but not in the cache yet: deleted once it is
+		}
+		w, err := claim.DeleteWarm(c)
+		if err == nil {
+			err = claim.Execute(ctx, r.Client, w)
+		}
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting warm PVC %s/%s: %w", ns, name, err)
+		}
+		if reason, ok := replaced[ns+"/"+name]; ok && err == nil {
+			pool.Replaced.WithLabelValues(f.Name, reason).Inc()
+		}
+		return nil
+	}
+	// A create refused (a quota with no room for one more PVC, say) would
+	// hold a move back for good: the moving claims then go first, to make
+	// room for their replacements at the next try.
+	var makeRoom sync.Once
 	for i := range p.Create {
 		ops = append(ops, func() error {
 			zone, node := "", ""
@@ -514,6 +538,13 @@ func (r *PoolReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, np 
 			if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
 				// The namespace is going away: its pool goes with it.
 				return nil
+			}
+			if apierrors.IsForbidden(err) && len(p.Moved) > 0 {
+				makeRoom.Do(func() {
+					for _, name := range p.Moved {
+						err = errors.Join(err, deleteWarm(name))
+					}
+				})
 			}
 			if err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("creating warm PVC in %s: %w", ns, err)
@@ -540,23 +571,9 @@ func (r *PoolReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, np 
 		})
 	}
 	for _, name := range p.Delete {
-		c := claims[name]
-		if c == nil {
-			continue // created but not in the cache yet: deleted once it is
+		if claims[name] != nil {
+			ops = append(ops, func() error { return deleteWarm(name) })
 		}
-		ops = append(ops, func() error {
-			w, err := claim.DeleteWarm(c)
-			if err == nil {
-				err = claim.Execute(ctx, r.Client, w)
-			}
-			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-				return fmt.Errorf("deleting warm PVC %s/%s: %w", ns, name, err)
-			}
-			if reason, ok := replaced[ns+"/"+name]; ok && err == nil {
-				pool.Replaced.WithLabelValues(f.Name, reason).Inc()
-			}
-			return nil
-		})
 	}
 	for _, name := range p.CreateBinders {
 		c := claims[name]

@@ -50,6 +50,11 @@ type Input struct {
 	// others by SelectNode) instead of running a binder Job for each.
 	SelectNodes bool
 	Claims      []Claim
+	// Uncovered counts the nodes in demand that no warm PVC serves
+	// (FollowDemand), which new claims are named for first: a claim marked
+	// Move is replaced only where the claims the pool is short of do not
+	// already go.
+	Uncovered int
 	// Binders are the names of the warm PVCs that have a binder Job.
 	Binders []string
 }
@@ -105,6 +110,8 @@ func PlanNamespace(in Input) Plan {
 			valid = append(valid, c)
 		}
 	}
+	size := max(int(in.Size), 0)
+	moveOnly(valid, size, in.Uncovered)
 	rank := func(c Claim) int {
 		r := 0
 		if c.Spare || c.Move {
@@ -121,7 +128,6 @@ func PlanNamespace(in Input) Plan {
 	slices.SortStableFunc(valid, func(a, b Claim) int {
 		return cmp.Or(cmp.Compare(rank(a), rank(b)), a.Created.Compare(b.Created), cmp.Compare(a.Name, b.Name))
 	})
-	size := max(int(in.Size), 0)
 	staying := len(valid) - countFunc(valid, func(c Claim) bool { return c.Move })
 	keepN := min(size, staying)
 	// The moving claims a replacement is made for: those that, unmarked,
@@ -140,6 +146,9 @@ func PlanNamespace(in Input) Plan {
 			provisioning--
 			p.Leaving = append(p.Leaving, c.Name)
 			p.Warm++
+			if !c.Recorded {
+				p.Record = append(p.Record, c.Name)
+			}
 			continue
 		}
 		p.Delete = append(p.Delete, c.Name)
@@ -175,6 +184,25 @@ func PlanNamespace(in Input) Plan {
 		}
 	}
 	return p
+}
+
+// moveOnly leaves marked Move only the claims a move needs, oldest first:
+// one per uncovered node that the claims the pool is short of (size less
+// its valid claims) do not already go to.
+func moveOnly(valid []Claim, size, uncovered int) {
+	needed := max(0, uncovered-max(0, size-len(valid)))
+	var moving []int
+	for i := range valid {
+		if valid[i].Move {
+			moving = append(moving, i)
+		}
+	}
+	slices.SortStableFunc(moving, func(a, b int) int {
+		return cmp.Or(valid[a].Created.Compare(valid[b].Created), cmp.Compare(valid[a].Name, valid[b].Name))
+	})
+	for _, i := range moving[min(needed, len(moving)):] {
+		valid[i].Move = false
+	}
 }
 
 func countFunc[T any](s []T, f func(T) bool) int {

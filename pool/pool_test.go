@@ -73,8 +73,21 @@ func TestPlanNamespace(t *testing.T) {
 			want: Plan{Create: 1, Delete: []string{"unreachable"}, Warm: 1},
 		},
 		"a spare to move stays warm while its replacement is made": {
-			in:   Input{Size: 2, Hash: "h", Claims: []Claim{bound("a", 1), with(bound("m", 5), move)}},
+			in:   Input{Size: 2, Hash: "h", Uncovered: 1, Claims: []Claim{bound("a", 1), with(bound("m", 5), move)}},
 			want: Plan{Create: 1, Moved: []string{"m"}, Leaving: []string{"m"}, Warm: 2},
+		},
+		"a pool short of one, one node uncovered: the refill goes there, the spare stays": {
+			in:   Input{Size: 3, Hash: "h", Uncovered: 1, Claims: []Claim{bound("a", 1), with(bound("m", 5), move)}},
+			want: Plan{Create: 1, Warm: 2},
+		},
+		"a pool short of one, two nodes uncovered: one spare moves, the oldest": {
+			in: Input{Size: 4, Hash: "h", Uncovered: 2, Claims: []Claim{bound("a", 1),
+				with(bound("m-new", 5), move), with(bound("m-old", 9), move)}},
+			want: Plan{Create: 2, Moved: []string{"m-old"}, Leaving: []string{"m-old"}, Warm: 3},
+		},
+		"a Bound surplus claim not yet recorded gets recorded while it stays": {
+			in:   Input{Size: 1, Hash: "h", Claims: []Claim{unbound("pending", 1), {Name: "fresh", Bound: true, Hash: "h", Spare: true}}},
+			want: Plan{Leaving: []string{"fresh"}, Record: []string{"fresh"}, Warm: 1, Provisioning: 1},
 		},
 		"the replacement provisions: the spare it replaces stays, still warm": {
 			in:   Input{Size: 2, Hash: "h", Claims: []Claim{bound("a", 1), unbound("n", 0), with(bound("m", 5), spare)}},
