@@ -182,7 +182,7 @@ func (e *env) burst(ctx context.Context) (r burstResult, err error) {
 		var late []types.NamespacedName
 		for _, p := range pods {
 			key := types.NamespacedName{Namespace: ns, Name: p.Name}
-			_, at, err := e.running.await(waitCtx, key)
+			_, at, err := e.running.await(waitCtx, p)
 			if err != nil {
 				late = append(late, key)
 				continue

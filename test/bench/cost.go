@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
@@ -95,7 +94,7 @@ func (e *env) cost(ctx context.Context, kind string) (costResult, error) {
 	waitCtx, cancel := context.WithTimeout(ctx, podTimeout)
 	defer cancel()
 	for _, p := range pods {
-		if _, _, err := e.running.await(waitCtx, types.NamespacedName{Namespace: ns, Name: p.Name}); err != nil {
+		if _, _, err := e.running.await(waitCtx, p); err != nil {
 			return c, err
 		}
 	}

@@ -177,16 +177,16 @@ func (e *env) startInformers(ctx context.Context) error {
 
 // runningTracker records, from pod informer events, the first time each
 // measured pod was seen bound to a node and the first time it was seen in
-// phase Running.
+// phase Running, by UID: a later pod of the same name is another pod.
 type runningTracker struct {
 	mu      sync.Mutex
-	bound   map[types.NamespacedName]time.Time
-	at      map[types.NamespacedName]time.Time
-	waiters map[types.NamespacedName][]chan struct{}
+	bound   map[types.UID]time.Time
+	at      map[types.UID]time.Time
+	waiters map[types.UID][]chan struct{}
 }
 
 func newRunningTracker() *runningTracker {
-	return &runningTracker{bound: map[types.NamespacedName]time.Time{}, at: map[types.NamespacedName]time.Time{}, waiters: map[types.NamespacedName][]chan struct{}{}}
+	return &runningTracker{bound: map[types.UID]time.Time{}, at: map[types.UID]time.Time{}, waiters: map[types.UID][]chan struct{}{}}
 }
 
 func (t *runningTracker) observe(obj any) {
@@ -195,7 +195,7 @@ func (t *runningTracker) observe(obj any) {
 	if !ok || pod.Spec.NodeName == "" {
 		return
 	}
-	key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
+	key := pod.UID
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, seen := t.bound[key]; !seen {
@@ -221,8 +221,10 @@ func (t *runningTracker) handler() toolscache.ResourceEventHandler {
 	}
 }
 
-// await returns when pod key was first seen bound and Running.
-func (t *runningTracker) await(ctx context.Context, key types.NamespacedName) (bound, running time.Time, err error) {
+// await returns when pod, as its create call returned it, was first seen
+// bound and Running.
+func (t *runningTracker) await(ctx context.Context, pod *corev1.Pod) (bound, running time.Time, err error) {
+	key := pod.UID
 	t.mu.Lock()
 	if at, ok := t.at[key]; ok {
 		defer t.mu.Unlock()
@@ -237,7 +239,7 @@ func (t *runningTracker) await(ctx context.Context, key types.NamespacedName) (b
 		defer t.mu.Unlock()
 		return t.bound[key], t.at[key], nil
 	case <-ctx.Done():
-		return time.Time{}, time.Time{}, fmt.Errorf("pod %s was not Running: %w", key, ctx.Err())
+		return time.Time{}, time.Time{}, fmt.Errorf("pod %s was not Running: %w", pod.Namespace+"/"+pod.Name, ctx.Err())
 	}
 }
 

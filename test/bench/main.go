@@ -66,6 +66,7 @@ import (
 type config struct {
 	Name              string        `json:"name"`
 	N                 int           `json:"n"`
+	BurstRounds       int           `json:"burstRounds"`
 	Delay             time.Duration `json:"delay"`
 	Smoke             bool          `json:"smoke"`
 	Out               string        `json:"-"`
@@ -115,6 +116,7 @@ var smokeDefaults = map[string]string{
 	"name":           "bench-smoke",
 	"delay":          "2s",
 	"n":              "3",
+	"burst-rounds":   "1",
 	"levels":         "1,5",
 	"admission-pods": "10",
 	"burst-pods":     "10",
@@ -145,6 +147,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.UnlabelledPods, "unlabelled", 5000, "unlabelled pods added for the second memory measurement")
 	fs.IntVar(&c.CostPods, "cost-pods", 10, "pods per cost measurement (hit and miss)")
 	fs.IntVar(&c.CreateConcurrency, "create-concurrency", 200, "concurrent creates of the unlabelled pods")
+	fs.IntVar(&c.BurstRounds, "burst-rounds", 5, "start-up: rounds of bursts of a, w, d and e, interleaved; each burst run pools its rounds' pods")
 	fs.BoolVar(&c.ParallelSlow, "parallel-slow", true, "run sequential b and c side by side (each still one pod at a time)")
 	fs.BoolVar(&c.SkipSlow, "skip-slow", false, "start-up: run only a, w, d and e on the simulated tier, not b and c (which wait ~L per pod); for quick measurements, not for results files")
 	fs.StringVar(&phases, "phases", strings.Join(allPhases, ","), "phases to run, a subset of "+strings.Join(allPhases, ","))
@@ -192,7 +195,7 @@ func parseFlags(args []string) (config, error) {
 		c.Tiers = append(c.Tiers, t)
 	}
 	c.OperatorArgs = strings.Fields(opArgs)
-	if c.N < 1 || c.AdmissionPods < 1 || c.BurstPods < 1 || c.BurstPool < 1 || c.CostPods < 1 || c.LabelledPods < 1 || c.RealN < 1 || c.CSIN < 1 {
+	if c.N < 1 || c.BurstRounds < 1 || c.AdmissionPods < 1 || c.BurstPods < 1 || c.BurstPool < 1 || c.CostPods < 1 || c.LabelledPods < 1 || c.RealN < 1 || c.CSIN < 1 {
 		return c, errors.New("counts must be positive")
 	}
 	return c, nil

@@ -74,6 +74,7 @@ func TestParseFlagsErrors(t *testing.T) {
 		"an unknown tier":  {"-tiers", "kwok,gpu"},
 		"no CSI pods":      {"-csi-n", "0"},
 		"an unknown phase": {"-phases", "start-up,warp"},
+		"no burst rounds":  {"-burst-rounds", "0"},
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {

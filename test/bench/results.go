@@ -152,6 +152,51 @@ func (rs startupRuns) ratio(num, den string, burst bool, pick func(summary) floa
 	return ratio(pick(a.Stats), pick(b.Stats))
 }
 
+// roundsMarkdown writes the p50 of each round of the bursts that ran in
+// rounds, and d/e per round, if any ran more than one.
+func (rs startupRuns) roundsMarkdown(w func(string, ...any)) {
+	var modes []startupRun
+	rounds := 0
+	for _, s := range rs {
+		if s.Burst && s.Error == "" && len(s.RoundP50s) > 1 {
+			modes = append(modes, s)
+			rounds = max(rounds, len(s.RoundP50s))
+		}
+	}
+	if len(modes) == 0 {
+		return
+	}
+	names := make([]string, len(modes))
+	for i, s := range modes {
+		names[i] = s.Mode
+	}
+	w("\nThe bursts of %s ran in %d rounds of %d pods each, the modes interleaved in every round in that order, each burst cleaned up (and d's pool refilled, e's claims made again) before the next; a burst row above pools its rounds' pods. The p50 of each round:\n\n", strings.Join(names, ", "), rounds, modes[0].Stats.N/len(modes[0].RoundP50s))
+	w("| | %s |\n|---|%s\n", strings.Join(roundHeads(rounds), " | "), strings.Repeat("---|", rounds))
+	for _, s := range modes {
+		cells := make([]string, rounds)
+		for i, v := range s.RoundP50s {
+			cells[i] = dur(v)
+		}
+		w("| %s | %s |\n", s.Mode, strings.Join(cells, " | "))
+	}
+	d, e := rs.run(modeHit, true), rs.run(modeOwnClaim, true)
+	if d != nil && e != nil && len(d.RoundP50s) == len(e.RoundP50s) {
+		cells := make([]string, rounds)
+		for i := range d.RoundP50s {
+			cells[i] = times(ratio(d.RoundP50s[i], e.RoundP50s[i]))
+		}
+		w("| d/e | %s |\n", strings.Join(cells, " | "))
+	}
+}
+
+func roundHeads(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("round %d", i+1)
+	}
+	return out
+}
+
 // startupRatio compares two modes' runs of one kind: num/den of their p50s
 // and of their p99s, null when not measured.
 type startupRatio struct {
@@ -463,6 +508,7 @@ func (r *results) markdown(chart string) string {
 			times(r.Startup.ratio(pair[0], pair[1], false, p50)), times(r.Startup.ratio(pair[0], pair[1], false, p99)),
 			times(r.Startup.ratio(pair[0], pair[1], true, p50)), times(r.Startup.ratio(pair[0], pair[1], true, p99)))
 	}
+	r.Startup.roundsMarkdown(w)
 	if r.PoolFillSeconds > 0 {
 		w("\nFilling the two warm pools of mode d (%d PVCs each, from nothing) took %.1fs.\n", r.Config.N, r.PoolFillSeconds)
 	}
@@ -561,7 +607,7 @@ func (r *results) markdown(chart string) string {
 
 	w("\n## Method\n\n")
 	w("- One kwok cluster (`test/cluster`, QPS limits disabled) and the operator as a local process (`cluster.RunOperator`), all on this machine: the control plane, kwok, the provisioner, the operator and the bench share its CPUs.\n")
-	w("- Start-up: each mode and run in its own namespace; between runs the pods are deleted and the operator's claims drained (bindings gone, claims deleted by the operator; kube-controller-manager may still hold a deleted claim by its PVC protection finalizer) and mode d's pool refilled before the next starts. Mode d's pools (N per namespace) are full before its runs start.\n")
+	w("- Start-up: each mode and run in its own namespace; between runs the pods are deleted and the operator's claims drained (bindings gone, claims deleted by the operator; kube-controller-manager may still hold a deleted claim by its PVC protection finalizer) and mode d's pool refilled before the next starts. Mode d's pools (N per namespace) are full before its runs start. The sequential runs of a, w, d and e come first, one mode after another; then their bursts, in `-burst-rounds` rounds of a, w, d and e.\n")
 	if r.Config.ParallelSlow {
 		w("- Sequential b and c run side by side to save time (each still one pod at a time, ~L per pod); a and d each run alone.\n")
 	}

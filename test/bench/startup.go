@@ -10,7 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -95,7 +94,11 @@ type startupRun struct {
 	// HoldersRemoved are its fluentpvc_pool_holders_removed_total over
 	// the run, by reason.
 	HoldersRemoved map[string]int `json:"holdersRemoved,omitempty"`
-	// Wall is how long the whole run took.
+	// RoundP50s are the p50s of a burst's rounds (burstRounds), whose
+	// pods the run pools.
+	RoundP50s []float64 `json:"roundP50s,omitempty"`
+	// Wall is how long the whole run took (a burst's rounds, not their
+	// clean-ups).
 	Wall  float64 `json:"wallSeconds"`
 	Error string  `json:"error,omitempty"`
 }
@@ -235,8 +238,32 @@ func (e *env) measureStartup(ctx context.Context, mode string, burst bool, n int
 // before (unless nil) ahead of each pod's create call, outside its time.
 func (e *env) measureStartupEach(ctx context.Context, mode string, burst bool, n int, before func(context.Context) error) (startupRun, error) {
 	run := startupRun{Mode: mode, Burst: burst}
-	ns := startupNamespace(mode, burst)
 	start := time.Now()
+	timings, err := e.startupTimings(ctx, mode, burst, n, before)
+	if err != nil {
+		return run, err
+	}
+	run.Wall = time.Since(start).Seconds()
+	e.summarizeStartup(&run, timings)
+	if e.csi {
+		// A step not found leaves the split short, not the run void.
+		sp, err := e.split(ctx, timings)
+		run.Split = sp
+		if err != nil {
+			run.SplitError = err.Error()
+			e.progress("mode %s: splitting the start-up: %v", mode, err)
+		}
+	}
+	run.Hits, run.Misses, err = e.checkouts(ctx, mode, startupNamespace(mode, burst))
+	return run, err
+}
+
+// startupTimings creates n pods of mode in its namespace, one at a time
+// (each waits for the previous to be Running, after before unless nil) or
+// all at once, and times each from its create call to its first Running
+// event.
+func (e *env) startupTimings(ctx context.Context, mode string, burst bool, n int, before func(context.Context) error) ([]podTiming, error) {
+	ns := startupNamespace(mode, burst)
 	ctx, cancel := context.WithTimeout(ctx, podTimeout+time.Duration(n)*30*time.Second)
 	defer cancel()
 	one := func(i int) (podTiming, error) {
@@ -251,7 +278,7 @@ func (e *env) measureStartupEach(ctx context.Context, mode string, burst bool, n
 		waitCtx, cancel := context.WithTimeout(ctx, podTimeout)
 		defer cancel()
 		var err error
-		t.bound, t.running, err = e.running.await(waitCtx, types.NamespacedName{Namespace: ns, Name: pod.Name})
+		t.bound, t.running, err = e.running.await(waitCtx, pod)
 		return t, err
 	}
 	timings := make([]podTiming, n)
@@ -262,23 +289,25 @@ func (e *env) measureStartupEach(ctx context.Context, mode string, burst bool, n
 			wg.Go(func() { timings[i], errs[i] = one(i) })
 		}
 		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			return run, err
-		}
-	} else {
-		for i := range n {
-			if before != nil {
-				if err := before(ctx); err != nil {
-					return run, err
-				}
-			}
-			t, err := one(i)
-			if err != nil {
-				return run, err
-			}
-			timings[i] = t
-		}
+		return timings, errors.Join(errs...)
 	}
+	for i := range n {
+		if before != nil {
+			if err := before(ctx); err != nil {
+				return nil, err
+			}
+		}
+		t, err := one(i)
+		if err != nil {
+			return nil, err
+		}
+		timings[i] = t
+	}
+	return timings, nil
+}
+
+// summarizeStartup sets the start-up figures of run from its pods' timings.
+func (e *env) summarizeStartup(run *startupRun, timings []podTiming) {
 	var total, call, sched, kwok []time.Duration
 	for _, t := range timings {
 		total = append(total, t.running.Sub(t.created))
@@ -288,31 +317,78 @@ func (e *env) measureStartupEach(ctx context.Context, mode string, burst bool, n
 		kwok = append(kwok, t.running.Sub(t.bound))
 	}
 	run.Stats, run.CreateCall, run.ToScheduled, run.ToRunning = summarize(total), summarize(call), summarize(sched), summarize(kwok)
-	run.Wall = time.Since(start).Seconds()
-	if e.csi {
-		// A step not found leaves the split short, not the run void.
-		sp, err := e.split(ctx, timings)
-		run.Split = sp
-		if err != nil {
-			run.SplitError = err.Error()
-			e.progress("mode %s: splitting the start-up: %v", mode, err)
+}
+
+// checkouts counts the hits and misses of mode's pods in ns, from their
+// claims' checkout annotation; none for a mode without a pool.
+func (e *env) checkouts(ctx context.Context, mode, ns string) (hits, misses int, err error) {
+	if poolOf(mode) == "" {
+		return 0, 0, nil
+	}
+	var pvcs corev1.PersistentVolumeClaimList
+	if err := e.cl.List(ctx, &pvcs, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed}); err != nil {
+		return 0, 0, err
+	}
+	for _, c := range pvcs.Items {
+		switch c.Annotations[v1alpha1.CheckoutAnnotationKey] {
+		case v1alpha1.CheckoutHit:
+			hits++
+		case v1alpha1.CheckoutMiss:
+			misses++
 		}
 	}
-	if poolOf(mode) != "" {
-		var pvcs corev1.PersistentVolumeClaimList
-		if err := e.cl.List(ctx, &pvcs, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed}); err != nil {
-			return run, err
-		}
-		for _, c := range pvcs.Items {
-			switch c.Annotations[v1alpha1.CheckoutAnnotationKey] {
-			case v1alpha1.CheckoutHit:
-				run.Hits++
-			case v1alpha1.CheckoutMiss:
-				run.Misses++
+	return hits, misses, nil
+}
+
+// burstRounds runs rounds bursts of n pods of each of modes, the modes
+// interleaved in each round (a, then w, ... in modes' order), each burst
+// followed by cleanup, and returns one run per mode that pools the
+// rounds' pods, with each round's p50. Interleaved rounds put every mode
+// through the same spells of a busy or quiet machine, which one burst per
+// mode cannot. before, unless nil, runs ahead of each burst (outside its
+// time); after, unless nil, once a burst's figures are taken.
+func (e *env) burstRounds(ctx context.Context, modes []string, n, rounds int, before, after func(ctx context.Context, mode string, round int) error) ([]startupRun, error) {
+	runs := make([]startupRun, len(modes))
+	timings := make([][]podTiming, len(modes))
+	for i, mode := range modes {
+		runs[i] = startupRun{Mode: mode, Burst: true}
+	}
+	for round := range rounds {
+		for i, mode := range modes {
+			if before != nil {
+				if err := before(ctx, mode, round); err != nil {
+					return runs, err
+				}
+			}
+			start := time.Now()
+			ts, err := e.startupTimings(ctx, mode, true, n, nil)
+			if err != nil {
+				runs[i].Error = err.Error()
+				return runs, fmt.Errorf("mode %s burst, round %d: %w", mode, round+1, err)
+			}
+			runs[i].Wall += time.Since(start).Seconds()
+			timings[i] = append(timings[i], ts...)
+			var one startupRun
+			e.summarizeStartup(&one, ts)
+			runs[i].RoundP50s = append(runs[i].RoundP50s, one.Stats.P50)
+			hits, misses, err := e.checkouts(ctx, mode, startupNamespace(mode, true))
+			if err != nil {
+				return runs, err
+			}
+			runs[i].Hits += hits
+			runs[i].Misses += misses
+			e.progress("mode %s burst, round %d of %d: p50 %s p99 %s", mode, round+1, rounds, secs(one.Stats.P50), secs(one.Stats.P99))
+			if after != nil {
+				if err := after(ctx, mode, round); err != nil {
+					return runs, err
+				}
 			}
 		}
 	}
-	return run, nil
+	for i := range runs {
+		e.summarizeStartup(&runs[i], timings[i])
+	}
+	return runs, nil
 }
 
 // startupPhase runs the four modes, each sequentially and as a burst.
@@ -368,25 +444,64 @@ func (e *env) startupPhase(ctx context.Context, res *results) error {
 		return e.cleanupStartup(ctx, startupNamespace(mode, burst), mode, n)
 	}
 
-	for _, mode := range []string{modePlain, modeNoop, modeHit, modeOwnClaim} {
-		var stopNoop func() error
-		if mode == modeNoop {
-			var err error
-			if stopNoop, err = e.startNoopWebhook(ctx); err != nil {
-				return errors.Join(append(errs, err)...)
-			}
+	// The no-op webhook is registered only for w's runs.
+	var stopNoop func() error
+	startW := func(mode string) error {
+		if mode != modeNoop {
+			return nil
 		}
-		for _, burst := range []bool{false, true} {
-			record(e.measureStartup(ctx, mode, burst, n))
-			if err := cleanup(mode, burst); err != nil {
-				return errors.Join(append(errs, err)...)
-			}
+		var err error
+		stopNoop, err = e.startNoopWebhook(ctx)
+		return err
+	}
+	stopW := func() error {
+		if stopNoop == nil {
+			return nil
 		}
-		if stopNoop != nil {
-			if err := stopNoop(); err != nil {
-				return errors.Join(append(errs, fmt.Errorf("stopping the no-op webhook: %w", err))...)
-			}
+		err := stopNoop()
+		stopNoop = nil
+		if err != nil {
+			return fmt.Errorf("stopping the no-op webhook: %w", err)
 		}
+		return nil
+	}
+	fast := []string{modePlain, modeNoop, modeHit, modeOwnClaim}
+	for _, mode := range fast {
+		if err := startW(mode); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		record(e.measureStartup(ctx, mode, false, n))
+		if err := errors.Join(cleanup(mode, false), stopW()); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+	}
+	bursts, err := e.burstRounds(ctx, fast, n, e.cfg.BurstRounds,
+		func(ctx context.Context, mode string, round int) error {
+			if mode == modeOwnClaim && round > 0 {
+				// The last round's claims went with its clean-up.
+				if err := e.prepareOwnClaims(ctx, startupNamespace(mode, true), n); err != nil {
+					return err
+				}
+				if err := e.settle(ctx); err != nil {
+					return err
+				}
+			}
+			return startW(mode)
+		},
+		func(_ context.Context, mode string, _ int) error {
+			return errors.Join(stopW(), cleanup(mode, true))
+		})
+	if err != nil {
+		err = errors.Join(err, stopW())
+		errs = append(errs, err)
+	}
+	for _, run := range bursts {
+		if err == nil || run.Error != "" {
+			record(run, nil)
+		}
+	}
+	if err != nil {
+		return errors.Join(errs...)
 	}
 	if e.cfg.SkipSlow {
 		return errors.Join(errs...)

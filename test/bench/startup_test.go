@@ -1,13 +1,18 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
@@ -221,6 +226,92 @@ func TestRealNodeMarkdown(t *testing.T) {
 				if !strings.Contains(md, w) {
 					t.Errorf("the markdown lacks %q:\n%s", w, md)
 				}
+			}
+		})
+	}
+}
+
+func TestRoundsMarkdown(t *testing.T) {
+	burst := func(mode string, p50s ...float64) startupRun {
+		return startupRun{Mode: mode, Burst: true, Stats: summary{N: 40 * len(p50s)}, RoundP50s: p50s}
+	}
+	cases := map[string]struct {
+		runs startupRuns
+		want []string // lines, in order
+		none bool
+	}{
+		"d/e per round": {
+			runs: startupRuns{burst(modePlain, 0.1, 0.12), burst(modeHit, 0.4, 0.3), burst(modeOwnClaim, 0.2, 0.2), {Mode: modeHit, Stats: summary{N: 40}}},
+			want: []string{
+				"The bursts of a, d, e ran in 2 rounds of 40 pods each",
+				"| | round 1 | round 2 |",
+				"| a | 100 ms | 120 ms |",
+				"| d | 400 ms | 300 ms |",
+				"| e | 200 ms | 200 ms |",
+				"| d/e | 2.00× | 1.50× |",
+			},
+		},
+		"one round: nothing to add": {runs: startupRuns{burst(modeHit, 0.4), burst(modeOwnClaim, 0.2)}, none: true},
+		"a failed burst is left out": {
+			runs: startupRuns{burst(modeHit, 0.4, 0.3), {Mode: modeOwnClaim, Burst: true, Error: "timed out", RoundP50s: []float64{0.2, 0.2}}},
+			want: []string{"The bursts of d ran in 2 rounds", "| d | 400 ms | 300 ms |"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var b strings.Builder
+			tc.runs.roundsMarkdown(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) })
+			got := b.String()
+			if tc.none {
+				if got != "" {
+					t.Errorf("roundsMarkdown wrote %q, want nothing", got)
+				}
+				return
+			}
+			rest := got
+			for _, line := range tc.want {
+				i := strings.Index(rest, line)
+				if i < 0 {
+					t.Fatalf("roundsMarkdown is missing %q (in order) in:\n%s", line, got)
+				}
+				rest = rest[i+len(line):]
+			}
+			if strings.Contains(got, "| d/e |") != slices.ContainsFunc(tc.want, func(l string) bool { return strings.HasPrefix(l, "| d/e") }) {
+				t.Errorf("d/e row present = %v, want otherwise:\n%s", strings.Contains(got, "| d/e |"), got)
+			}
+		})
+	}
+}
+
+func TestRunningTracker(t *testing.T) {
+	pod := func(uid, node string, phase corev1.PodPhase) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "d-0", UID: types.UID(uid)}, Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: phase}}
+	}
+	cases := map[string]struct {
+		events  []*corev1.Pod
+		await   *corev1.Pod
+		running bool
+	}{
+		"Running": {events: []*corev1.Pod{pod("1", "n", corev1.PodPending), pod("1", "n", corev1.PodRunning)}, await: pod("1", "", ""), running: true},
+		"a pod of the same name Running before is another pod": {
+			events: []*corev1.Pod{pod("1", "n", corev1.PodRunning), pod("2", "n", corev1.PodPending)}, await: pod("2", "", ""),
+		},
+		"not bound yet": {events: []*corev1.Pod{pod("1", "", corev1.PodPending)}, await: pod("1", "", "")},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			tr := newRunningTracker()
+			for _, p := range tc.events {
+				tr.observe(p)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			bound, running, err := tr.await(ctx, tc.await)
+			if tc.running != (err == nil) {
+				t.Fatalf("await: %v, want Running %v", err, tc.running)
+			}
+			if tc.running && (bound.IsZero() || running.Before(bound)) {
+				t.Errorf("await = bound %v, Running %v; want bound first", bound, running)
 			}
 		})
 	}
