@@ -1,54 +1,31 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"math"
-	"net/http"
 	"sort"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
-// scrape is one parsed Prometheus text exposition.
-type scrape map[string]*dto.MetricFamily
+// scrape is one parsed Prometheus text exposition, with the bench's sums
+// and histogram deltas.
+type scrape fixtures.Metrics
 
 func parseScrape(raw []byte) (scrape, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(raw))
-	if err != nil {
-		return nil, fmt.Errorf("parsing metrics: %w", err)
-	}
-	return fams, nil
+	m, err := fixtures.ParseMetrics(raw)
+	return scrape(m), err
 }
 
 // scrapeURL reads a /metrics endpoint over plain HTTP (the operator's).
 func scrapeURL(ctx context.Context, url string) (scrape, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scraping %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scraping %s: %s", url, resp.Status)
-	}
-	return parseScrape(raw)
+	m, err := fixtures.ScrapeMetrics(ctx, url)
+	return scrape(m), err
 }
 
 // scrapeAPIServer reads the API server's /metrics with the admin client.
@@ -60,22 +37,6 @@ func scrapeAPIServer(ctx context.Context, cs kubernetes.Interface) (scrape, erro
 		return nil, fmt.Errorf("scraping the API server's /metrics: %w", err)
 	}
 	return parseScrape(raw)
-}
-
-func labelsMatch(m *dto.Metric, want map[string]string) bool {
-	for k, v := range want {
-		found := false
-		for _, l := range m.GetLabel() {
-			if l.GetName() == k {
-				found = l.GetValue() == v
-				break
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
 }
 
 func label(m *dto.Metric, name string) string {
@@ -96,7 +57,7 @@ func (s scrape) sum(name string, want map[string]string) float64 {
 	}
 	total := 0.0
 	for _, m := range f.GetMetric() {
-		if !labelsMatch(m, want) {
+		if !fixtures.HasLabels(m, want) {
 			continue
 		}
 		switch {
@@ -119,7 +80,7 @@ func (s scrape) sumBy(name, by string, want map[string]string) map[string]float6
 		return out
 	}
 	for _, m := range f.GetMetric() {
-		if !labelsMatch(m, want) {
+		if !fixtures.HasLabels(m, want) {
 			continue
 		}
 		v := 0.0
@@ -155,7 +116,7 @@ func (s scrape) histogram(name string, want map[string]string) (hist, bool) {
 	h := hist{}
 	idx := map[float64]int{}
 	for _, m := range f.GetMetric() {
-		if m.Histogram == nil || !labelsMatch(m, want) {
+		if m.Histogram == nil || !fixtures.HasLabels(m, want) {
 			continue
 		}
 		for _, b := range m.GetHistogram().GetBucket() {
