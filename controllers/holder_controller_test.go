@@ -184,7 +184,7 @@ func TestHolderReconcileWithdrawsAnEvictedHoldersRequest(t *testing.T) {
 func TestHolderReconcileWithdrawsADeletedHoldersRequest(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
 	f := fixtures.MakeFluentPVC("f").Obj()
-	conflict := func(ctx context.Context, c client.WithWatch, obj client.Object) error {
+	conflict := func(obj client.Object) error {
 		if _, ok := obj.(*corev1.PersistentVolumeClaim); ok {
 			return apierrors.NewConflict(corev1.Resource("persistentvolumeclaims"), obj.GetName(), errors.New("changed"))
 		}
@@ -217,13 +217,13 @@ func TestHolderReconcileWithdrawsADeletedHoldersRequest(t *testing.T) {
 			var funcs interceptor.Funcs
 			if tc.conflict {
 				funcs.Update = func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-					if err := conflict(ctx, c, obj); err != nil {
+					if err := conflict(obj); err != nil {
 						return err
 					}
 					return c.Update(ctx, obj, opts...)
 				}
 				funcs.Patch = func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
-					if err := conflict(ctx, c, obj); err != nil {
+					if err := conflict(obj); err != nil {
 						return err
 					}
 					return c.Patch(ctx, obj, p, opts...)
