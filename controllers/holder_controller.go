@@ -124,6 +124,10 @@ func (r *HolderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			pool.HoldersRemoved.WithLabelValues(fpvc, reason).Inc()
 		}
 		if !h.DeletionTimestamp.IsZero() {
+			if pvc != nil && claim.StateOf(pvc) == claim.Warm {
+				// Preempted, drained or garbage-collected: it goes anyway.
+				return r.withdrawDeleted(ctx, h, pvc, now)
+			}
 			return ctrl.Result{}, nil
 		}
 	} else if !h.DeletionTimestamp.IsZero() {

@@ -192,12 +192,14 @@ func TestHolderReconcileWithdrawsADeletedHoldersRequest(t *testing.T) {
 	}
 	cases := map[string]struct {
 		deleting   bool
+		ended      bool // the holder failed (preempted, evicted) as it goes
 		otherReq   bool // the PVC records another holder's request
 		conflict   bool
 		withdrawn  bool
 		wantResult ctrl.Result
 	}{
 		"deleted: withdrawn":                                  {deleting: true, withdrawn: true},
+		"deleted and failed (preempted): withdrawn":           {deleting: true, ended: true, withdrawn: true},
 		"not deleted: kept":                                   {},
 		"deleted, another holder's request: kept":             {deleting: true, otherReq: true},
 		"deleted, the PVC changed meanwhile: looked at again": {deleting: true, conflict: true, wantResult: ctrl.Result{RequeueAfter: withdrawRetry}},
@@ -210,6 +212,9 @@ func TestHolderReconcileWithdrawsADeletedHoldersRequest(t *testing.T) {
 			if tc.deleting {
 				holder.Finalizers = []string{"test/keep"}
 				holder.DeletionTimestamp = &metav1.Time{Time: now.Add(-time.Second)}
+			}
+			if tc.ended {
+				holder.Status.Phase = corev1.PodFailed
 			}
 			if tc.otherReq {
 				metav1.SetMetaDataAnnotation(&warm.ObjectMeta, v1alpha1.HolderRequestAnnotationKey, now.Add(-time.Millisecond).UTC().Format(time.RFC3339Nano))
