@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
@@ -109,12 +108,8 @@ func (r *HolderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	now := r.clock.Now()
-	reason, recheck := pool.HolderFate(h, pvc, pod, now)
+	reason, recheck := pool.HolderFate(h, pvc, pod, r.clock.Now())
 	if reason == "" {
-		if !h.DeletionTimestamp.IsZero() && pvc != nil && claim.StateOf(pvc) == claim.Warm {
-			return r.withdrawDeleted(ctx, h, pvc, now)
-		}
 		return ctrl.Result{RequeueAfter: recheck}, nil
 	}
 	fpvc := h.Labels[v1alpha1.FluentPVCNameLabelKey]
@@ -124,10 +119,6 @@ func (r *HolderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			pool.HoldersRemoved.WithLabelValues(fpvc, reason).Inc()
 		}
 		if !h.DeletionTimestamp.IsZero() {
-			if pvc != nil && claim.StateOf(pvc) == claim.Warm {
-				// Preempted, drained or garbage-collected: it goes anyway.
-				return r.withdrawDeleted(ctx, h, pvc, now)
-			}
 			return ctrl.Result{}, nil
 		}
 	} else if !h.DeletionTimestamp.IsZero() {
@@ -154,35 +145,6 @@ func (r *HolderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	return ctrl.Result{}, nil
 }
-
-// withdrawDeleted withdraws the holder request of warm PVC pvc that holder
-// h carries, h being deleted by someone else (by hand, a node drain, the
-// garbage collector): once h is gone, no holder carries the request, which
-// would keep the PVC from checkouts and from a new holder until its TTL.
-// A PVC written since the cache read it is read again.
-func (r *HolderReconciler) withdrawDeleted(ctx context.Context, h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, now time.Time) (ctrl.Result, error) {
-	if !claim.CarriesHolderRequest(h, pvc, now) {
-		return ctrl.Result{}, nil
-	}
-	w, err := claim.WithdrawHolderRequest(pvc)
-	if err != nil {
-		return ctrl.Result{}, nil // no longer warm: no request to withdraw
-	}
-	switch err := claim.Execute(ctx, r, w); {
-	case apierrors.IsConflict(err):
-		// The cache lags behind the PVC; its warm updates do not bring
-		// the holder back here, so look again while h is still there.
-		return ctrl.Result{RequeueAfter: withdrawRetry}, nil
-	case client.IgnoreNotFound(err) != nil:
-		return ctrl.Result{}, fmt.Errorf("withdrawing the holder request of %s: %w", pvc.Name, err)
-	}
-	ctrl.LoggerFrom(ctx).V(1).Info("holder deleted; its request withdrawn from its warm PVC", "holder", klog.KObj(h), "claim", klog.KObj(pvc))
-	return ctrl.Result{}, nil
-}
-
-// withdrawRetry is how soon a holder being deleted is looked at again after
-// the withdrawal of its request met a newer PVC than the cache's.
-const withdrawRetry = time.Second
 
 // claimPod is the pod that warm PVC pvc was handed to: one carrying its
 // binding label and mounting it, not holder h. The cache holds only pods

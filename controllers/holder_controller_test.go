@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -173,83 +172,5 @@ func TestHolderReconcileWithdrawsAnEvictedHoldersRequest(t *testing.T) {
 	after := getPVC(t, api, warm)
 	if req, ok := after.Annotations[v1alpha1.HolderRequestAnnotationKey]; ok {
 		t.Errorf("the evicted holder's request %q is left on the PVC", req)
-	}
-}
-
-// TestHolderReconcileWithdrawsADeletedHoldersRequest: a holder that someone
-// else deletes (by hand, a node drain) while its PVC is warm gets its
-// request withdrawn as it goes, so that the PVC is not kept from checkouts
-// until the request's TTL once the holder is gone; the holder is left to
-// its deletion.
-func TestHolderReconcileWithdrawsADeletedHoldersRequest(t *testing.T) {
-	now := fixtures.Epoch.Add(time.Hour)
-	f := fixtures.MakeFluentPVC("f").Obj()
-	conflict := func(obj client.Object) error {
-		if _, ok := obj.(*corev1.PersistentVolumeClaim); ok {
-			return apierrors.NewConflict(corev1.Resource("persistentvolumeclaims"), obj.GetName(), errors.New("changed"))
-		}
-		return nil
-	}
-	cases := map[string]struct {
-		deleting   bool
-		ended      bool // the holder failed (preempted, evicted) as it goes
-		otherReq   bool // the PVC records another holder's request
-		conflict   bool
-		withdrawn  bool
-		wantResult ctrl.Result
-	}{
-		"deleted: withdrawn":                                  {deleting: true, withdrawn: true},
-		"deleted and failed (preempted): withdrawn":           {deleting: true, ended: true, withdrawn: true},
-		"not deleted: kept":                                   {},
-		"deleted, another holder's request: kept":             {deleting: true, otherReq: true},
-		"deleted, the PVC changed meanwhile: looked at again": {deleting: true, conflict: true, wantResult: ctrl.Result{RequeueAfter: withdrawRetry}},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			warm := requestedWarm(f, now)
-			holder := objects.HolderPod(f.Name, warm, "n1", "pause", "")
-			holder.Spec.NodeName, holder.Status.Phase = "n1", corev1.PodRunning
-			if tc.deleting {
-				holder.Finalizers = []string{"test/keep"}
-				holder.DeletionTimestamp = &metav1.Time{Time: now.Add(-time.Second)}
-			}
-			if tc.ended {
-				holder.Status.Phase = corev1.PodFailed
-			}
-			if tc.otherReq {
-				metav1.SetMetaDataAnnotation(&warm.ObjectMeta, v1alpha1.HolderRequestAnnotationKey, now.Add(-time.Millisecond).UTC().Format(time.RFC3339Nano))
-			}
-			var funcs interceptor.Funcs
-			if tc.conflict {
-				funcs.Update = func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-					if err := conflict(obj); err != nil {
-						return err
-					}
-					return c.Update(ctx, obj, opts...)
-				}
-				funcs.Patch = func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
-					if err := conflict(obj); err != nil {
-						return err
-					}
-					return c.Patch(ctx, obj, p, opts...)
-				}
-			}
-			api := fakeAPI(t, funcs, warm, holder)
-			r := NewHolderReconciler(api, api, clocktesting.NewFakePassiveClock(now))
-			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(holder)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res != tc.wantResult {
-				t.Errorf("Reconcile = %+v, want %+v", res, tc.wantResult)
-			}
-			if err := api.Get(context.Background(), client.ObjectKeyFromObject(holder), &corev1.Pod{}); err != nil {
-				t.Errorf("the holder was removed: %v", err)
-			}
-			_, kept := getPVC(t, api, warm).Annotations[v1alpha1.HolderRequestAnnotationKey]
-			if kept == tc.withdrawn {
-				t.Errorf("request kept %v, want withdrawn %v", kept, tc.withdrawn)
-			}
-		})
 	}
 }
