@@ -244,7 +244,7 @@ func (e *env) measureStartupEach(ctx context.Context, mode string, burst bool, n
 		return run, err
 	}
 	run.Wall = time.Since(start).Seconds()
-	e.summarizeStartup(&run, timings)
+	summarizeStartup(&run, timings)
 	if e.csi {
 		// A step not found leaves the split short, not the run void.
 		sp, err := e.split(ctx, timings)
@@ -307,7 +307,7 @@ func (e *env) startupTimings(ctx context.Context, mode string, burst bool, n int
 }
 
 // summarizeStartup sets the start-up figures of run from its pods' timings.
-func (e *env) summarizeStartup(run *startupRun, timings []podTiming) {
+func summarizeStartup(run *startupRun, timings []podTiming) {
 	var total, call, sched, kwok []time.Duration
 	for _, t := range timings {
 		total = append(total, t.running.Sub(t.created))
@@ -320,7 +320,8 @@ func (e *env) summarizeStartup(run *startupRun, timings []podTiming) {
 }
 
 // checkouts counts the hits and misses of mode's pods in ns, from their
-// claims' checkout annotation; none for a mode without a pool.
+// claims' checkout annotation; none for a mode without a pool. Claims
+// being deleted belong to an earlier run.
 func (e *env) checkouts(ctx context.Context, mode, ns string) (hits, misses int, err error) {
 	if poolOf(mode) == "" {
 		return 0, 0, nil
@@ -330,6 +331,9 @@ func (e *env) checkouts(ctx context.Context, mode, ns string) (hits, misses int,
 		return 0, 0, err
 	}
 	for _, c := range pvcs.Items {
+		if !c.DeletionTimestamp.IsZero() {
+			continue
+		}
 		switch c.Annotations[v1alpha1.CheckoutAnnotationKey] {
 		case v1alpha1.CheckoutHit:
 			hits++
@@ -340,55 +344,81 @@ func (e *env) checkouts(ctx context.Context, mode, ns string) (hits, misses int,
 	return hits, misses, nil
 }
 
-// burstRounds runs rounds bursts of n pods of each of modes, the modes
-// interleaved in each round (a, then w, ... in modes' order), each burst
-// followed by cleanup, and returns one run per mode that pools the
+// roundSteps are what burst rounds do for a mode's burst: before it
+// (outside its time; nil: nothing), the burst itself, counting its
+// checkouts, and after it, its clean-up (nil: nothing).
+type roundSteps struct {
+	before, after func(ctx context.Context, mode string, round int) error
+	burst         func(ctx context.Context, mode string) ([]podTiming, error)
+	checkouts     func(ctx context.Context, mode string) (hits, misses int, err error)
+	progress      func(format string, args ...any)
+}
+
+// burstRounds runs rounds bursts of each of modes, the modes interleaved
+// in each round (a, then w, ... in modes' order), each burst followed by
+// its clean-up (steps.after), and returns one run per mode that pools its
 // rounds' pods, with each round's p50. Interleaved rounds put every mode
 // through the same spells of a busy or quiet machine, which one burst per
-// mode cannot. before, unless nil, runs ahead of each burst (outside its
-// time); after, unless nil, once a burst's figures are taken.
-func (e *env) burstRounds(ctx context.Context, modes []string, n, rounds int, before, after func(ctx context.Context, mode string, round int) error) ([]startupRun, error) {
+// mode cannot. A burst that fails leaves its round out of its mode's
+// figures and its error on the run, and the rounds go on once it is
+// cleaned up; an error of before, after or the count of checkouts ends
+// them, since what follows would run on a cluster in an unknown state.
+func burstRounds(ctx context.Context, modes []string, rounds int, steps roundSteps) ([]startupRun, error) {
 	runs := make([]startupRun, len(modes))
 	timings := make([][]podTiming, len(modes))
 	for i, mode := range modes {
 		runs[i] = startupRun{Mode: mode, Burst: true}
 	}
+	defer func() {
+		for i := range runs {
+			if len(timings[i]) > 0 {
+				summarizeStartup(&runs[i], timings[i])
+			}
+		}
+	}()
 	for round := range rounds {
 		for i, mode := range modes {
-			if before != nil {
-				if err := before(ctx, mode, round); err != nil {
-					return runs, err
+			if steps.before != nil {
+				if err := steps.before(ctx, mode, round); err != nil {
+					return runs, fmt.Errorf("mode %s burst, before round %d: %w", mode, round+1, err)
 				}
 			}
 			start := time.Now()
-			ts, err := e.startupTimings(ctx, mode, true, n, nil)
+			ts, err := steps.burst(ctx, mode)
 			if err != nil {
-				runs[i].Error = err.Error()
-				return runs, fmt.Errorf("mode %s burst, round %d: %w", mode, round+1, err)
+				err = fmt.Errorf("round %d: %w", round+1, err)
+				runs[i].Error = errors.Join(errorOf(runs[i].Error), err).Error()
+				steps.progress("mode %s burst, round %d of %d failed: %v", mode, round+1, rounds, err)
+			} else {
+				runs[i].Wall += time.Since(start).Seconds()
+				timings[i] = append(timings[i], ts...)
+				var one startupRun
+				summarizeStartup(&one, ts)
+				runs[i].RoundP50s = append(runs[i].RoundP50s, one.Stats.P50)
+				hits, misses, err := steps.checkouts(ctx, mode)
+				if err != nil {
+					return runs, fmt.Errorf("mode %s burst, round %d: counting checkouts: %w", mode, round+1, err)
+				}
+				runs[i].Hits += hits
+				runs[i].Misses += misses
+				steps.progress("mode %s burst, round %d of %d: p50 %s p99 %s", mode, round+1, rounds, secs(one.Stats.P50), secs(one.Stats.P99))
 			}
-			runs[i].Wall += time.Since(start).Seconds()
-			timings[i] = append(timings[i], ts...)
-			var one startupRun
-			e.summarizeStartup(&one, ts)
-			runs[i].RoundP50s = append(runs[i].RoundP50s, one.Stats.P50)
-			hits, misses, err := e.checkouts(ctx, mode, startupNamespace(mode, true))
-			if err != nil {
-				return runs, err
-			}
-			runs[i].Hits += hits
-			runs[i].Misses += misses
-			e.progress("mode %s burst, round %d of %d: p50 %s p99 %s", mode, round+1, rounds, secs(one.Stats.P50), secs(one.Stats.P99))
-			if after != nil {
-				if err := after(ctx, mode, round); err != nil {
-					return runs, err
+			if steps.after != nil {
+				if err := steps.after(ctx, mode, round); err != nil {
+					return runs, fmt.Errorf("mode %s burst, after round %d: %w", mode, round+1, err)
 				}
 			}
 		}
 	}
-	for i := range runs {
-		e.summarizeStartup(&runs[i], timings[i])
-	}
 	return runs, nil
+}
+
+// errorOf is msg as an error, nil for "".
+func errorOf(msg string) error {
+	if msg == "" {
+		return nil
+	}
+	return errors.New(msg)
 }
 
 // startupPhase runs the four modes, each sequentially and as a burst.
@@ -475,8 +505,8 @@ func (e *env) startupPhase(ctx context.Context, res *results) error {
 			return errors.Join(append(errs, err)...)
 		}
 	}
-	bursts, err := e.burstRounds(ctx, fast, n, e.cfg.BurstRounds,
-		func(ctx context.Context, mode string, round int) error {
+	bursts, err := burstRounds(ctx, fast, e.cfg.BurstRounds, roundSteps{
+		before: func(ctx context.Context, mode string, round int) error {
 			if mode == modeOwnClaim && round > 0 {
 				// The last round's claims went with its clean-up.
 				if err := e.prepareOwnClaims(ctx, startupNamespace(mode, true), n); err != nil {
@@ -488,20 +518,22 @@ func (e *env) startupPhase(ctx context.Context, res *results) error {
 			}
 			return startW(mode)
 		},
-		func(_ context.Context, mode string, _ int) error {
+		burst: func(ctx context.Context, mode string) ([]podTiming, error) {
+			return e.startupTimings(ctx, mode, true, n, nil)
+		},
+		checkouts: func(ctx context.Context, mode string) (int, int, error) {
+			return e.checkouts(ctx, mode, startupNamespace(mode, true))
+		},
+		after: func(_ context.Context, mode string, _ int) error {
 			return errors.Join(stopW(), cleanup(mode, true))
-		})
-	if err != nil {
-		err = errors.Join(err, stopW())
-		errs = append(errs, err)
-	}
+		},
+		progress: e.progress,
+	})
 	for _, run := range bursts {
-		if err == nil || run.Error != "" {
-			record(run, nil)
-		}
+		record(run, errorOf(run.Error))
 	}
 	if err != nil {
-		return errors.Join(errs...)
+		return errors.Join(append(errs, err, stopW())...)
 	}
 	if e.cfg.SkipSlow {
 		return errors.Join(errs...)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -312,6 +313,90 @@ func TestRunningTracker(t *testing.T) {
 			}
 			if tc.running && (bound.IsZero() || running.Before(bound)) {
 				t.Errorf("await = bound %v, Running %v; want bound first", bound, running)
+			}
+		})
+	}
+}
+
+func TestBurstRounds(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	// Every pod of a burst starts in d.
+	pods := func(d time.Duration) []podTiming {
+		return []podTiming{{created: t0, returned: t0, bound: t0, running: t0.Add(d)}}
+	}
+	type call struct {
+		mode  string
+		round int
+	}
+	cases := map[string]struct {
+		failBurst, failAfter call // zero mode: none fails
+		wantErr              bool
+		wantP50s             map[string][]float64
+		wantRunErr           map[string]string // substring; "" none
+		wantAfter            []call
+	}{
+		"every burst": {
+			wantP50s:  map[string][]float64{modePlain: {0.1, 0.1}, modeHit: {0.3, 0.3}},
+			wantAfter: []call{{modePlain, 0}, {modeHit, 0}, {modePlain, 1}, {modeHit, 1}},
+		},
+		"a failed burst is left out, cleaned up, and the rounds go on": {
+			failBurst:  call{modeHit, 0},
+			wantP50s:   map[string][]float64{modePlain: {0.1, 0.1}, modeHit: {0.3}},
+			wantRunErr: map[string]string{modeHit: "round 1: timed out"},
+			wantAfter:  []call{{modePlain, 0}, {modeHit, 0}, {modePlain, 1}, {modeHit, 1}},
+		},
+		"a failed clean-up ends the rounds": {
+			failAfter: call{modePlain, 0},
+			wantErr:   true,
+			wantP50s:  map[string][]float64{modePlain: {0.1}, modeHit: nil},
+			wantAfter: []call{{modePlain, 0}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var after []call
+			round := map[string]int{}
+			runs, err := burstRounds(context.Background(), []string{modePlain, modeHit}, 2, roundSteps{
+				burst: func(_ context.Context, mode string) ([]podTiming, error) {
+					r := round[mode]
+					round[mode]++
+					if (call{mode, r}) == tc.failBurst {
+						return nil, errors.New("timed out")
+					}
+					if mode == modeHit {
+						return pods(300 * time.Millisecond), nil
+					}
+					return pods(100 * time.Millisecond), nil
+				},
+				checkouts: func(context.Context, string) (int, int, error) { return 1, 0, nil },
+				after: func(_ context.Context, mode string, r int) error {
+					after = append(after, call{mode, r})
+					if (call{mode, r}) == tc.failAfter {
+						return errors.New("clean-up failed")
+					}
+					return nil
+				},
+				progress: func(string, ...any) {},
+			})
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("burstRounds error = %v, want error %v", err, tc.wantErr)
+			}
+			if !slices.Equal(after, tc.wantAfter) {
+				t.Errorf("clean-ups %v, want %v", after, tc.wantAfter)
+			}
+			for _, run := range runs {
+				if !slices.Equal(run.RoundP50s, tc.wantP50s[run.Mode]) {
+					t.Errorf("mode %s round p50s %v, want %v", run.Mode, run.RoundP50s, tc.wantP50s[run.Mode])
+				}
+				if run.Hits != len(tc.wantP50s[run.Mode]) || run.Stats.N != len(tc.wantP50s[run.Mode]) {
+					t.Errorf("mode %s pools %d pods and %d hits, want %d", run.Mode, run.Stats.N, run.Hits, len(tc.wantP50s[run.Mode]))
+				}
+				if want := tc.wantRunErr[run.Mode]; (want == "") != (run.Error == "") || !strings.Contains(run.Error, want) {
+					t.Errorf("mode %s error %q, want %q", run.Mode, run.Error, want)
+				}
+				if math.IsNaN(run.Stats.P50) {
+					t.Errorf("mode %s p50 is NaN, which JSON cannot carry", run.Mode)
+				}
 			}
 		})
 	}
