@@ -123,7 +123,7 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 // every binding is born, and how one lost by hand is remade, so that no
 // claim is ever left without the record that drains it. It returns how
 // long to wait instead when the claim's pod may come within moments
-// (awaitPod).
+// (awaitPod), or while pods start (yieldToStarting).
 func (r *BindingReconciler) createBinding(ctx context.Context, key client.ObjectKey, now time.Time) (time.Duration, error) {
 	pvc := &corev1.PersistentVolumeClaim{}
 	if err := r.Get(ctx, key, pvc); err != nil || !claim.Held(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != key.Name {
@@ -140,6 +140,9 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 	}
 	if wait := awaitPod(pvc, pod != nil, now); wait > 0 {
 		return wait, nil
+	}
+	if wait, err := r.yieldToStarting(ctx, pvc, pod, now); err != nil || wait > 0 {
+		return wait, err
 	}
 	// The cache may lag behind the end of a claim's life (drained, deleted,
 	// then the binding removed): only a live read may bring a binding back.
@@ -175,6 +178,29 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 		r.tellBindingRejected(pvc, pods.Items, fpvc, err)
 	}
 	return 0, fmt.Errorf("creating the binding of claim %s: %w", key, err)
+}
+
+// yieldToStarting is how long the binding of held claim pvc, whose pod
+// is cached (or no longer awaited), waits for starting pods, its own or
+// others (holdFollowUp), at now; 0 to make it now. A claim that records
+// its pod (its binding lost and made again) does not wait.
+func (r *BindingReconciler) yieldToStarting(ctx context.Context, pvc *corev1.PersistentVolumeClaim, pod *corev1.Pod, now time.Time) (time.Duration, error) {
+	wait := r.opts.PodStartWait
+	admitted, ok := claim.AdmittedAt(pvc.Annotations)
+	if !ok || holdFollowUp(admitted, true, now, wait) == 0 {
+		return 0, nil
+	}
+	if used, _ := claim.PodOf(pvc); used.UID != "" {
+		return 0, nil
+	}
+	starting := pod != nil && objects.PodStarting(pod)
+	if !starting {
+		var err error
+		if starting, err = podsStarting(ctx, r.Client, now, wait); err != nil {
+			return 0, err
+		}
+	}
+	return holdFollowUp(admitted, starting, now, wait), nil
 }
 
 // tellBindingRejected tells, with Warning Events on the claim, its pods

@@ -155,6 +155,7 @@ func fakeAPI(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) clien
 		WithObjects(objs...).
 		WithStatusSubresource(&v1alpha1.FluentPVCBinding{}).
 		WithIndex(&corev1.Pod{}, podBindingIndex, byBindingLabel).
+		WithIndex(&corev1.Pod{}, podStartingIndex, startingKey).
 		WithIndex(&batchv1.Job{}, jobBindingIndex, byBindingLabel).
 		// The API server's own field selectors of events.
 		WithIndex(&corev1.Event{}, "involvedObject.uid", func(o client.Object) []string { return []string{string(o.(*corev1.Event).InvolvedObject.UID)} }).

@@ -802,11 +802,6 @@ func jobAttempt(j *batchv1.Job) int32 {
 	return int32(n)
 }
 
-// graceStart is when the orphan grace period of b's claim starts: b's
-// creation, as the API server stamped it. The binding is made once the
-// claim was handed out, so the grace period starts no earlier than the
-// pod's admission, whatever the clock of the webhook replica that
-// admitted it (which stamped claim.AdmittedAt).
 // bindingPodWait is how long after its admission a claim with no pod in
 // the cache waits for one before its binding is made without it. The pod
 // admitted with a claim is created moments after the claim is handed out;
@@ -842,6 +837,11 @@ func awaitPod(pvc *corev1.PersistentVolumeClaim, podCached bool, now time.Time) 
 	return min(left, bindingPodWait)
 }
 
+// graceStart is when the orphan grace period of b's claim starts: b's
+// creation, as the API server stamped it. The binding is made once the
+// claim was handed out, so the grace period starts no earlier than the
+// pod's admission, whatever the clock of the webhook replica that
+// admitted it (which stamped claim.AdmittedAt).
 func graceStart(b *v1alpha1.FluentPVCBinding) time.Time {
 	return b.CreationTimestamp.Time
 }

@@ -122,6 +122,10 @@ type poolObserved struct {
 	// unseen are the warm PVCs created by earlier reconciles that the
 	// cache did not show yet, by namespace.
 	unseen map[string][]pool.Expected
+	// starting counts, by namespace, the warm PVCs whose refill yields to
+	// starting pods (refillHeld); startingRecheck is when to look again.
+	starting        map[string]int
+	startingRecheck time.Duration
 	// lastAdmission is the newest admission per namespace, from the status
 	// and the current bindings.
 	lastAdmission map[string]time.Time
@@ -232,6 +236,9 @@ func (r *PoolReconciler) observePool(ctx context.Context, f *v1alpha1.FluentPVC,
 	if f.Spec.Pool.Size == 0 {
 		return o, nil
 	}
+	if err := r.observeStarting(ctx, f, &o); err != nil {
+		return o, err
+	}
 	sc, err := r.storageClass(ctx, f.Spec.PVCSpecTemplate.StorageClassName)
 	if err != nil {
 		return o, err
@@ -272,6 +279,74 @@ func (r *PoolReconciler) observePool(ctx context.Context, f *v1alpha1.FluentPVC,
 	}
 	o.claimed = claimed.Items
 	return o, nil
+}
+
+// observeStarting counts the warm PVCs of f whose refill yields to
+// starting pods (refillHeld), from the cache, unless Options.PodStartWait
+// is 0.
+func (r *PoolReconciler) observeStarting(ctx context.Context, f *v1alpha1.FluentPVC, o *poolObserved) error {
+	wait := r.opts.PodStartWait
+	if wait <= 0 {
+		return nil
+	}
+	var claimed corev1.PersistentVolumeClaimList
+	if err := r.List(ctx, &claimed, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name, v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed}, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing claims: %w", err)
+	}
+	now := r.clock.Now()
+	var others *bool // whether any pod starts, read once if needed
+	for i := range claimed.Items {
+		c := &claimed.Items[i]
+		if refillHeld(c, true, now, wait) == 0 {
+			continue // nothing holds it back
+		}
+		var pods corev1.PodList
+		if err := r.List(ctx, &pods, client.InNamespace(c.Namespace), client.MatchingFields{podBindingIndex: c.Name}, client.UnsafeDisableDeepCopy); err != nil {
+			return fmt.Errorf("listing the pods of claim %s/%s: %w", c.Namespace, c.Name, err)
+		}
+		// Its own pod starts, or is not cached yet.
+		starting := len(pods.Items) == 0 || objects.PodStarting(&pods.Items[0])
+		if !starting {
+			if others == nil {
+				yes, err := podsStarting(ctx, r.Client, now, wait)
+				if err != nil {
+					return err
+				}
+				others = &yes
+			}
+			starting = *others
+		}
+		left := refillHeld(c, starting, now, wait)
+		if left == 0 {
+			continue
+		}
+		if o.starting == nil {
+			o.starting = map[string]int{}
+		}
+		o.starting[c.Namespace]++
+		if o.startingRecheck == 0 || left < o.startingRecheck {
+			o.startingRecheck = left
+		}
+	}
+	return nil
+}
+
+// refillHeld is how long, at now, the refill of the warm PVC that claim c
+// was waits before it looks again (holdFollowUp), while pods are starting
+// (starting); 0 for a claim that was no warm PVC (a miss), records its
+// pod, or is being deleted.
+func refillHeld(c *corev1.PersistentVolumeClaim, starting bool, now time.Time, wait time.Duration) time.Duration {
+	if c.Annotations[v1alpha1.CheckoutAnnotationKey] != v1alpha1.CheckoutHit || !c.DeletionTimestamp.IsZero() {
+		return 0
+	}
+	if used, _ := claim.PodOf(c); used.UID != "" {
+		return 0
+	}
+	admitted, ok := claim.AdmittedAt(c.Annotations)
+	if !ok {
+		return 0
+	}
+	return holdFollowUp(admitted, starting, now, wait)
 }
 
 // storageClass is class name, or the default class when name is nil; nil
@@ -372,7 +447,7 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 	eligible := func(node string) bool { return eligibleNames[node] }
 
 	for _, ns := range namespaces {
-		in := pool.Input{Hash: pp.hash, WaitForFirstConsumer: o.waitForFirstConsumer, SelectNodes: o.selectNodes, Binders: bindersByNS[ns]}
+		in := pool.Input{Hash: pp.hash, WaitForFirstConsumer: o.waitForFirstConsumer, SelectNodes: o.selectNodes, Binders: bindersByNS[ns], Starting: o.starting[ns]}
 		kept := slices.Contains(keep, ns)
 		if kept {
 			if _, exists := o.namespaces[ns]; !exists {
@@ -406,6 +481,9 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 			}
 		}
 		p := pool.PlanNamespace(in)
+		if p.Held > 0 && (res.requeueAfter == 0 || o.startingRecheck < res.requeueAfter) {
+			res.requeueAfter = o.startingRecheck
+		}
 		for _, name := range p.Moved {
 			res.moved = append(res.moved, ns+"/"+name)
 		}

@@ -62,6 +62,12 @@ type Options struct {
 	StagePerNode int
 	// HolderPriorityClass is the PriorityClass of holder pods ("" none).
 	HolderPriorityClass string
+	// PodStartWait is how long after a pod's admission, at most, the
+	// binding of its claim and, on a hit, the refill of the warm PVC it
+	// took wait for the pod to start (objects.PodStarting), so that they
+	// do not compete with starting pods for the API server; 0 makes them
+	// at once.
+	PodStartWait time.Duration
 }
 
 // BindFlags registers the options as command-line flags with their defaults.
@@ -76,8 +82,14 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.PoolBindMode, "pool-bind-mode", PoolBindSelectNode, "How warm PVCs of WaitForFirstConsumer StorageClasses get their volumes: \""+PoolBindSelectNode+"\" names a Ready, untainted node (spread over zones) on the PVC so that the provisioner starts at once; \""+PoolBindBinderJob+"\" runs a binder Job per PVC and lets the scheduler choose, slower but aware of everything the scheduler checks (e.g. CSI storage capacity).")
 	fs.IntVar(&o.StagePerNode, "stage-per-node", pool.DefaultStagePerNode, "How many warm PVCs, of all FluentPVCs, a node keeps attached and staged at most, each with a holder pod. Holders also never take more than half of the attach slots that other volumes leave free on a node.")
 	fs.StringVar(&o.HolderPriorityClass, "holder-priority-class", DefaultHolderPriorityClass, "PriorityClass of the holder pods that keep warm PVCs staged: a low value that never preempts, so that real pods preempt holders. The operator creates it at start-up if it does not exist; \"\" gives holders no class.")
+	fs.DurationVar(&o.PodStartWait, "pod-start-wait", DefaultPodStartWait, "How long after a pod's admission, at most, the operator waits for the pod to start (leave Pending) before it makes the pod's FluentPVCBinding and, if the pod took a warm PVC, refills the pool, so that these writes do not compete with starting pods for the API server. 0 makes them at once.")
 	fs.DurationVar(&o.PoolIdleNamespaceTTL, "pool-idle-namespace-ttl", time.Hour, "How long a namespace learned from admissions keeps its warm pool without a new admission.")
 }
+
+// DefaultPodStartWait is --pod-start-wait's default: longer than a burst
+// of pods takes to start on a quiet cluster, short beside the time a
+// volume takes to provision, which the refill waits for anyway.
+const DefaultPodStartWait = 2 * time.Second
 
 // Values of Options.PoolBindMode.
 const (
@@ -98,6 +110,9 @@ func (o *Options) Validate() error {
 			"(--api-server-request-timeout=%s) after its claim was handed out, and a claim reclaimed before its pod is created "+
 			"could go to another pod while that pod writes to it. Set it to at least %s (the timeout plus %s)",
 			o.OrphanGracePeriod, o.APIServerRequestTimeout, min, orphanGraceMargin)
+	}
+	if o.PodStartWait < 0 {
+		return fmt.Errorf("--pod-start-wait=%s: must be 0 (no wait) or more", o.PodStartWait)
 	}
 	if o.StagePerNode < 0 {
 		return fmt.Errorf("--stage-per-node=%d: must be 0 (no staging) or more", o.StagePerNode)
@@ -175,6 +190,7 @@ func exists(key string) labels.Selector {
 // Field indexes of the manager's cache.
 const (
 	podBindingIndex       = "podBinding"       // a pod's binding label
+	podStartingIndex      = "podStarting"      // a pod that starts (startingKey)
 	jobBindingIndex       = "jobBinding"       // a Job's binding label
 	bindingFluentPVCIndex = "bindingFluentPVC" // a binding's FluentPVC
 )
@@ -190,6 +206,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return nil
 	}
 	if err := idx.IndexField(ctx, &corev1.Pod{}, podBindingIndex, byBindingLabel); err != nil {
+		return fmt.Errorf("indexing pods: %w", err)
+	}
+	if err := idx.IndexField(ctx, &corev1.Pod{}, podStartingIndex, startingKey); err != nil {
 		return fmt.Errorf("indexing pods: %w", err)
 	}
 	if err := idx.IndexField(ctx, &batchv1.Job{}, jobBindingIndex, byBindingLabel); err != nil {
