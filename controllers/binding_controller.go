@@ -61,6 +61,10 @@ type BindingReconciler struct {
 	recorder  events.EventRecorder
 	clock     clock.PassiveClock
 	opts      Options
+	// gate tells whether pods are starting; nil: none are.
+	gate *startGate
+	// seen are the pods whose bindings yield to starting pods.
+	seen seenPods
 	// history proves that no pod was created with an unrecorded claim.
 	history podHistory
 	// own are the bindings' versions this reconciler's writes replaced,
@@ -138,12 +142,20 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 	if len(pods.Items) == 1 && claimantPod(&pods.Items[0], pvc.Name) {
 		pod = &pods.Items[0]
 	}
-	if wait := awaitPod(pvc, pod != nil, now); wait > 0 {
-		return wait, nil
+	seen, wasSeen := r.seen.get(key, now)
+	if pod != nil || !wasSeen {
+		if wait := awaitPod(pvc, pod != nil, now); wait > 0 {
+			return wait, nil
+		}
+		if wait, err := r.yieldToStarting(ctx, pvc, pod, now); err != nil || wait > 0 {
+			if pod != nil {
+				r.seen.put(key, v1alpha1.ObjectIdentity{Name: pod.Name, UID: pod.UID}, now)
+			}
+			return wait, err
+		}
 	}
-	if wait, err := r.yieldToStarting(ctx, pvc, pod, now); err != nil || wait > 0 {
-		return wait, err
-	}
+	// else its pod, seen while the binding yielded, went meanwhile: it is
+	// recorded all the same.
 	// The cache may lag behind the end of a claim's life (drained, deleted,
 	// then the binding removed): only a live read may bring a binding back.
 	if err := r.apiReader.Get(ctx, key, pvc); err != nil || !claim.Held(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != key.Name {
@@ -160,10 +172,13 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 		b.Spec.Pod = used
 	case pod != nil:
 		b.Spec.Pod = v1alpha1.ObjectIdentity{Name: pod.Name, UID: pod.UID}
+	case wasSeen:
+		b.Spec.Pod = seen
 	}
 	err := r.Create(ctx, b)
 	if err == nil {
 		r.own.created(key, r.clock.Now())
+		r.seen.forget(key)
 	}
 	switch {
 	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
@@ -183,7 +198,8 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 // yieldToStarting is how long the binding of held claim pvc, whose pod
 // is cached (or no longer awaited), waits for starting pods, its own or
 // others (holdFollowUp), at now; 0 to make it now. A claim that records
-// its pod (its binding lost and made again) does not wait.
+// its pod (its binding lost and made again), or whose pod is ending
+// (being deleted, Succeeded or Failed), does not wait.
 func (r *BindingReconciler) yieldToStarting(ctx context.Context, pvc *corev1.PersistentVolumeClaim, pod *corev1.Pod, now time.Time) (time.Duration, error) {
 	wait := r.opts.PodStartWait
 	admitted, ok := claim.AdmittedAt(pvc.Annotations)
@@ -193,10 +209,14 @@ func (r *BindingReconciler) yieldToStarting(ctx context.Context, pvc *corev1.Per
 	if used, _ := claim.PodOf(pvc); used.UID != "" {
 		return 0, nil
 	}
+	if pod != nil && (!pod.DeletionTimestamp.IsZero() || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) {
+		// Its pod is ending: record it while the cache shows it.
+		return 0, nil
+	}
 	starting := pod != nil && objects.PodStarting(pod)
 	if !starting {
 		var err error
-		if starting, err = podsStarting(ctx, r.Client, now, wait); err != nil {
+		if starting, err = r.gate.busy(ctx, now, wait); err != nil {
 			return 0, err
 		}
 	}

@@ -6,8 +6,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -42,7 +45,7 @@ func TestHoldFollowUp(t *testing.T) {
 // startPod is a labelled pod of claim, created at created, in phase (and
 // being deleted when deleting).
 func startPod(name, claimName string, phase corev1.PodPhase, created time.Time, deleting bool) *corev1.Pod {
-	p := fixtures.MakePod(name, "ns").FluentPVC("f").Label(v1alpha1.BindingNameLabelKey, claimName).Obj()
+	p := fixtures.MakePod(name, "ns").FluentPVC("f").Label(v1alpha1.BindingNameLabelKey, claimName).Claim(claimName).Obj()
 	p.UID = types.UID(name + "-uid")
 	p.CreationTimestamp = metav1.NewTime(created)
 	p.Status.Phase = phase
@@ -119,14 +122,16 @@ func TestYieldToStarting(t *testing.T) {
 		wait   time.Duration
 		want   time.Duration
 	}{
-		"its pod starts":                         {pvc: held, pod: startPod("p", "c", corev1.PodPending, admitted, false), now: soon, wait: 2 * time.Second, want: startPoll},
-		"its pod runs, another starts":           {pvc: held, pod: startPod("p", "c", corev1.PodRunning, admitted, false), others: []client.Object{startPod("q", "d", corev1.PodPending, soon, false)}, now: soon, wait: 2 * time.Second, want: startPoll},
-		"its pod runs, no other starts":          {pvc: held, pod: startPod("p", "c", corev1.PodRunning, admitted, false), now: soon, wait: 2 * time.Second},
-		"its pod is being deleted":               {pvc: held, pod: startPod("p", "c", corev1.PodPending, admitted, true), now: soon, wait: 2 * time.Second},
-		"the wait is over":                       {pvc: held, pod: startPod("p", "c", corev1.PodPending, admitted, false), now: admitted.Add(2 * time.Second), wait: 2 * time.Second},
-		"no wait configured":                     {pvc: held, pod: startPod("p", "c", corev1.PodPending, admitted, false), now: soon},
-		"a claim that records its pod: remade":   {pvc: recorded, pod: startPod("p", "c", corev1.PodPending, admitted, false), now: soon, wait: 2 * time.Second},
-		"its pod never came (no longer awaited)": {pvc: held, others: []client.Object{startPod("q", "d", corev1.PodPending, soon, false)}, now: soon, wait: 2 * time.Second, want: startPoll},
+		"its pod starts":                           {pvc: held, pod: startPod("p", "c", corev1.PodPending, admitted, false), now: soon, wait: 2 * time.Second, want: startPoll},
+		"its pod runs, another starts":             {pvc: held, pod: startPod("p", "c", corev1.PodRunning, admitted, false), others: []client.Object{startPod("q", "d", corev1.PodPending, soon, false)}, now: soon, wait: 2 * time.Second, want: startPoll},
+		"its pod runs, no other starts":            {pvc: held, pod: startPod("p", "c", corev1.PodRunning, admitted, false), now: soon, wait: 2 * time.Second},
+		"its pod is being deleted":                 {pvc: held, pod: startPod("p", "c", corev1.PodPending, admitted, true), now: soon, wait: 2 * time.Second},
+		"its pod is being deleted, another starts": {pvc: held, pod: startPod("p", "c", corev1.PodRunning, admitted, true), others: []client.Object{startPod("q", "d", corev1.PodPending, soon, false)}, now: soon, wait: 2 * time.Second},
+		"its pod Succeeded, another starts":        {pvc: held, pod: startPod("p", "c", corev1.PodSucceeded, admitted, false), others: []client.Object{startPod("q", "d", corev1.PodPending, soon, false)}, now: soon, wait: 2 * time.Second},
+		"the wait is over":                         {pvc: held, pod: startPod("p", "c", corev1.PodPending, admitted, false), now: admitted.Add(2 * time.Second), wait: 2 * time.Second},
+		"no wait configured":                       {pvc: held, pod: startPod("p", "c", corev1.PodPending, admitted, false), now: soon},
+		"a claim that records its pod: remade":     {pvc: recorded, pod: startPod("p", "c", corev1.PodPending, admitted, false), now: soon, wait: 2 * time.Second},
+		"its pod never came (no longer awaited)":   {pvc: held, others: []client.Object{startPod("q", "d", corev1.PodPending, soon, false)}, now: soon, wait: 2 * time.Second, want: startPoll},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -134,7 +139,8 @@ func TestYieldToStarting(t *testing.T) {
 			if tc.pod != nil {
 				objs = append(objs, tc.pod)
 			}
-			r := &BindingReconciler{Client: fakeAPI(t, interceptor.Funcs{}, objs...), opts: Options{PodStartWait: tc.wait}}
+			c := fakeAPI(t, interceptor.Funcs{}, objs...)
+			r := &BindingReconciler{Client: c, opts: Options{PodStartWait: tc.wait}, gate: newStartGate(c, clocktesting.NewFakePassiveClock(tc.now))}
 			got, err := r.yieldToStarting(context.Background(), tc.pvc, tc.pod, tc.now)
 			if err != nil || got != tc.want {
 				t.Errorf("yieldToStarting = %s, %v; want %s", got, err, tc.want)
@@ -174,5 +180,133 @@ func TestRefillHeld(t *testing.T) {
 				t.Errorf("refillHeld = %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestStartGate(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	pending := startPod("p", "c", corev1.PodPending, now.Add(-time.Minute), false)
+	running := startPod("p", "c", corev1.PodRunning, now.Add(-time.Minute), false)
+	cases := map[string]struct {
+		events func(g *startGate, clk *clocktesting.FakePassiveClock)
+		pods   []client.Object // in the cache at now
+		want   bool
+	}{
+		"nothing seen": {},
+		"a pod created moments ago": {
+			events: func(g *startGate, clk *clocktesting.FakePassiveClock) {
+				clk.SetTime(now.Add(-100 * time.Millisecond))
+				g.observe(nil, running)
+			},
+			want: true,
+		},
+		"a pod started moments ago": {
+			events: func(g *startGate, clk *clocktesting.FakePassiveClock) {
+				clk.SetTime(now.Add(-100 * time.Millisecond))
+				g.observe(pending, running)
+			},
+			want: true,
+		},
+		"a pod started long enough ago": {
+			events: func(g *startGate, clk *clocktesting.FakePassiveClock) {
+				clk.SetTime(now.Add(-startQuiet))
+				g.observe(pending, running)
+			},
+		},
+		"an update that starts nothing": {
+			events: func(g *startGate, clk *clocktesting.FakePassiveClock) {
+				clk.SetTime(now.Add(-100 * time.Millisecond))
+				g.observe(running, running)
+			},
+		},
+		"a pod starting": {pods: []client.Object{startPod("q", "d", corev1.PodPending, now.Add(-time.Second), false)}, want: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			clk := clocktesting.NewFakePassiveClock(now)
+			g := newStartGate(fakeAPI(t, interceptor.Funcs{}, tc.pods...), clk)
+			if tc.events != nil {
+				tc.events(g, clk)
+			}
+			got, err := g.busy(context.Background(), now, 2*time.Second)
+			if err != nil || got != tc.want {
+				t.Errorf("busy = %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
+	var nilGate *startGate
+	if busy, err := nilGate.busy(context.Background(), now, time.Second); busy || err != nil {
+		t.Errorf("a nil gate is busy = %v, %v; want false", busy, err)
+	}
+}
+
+func TestSeenPods(t *testing.T) {
+	t0 := fixtures.Epoch
+	key := client.ObjectKey{Namespace: "ns", Name: "c"}
+	id := v1alpha1.ObjectIdentity{Name: "p", UID: "p-uid"}
+	cases := map[string]struct {
+		do   func(s *seenPods)
+		at   time.Time
+		want bool
+	}{
+		"remembered":          {do: func(s *seenPods) { s.put(key, id, t0) }, at: t0.Add(time.Second), want: true},
+		"forgotten":           {do: func(s *seenPods) { s.put(key, id, t0); s.forget(key) }, at: t0},
+		"too old":             {do: func(s *seenPods) { s.put(key, id, t0) }, at: t0.Add(seenTTL)},
+		"never seen":          {do: func(*seenPods) {}, at: t0},
+		"another claim's pod": {do: func(s *seenPods) { s.put(client.ObjectKey{Namespace: "ns", Name: "other"}, id, t0) }, at: t0},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var s seenPods
+			tc.do(&s)
+			got, ok := s.get(key, tc.at)
+			if ok != tc.want || (ok && got != id) {
+				t.Errorf("get = %v, %v; want %v", got, ok, tc.want)
+			}
+		})
+	}
+}
+
+// TestCreateBindingRecordsAPodGoneWhileItYielded: a binding that yields to
+// starting pods while its own pod runs records that pod once it is made,
+// even if the pod went meanwhile without the cache showing it deleted.
+func TestCreateBindingRecordsAPodGoneWhileItYielded(t *testing.T) {
+	admitted := fixtures.Epoch
+	now := admitted.Add(300 * time.Millisecond)
+	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+	pvc := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
+	own := startPod("p", "c", corev1.PodRunning, admitted, false)
+	other := startPod("q", "d", corev1.PodPending, now, false)
+	c := fakeAPI(t, interceptor.Funcs{}, pvc, own, other)
+	clk := clocktesting.NewFakePassiveClock(now)
+	r := NewBindingReconciler(c, c, events.NewFakeRecorder(10), clk, Options{PodStartWait: 2 * time.Second})
+	r.gate = newStartGate(c, clk)
+	ctx := context.Background()
+	key := client.ObjectKeyFromObject(pvc)
+
+	wait, err := r.createBinding(ctx, key, now)
+	if err != nil || wait == 0 {
+		t.Fatalf("createBinding while another pod starts = %s, %v; want a wait", wait, err)
+	}
+	if err := c.Get(ctx, key, &v1alpha1.FluentPVCBinding{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a binding was made while another pod starts (err %v)", err)
+	}
+	// Its pod goes, unseen; the other has started.
+	for _, p := range []*corev1.Pod{own, other} {
+		if err := c.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := now.Add(startQuiet)
+	clk.SetTime(later)
+	if wait, err := r.createBinding(ctx, key, later); err != nil || wait != 0 {
+		t.Fatalf("createBinding once no pod starts = %s, %v; want the binding made", wait, err)
+	}
+	b := &v1alpha1.FluentPVCBinding{}
+	if err := c.Get(ctx, key, b); err != nil {
+		t.Fatal(err)
+	}
+	if want := (v1alpha1.ObjectIdentity{Name: own.Name, UID: own.UID}); b.Spec.Pod != want {
+		t.Errorf("the binding records pod %v, want %v", b.Spec.Pod, want)
 	}
 }

@@ -49,6 +49,8 @@ type PoolReconciler struct {
 	apiReader client.Reader
 	clock     clock.PassiveClock
 	opts      Options
+	// gate tells whether pods are starting; nil: none are.
+	gate *startGate
 	// expect are the warm PVCs created and not yet seen in the cache.
 	expect *pool.Expectations
 }
@@ -308,7 +310,7 @@ func (r *PoolReconciler) observeStarting(ctx context.Context, f *v1alpha1.Fluent
 		starting := len(pods.Items) == 0 || objects.PodStarting(&pods.Items[0])
 		if !starting {
 			if others == nil {
-				yes, err := podsStarting(ctx, r.Client, now, wait)
+				yes, err := r.gate.busy(ctx, now, wait)
 				if err != nil {
 					return err
 				}

@@ -230,15 +230,26 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("creating a client that watches: %w", err)
 	}
+	gate := newStartGate(c, clk)
+	pods, err := mgr.GetCache().GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return fmt.Errorf("watching pods: %w", err)
+	}
+	if _, err := pods.AddEventHandler(gate.handler()); err != nil {
+		return fmt.Errorf("watching pods: %w", err)
+	}
 	bindings := NewBindingReconciler(c, live, recorder, clk, opts)
 	bindings.history = podHistory{watcher: watcher}
+	bindings.gate = gate
 	if err := bindings.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the binding controller: %w", err)
 	}
 	if err := NewSidecarReconciler(c, recorder).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the sidecar controller: %w", err)
 	}
-	if err := NewFluentPVCReconciler(c, live, recorder, clk, opts).SetupWithManager(mgr); err != nil {
+	fluentPVCs := NewFluentPVCReconciler(c, live, recorder, clk, opts)
+	fluentPVCs.pool.gate = gate
+	if err := fluentPVCs.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the FluentPVC controller: %w", err)
 	}
 	if err := NewHolderReconciler(c, mgr.GetAPIReader(), clk).SetupWithManager(mgr); err != nil {

@@ -24,6 +24,8 @@ func TestOptionsValidate(t *testing.T) {
 			o.OrphanGracePeriod, o.AllowShortOrphanGracePeriod = 2*time.Second, true
 		}, ""},
 		{"unknown bind mode", func(o *Options) { o.PoolBindMode = "later" }, "--pool-bind-mode"},
+		{"no wait for starting pods", func(o *Options) { o.PodStartWait = 0 }, ""},
+		{"a negative wait for starting pods", func(o *Options) { o.PodStartWait = -time.Second }, "--pod-start-wait"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := valid
