@@ -61,9 +61,7 @@ type BindingReconciler struct {
 	recorder  events.EventRecorder
 	clock     clock.PassiveClock
 	opts      Options
-	// gate tells whether pods are starting; nil: none are.
-	gate *startGate
-	// seen are the pods whose bindings yield to starting pods.
+	// seen are the pods whose bindings wait for them to be scheduled.
 	seen seenPods
 	// history proves that no pod was created with an unrecorded claim.
 	history podHistory
@@ -127,7 +125,7 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 // every binding is born, and how one lost by hand is remade, so that no
 // claim is ever left without the record that drains it. It returns how
 // long to wait instead when the claim's pod may come within moments
-// (awaitPod), or while pods start (yieldToStarting).
+// (awaitPod), or is not scheduled yet (awaitScheduling).
 func (r *BindingReconciler) createBinding(ctx context.Context, key client.ObjectKey, now time.Time) (time.Duration, error) {
 	pvc := &corev1.PersistentVolumeClaim{}
 	if err := r.Get(ctx, key, pvc); err != nil || !claim.Held(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != key.Name {
@@ -147,15 +145,16 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 		if wait := awaitPod(pvc, pod != nil, now); wait > 0 {
 			return wait, nil
 		}
-		if wait, err := r.yieldToStarting(ctx, pvc, pod, now); err != nil || wait > 0 {
-			if pod != nil {
+		if used, _ := claim.PodOf(pvc); used.UID == "" && pod != nil {
+			if wait := awaitScheduling(pod, now, r.opts.PodStartWait); wait > 0 {
 				r.seen.put(key, v1alpha1.ObjectIdentity{Name: pod.Name, UID: pod.UID}, now)
+				return wait, nil
 			}
-			return wait, err
 		}
 	}
-	// else its pod, seen while the binding yielded, went meanwhile: it is
-	// recorded all the same.
+	// else its pod, seen while the binding waited for it to be scheduled,
+	// went meanwhile (the API server deletes a pod with no node at once):
+	// it is recorded all the same.
 	// The cache may lag behind the end of a claim's life (drained, deleted,
 	// then the binding removed): only a live read may bring a binding back.
 	if err := r.apiReader.Get(ctx, key, pvc); err != nil || !claim.Held(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != key.Name {
@@ -193,34 +192,6 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 		r.tellBindingRejected(pvc, pods.Items, fpvc, err)
 	}
 	return 0, fmt.Errorf("creating the binding of claim %s: %w", key, err)
-}
-
-// yieldToStarting is how long the binding of held claim pvc, whose pod
-// is cached (or no longer awaited), waits for starting pods, its own or
-// others (holdFollowUp), at now; 0 to make it now. A claim that records
-// its pod (its binding lost and made again), or whose pod is ending
-// (being deleted, Succeeded or Failed), does not wait.
-func (r *BindingReconciler) yieldToStarting(ctx context.Context, pvc *corev1.PersistentVolumeClaim, pod *corev1.Pod, now time.Time) (time.Duration, error) {
-	wait := r.opts.PodStartWait
-	admitted, ok := claim.AdmittedAt(pvc.Annotations)
-	if !ok || holdFollowUp(admitted, true, now, wait) == 0 {
-		return 0, nil
-	}
-	if used, _ := claim.PodOf(pvc); used.UID != "" {
-		return 0, nil
-	}
-	if pod != nil && (!pod.DeletionTimestamp.IsZero() || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) {
-		// Its pod is ending: record it while the cache shows it.
-		return 0, nil
-	}
-	starting := pod != nil && objects.PodStarting(pod)
-	if !starting {
-		var err error
-		if starting, err = r.gate.busy(ctx, now, wait); err != nil {
-			return 0, err
-		}
-	}
-	return holdFollowUp(admitted, starting, now, wait), nil
 }
 
 // tellBindingRejected tells, with Warning Events on the claim, its pods

@@ -16,21 +16,30 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
 
-// The writes that follow a pod's admission (its claim's binding, and on a
-// hit the refill of the warm PVC it took) yield to starting pods: while
-// pods with the opt-in label start (startGate), they wait, up to
-// Options.PodStartWait after the admission. A burst of pods then starts
-// with one API write of the operator's per pod, its checkout, and the
-// rest follows once the burst has started. Under a steady stream of
-// starting pods the writes wait out PodStartWait and are made then.
+// A hit's admission makes one API write, the checkout. Two writes follow
+// it that the pod's start does not need, and they wait while pods start,
+// so that a burst of pods meets the API server with little else:
+//
+//   - The binding waits while its own pod is not scheduled
+//     (awaitScheduling), up to Options.PodStartWait after the pod's
+//     creation. A pod with no node has run nothing, so it cannot have
+//     written to the claim, and the claim itself records the binding's
+//     name and the admission time meanwhile. Once the pod is scheduled its
+//     containers may write, and from then on the binding records it, so
+//     that a copy of the pod's manifest is refused even if the pod is
+//     force-deleted.
+//   - The pool's refill of the warm PVC taken waits while any pod with the
+//     opt-in label is starting (startGate), up to PodStartWait after the
+//     pod's creation (refillHeld). A refill has no part in any pod's data.
 
 // startingValue is the podStartingIndex value of a starting pod.
 const startingValue = "starting"
 
 // startingKey is the podStartingIndex value of a pod: startingValue while
-// it starts (objects.PodStarting), none otherwise.
+// it starts (objects.PodStarting), none otherwise, nor for the pool's own
+// holder pods.
 func startingKey(obj client.Object) []string {
-	if pod, ok := obj.(*corev1.Pod); ok && objects.PodStarting(pod) {
+	if pod, ok := obj.(*corev1.Pod); ok && objects.PodStarting(pod) && !objects.IsHolder(pod) {
 		return []string{startingValue}
 	}
 	return nil
@@ -39,15 +48,25 @@ func startingKey(obj client.Object) []string {
 // startPoll is how often a write held back for starting pods looks again.
 const startPoll = 100 * time.Millisecond
 
-// holdFollowUp is how long, at now, a write that follows a pod's admission
-// at admitted waits before it looks again: startPoll (or what is left of
-// wait after the admission, if less) while pods are starting (starting),
-// 0 to make it now: no pod starts, wait is 0, or it has passed.
-func holdFollowUp(admitted time.Time, starting bool, now time.Time, wait time.Duration) time.Duration {
+// awaitScheduling is how long, at now, the binding of a claim waits for
+// its pod, as cached, to be scheduled: while the pod starts with no node,
+// up to wait after its creation; 0 to make the binding now. The pod's
+// scheduling wakes the binding's reconciler sooner.
+func awaitScheduling(pod *corev1.Pod, now time.Time, wait time.Duration) time.Duration {
+	if wait <= 0 || !objects.PodStarting(pod) || pod.Spec.NodeName != "" {
+		return 0
+	}
+	return max(0, pod.CreationTimestamp.Add(wait).Sub(now))
+}
+
+// holdFollowUp is how long, at now, a write that waits for starting pods
+// (starting), up to wait after start, waits before it looks again:
+// startPoll, or what is left if less; 0 to make it now.
+func holdFollowUp(start time.Time, starting bool, now time.Time, wait time.Duration) time.Duration {
 	if wait <= 0 || !starting {
 		return 0
 	}
-	left := admitted.Add(wait).Sub(now)
+	left := start.Add(wait).Sub(now)
 	if left <= 0 {
 		return 0
 	}
@@ -55,17 +74,19 @@ func holdFollowUp(admitted time.Time, starting bool, now time.Time, wait time.Du
 }
 
 // startQuiet is how long after the cache last saw a pod with the opt-in
-// label created or started the writes still yield: pods created one after
+// label created or started, refills still wait: pods created one after
 // another, each once the last is Running, leave gaps shorter than this
 // between them.
 const startQuiet = 250 * time.Millisecond
 
 // startGate tells whether pods with the opt-in label are starting, for
-// the writes that yield to them (holdFollowUp). A nil gate sees none.
+// the refills that wait for them (refillHeld). A nil gate sees none.
 type startGate struct {
 	// reader is the cache, with podStartingIndex.
 	reader client.Reader
-	clock  clock.PassiveClock
+	// clock is the local one (not the API server's, whose estimate moves
+	// with every response): it times startQuiet only.
+	clock clock.PassiveClock
 	// last is when (unix nanoseconds, on clock) the cache last showed a
 	// pod created or started.
 	last atomic.Int64
@@ -75,9 +96,14 @@ func newStartGate(r client.Reader, clk clock.PassiveClock) *startGate {
 	return &startGate{reader: r, clock: clk}
 }
 
-// observe records a pod's event, old nil for its creation.
+// observe records a pod's event, old nil for its creation: a pod created,
+// or one that started (not one being deleted). Holders are the pool's
+// own.
 func (g *startGate) observe(old, pod *corev1.Pod) {
-	if old == nil || objects.PodStarting(old) && !objects.PodStarting(pod) {
+	if objects.IsHolder(pod) {
+		return
+	}
+	if old == nil || objects.PodStarting(old) && !objects.PodStarting(pod) && pod.DeletionTimestamp.IsZero() {
 		g.last.Store(g.clock.Now().UnixNano())
 	}
 }
@@ -100,14 +126,15 @@ func (g *startGate) handler() toolscache.ResourceEventHandler {
 	}
 }
 
-// busy says whether, at now, the writes that follow admissions yield: the
-// cache showed a pod created or started less than startQuiet ago, or a
-// pod created less than wait ago is starting (podsStarting).
+// busy says whether, at now (on the API server's clock), pods are
+// starting: the cache showed a pod created or started less than
+// startQuiet ago, or a pod created less than wait ago is starting
+// (podsStarting).
 func (g *startGate) busy(ctx context.Context, now time.Time, wait time.Duration) (bool, error) {
 	if g == nil {
 		return false, nil
 	}
-	if last := g.last.Load(); last != 0 && now.Sub(time.Unix(0, last)) < startQuiet {
+	if last := g.last.Load(); last != 0 && g.clock.Since(time.Unix(0, last)) < startQuiet {
 		return true, nil
 	}
 	return podsStarting(ctx, g.reader, now, wait)
@@ -133,12 +160,13 @@ func podsStarting(ctx context.Context, r client.Reader, now time.Time, wait time
 // Options.PodStartWait worth setting.
 const seenTTL = time.Minute
 
-// seenPods remembers, by claim, the pod whose binding yields to starting
-// pods (yieldToStarting), so that the binding made once the wait is over
-// records that pod even if it went meanwhile, before the cache showed it
-// being deleted. It is lost with the process: a binding made by a
-// restarted operator without its pod takes the path of a pod deleted
-// before the cache showed it (observeUncachedPod).
+// seenPods remembers, by claim, the pod whose binding waits for it to be
+// scheduled (awaitScheduling), so that the binding made once the wait is
+// over records that pod even if it went meanwhile: the API server deletes
+// a pod with no node at once, and the cache may show nothing but its
+// absence. It is lost with the process: a binding made by a restarted
+// operator without its pod takes the path of a pod deleted before the
+// cache showed it (observeUncachedPod).
 type seenPods struct {
 	mu sync.Mutex
 	m  map[client.ObjectKey]seenPod

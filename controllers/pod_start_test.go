@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
-	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -67,6 +66,7 @@ func TestStartingKey(t *testing.T) {
 		"Running":                {pod: startPod("p", "c", corev1.PodRunning, t0, false)},
 		"Failed":                 {pod: startPod("p", "c", corev1.PodFailed, t0, false)},
 		"Pending, being deleted": {pod: startPod("p", "c", corev1.PodPending, t0, true)},
+		"a holder, Pending":      {pod: holder(startPod("p", "c", corev1.PodPending, t0, false))},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -102,48 +102,27 @@ func TestPodsStarting(t *testing.T) {
 	}
 }
 
-func TestYieldToStarting(t *testing.T) {
-	admitted := fixtures.Epoch
-	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
-	held := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
-	recorded := func() *corev1.PersistentVolumeClaim {
-		w, err := claim.RecordPod(held.DeepCopy(), v1alpha1.ObjectIdentity{Name: "p", UID: "p-uid"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return w.Object
-	}()
-	soon := admitted.Add(300 * time.Millisecond)
+func TestAwaitScheduling(t *testing.T) {
+	created := fixtures.Epoch
+	soon := created.Add(300 * time.Millisecond)
+	scheduled := func(p *corev1.Pod) *corev1.Pod { p.Spec.NodeName = "n"; return p }
 	cases := map[string]struct {
-		pvc    *corev1.PersistentVolumeClaim
-		pod    *corev1.Pod // the claim's, as cached
-		others []client.Object
-		now    time.Time
-		wait   time.Duration
-		want   time.Duration
+		pod  *corev1.Pod
+		now  time.Time
+		wait time.Duration
+		want time.Duration
 	}{
-		"its pod starts":                           {pvc: held, pod: startPod("p", "c", corev1.PodPending, admitted, false), now: soon, wait: 2 * time.Second, want: startPoll},
-		"its pod runs, another starts":             {pvc: held, pod: startPod("p", "c", corev1.PodRunning, admitted, false), others: []client.Object{startPod("q", "d", corev1.PodPending, soon, false)}, now: soon, wait: 2 * time.Second, want: startPoll},
-		"its pod runs, no other starts":            {pvc: held, pod: startPod("p", "c", corev1.PodRunning, admitted, false), now: soon, wait: 2 * time.Second},
-		"its pod is being deleted":                 {pvc: held, pod: startPod("p", "c", corev1.PodPending, admitted, true), now: soon, wait: 2 * time.Second},
-		"its pod is being deleted, another starts": {pvc: held, pod: startPod("p", "c", corev1.PodRunning, admitted, true), others: []client.Object{startPod("q", "d", corev1.PodPending, soon, false)}, now: soon, wait: 2 * time.Second},
-		"its pod Succeeded, another starts":        {pvc: held, pod: startPod("p", "c", corev1.PodSucceeded, admitted, false), others: []client.Object{startPod("q", "d", corev1.PodPending, soon, false)}, now: soon, wait: 2 * time.Second},
-		"the wait is over":                         {pvc: held, pod: startPod("p", "c", corev1.PodPending, admitted, false), now: admitted.Add(2 * time.Second), wait: 2 * time.Second},
-		"no wait configured":                       {pvc: held, pod: startPod("p", "c", corev1.PodPending, admitted, false), now: soon},
-		"a claim that records its pod: remade":     {pvc: recorded, pod: startPod("p", "c", corev1.PodPending, admitted, false), now: soon, wait: 2 * time.Second},
-		"its pod never came (no longer awaited)":   {pvc: held, others: []client.Object{startPod("q", "d", corev1.PodPending, soon, false)}, now: soon, wait: 2 * time.Second, want: startPoll},
+		"no node yet: wait for it":            {pod: startPod("p", "c", corev1.PodPending, created, false), now: soon, wait: 2 * time.Second, want: 1700 * time.Millisecond},
+		"scheduled: its containers may write": {pod: scheduled(startPod("p", "c", corev1.PodPending, created, false)), now: soon, wait: 2 * time.Second},
+		"being deleted":                       {pod: startPod("p", "c", corev1.PodPending, created, true), now: soon, wait: 2 * time.Second},
+		"Failed without a node":               {pod: startPod("p", "c", corev1.PodFailed, created, false), now: soon, wait: 2 * time.Second},
+		"no node after the wait":              {pod: startPod("p", "c", corev1.PodPending, created, false), now: created.Add(2 * time.Second), wait: 2 * time.Second},
+		"no wait configured":                  {pod: startPod("p", "c", corev1.PodPending, created, false), now: soon},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			objs := append([]client.Object{tc.pvc.DeepCopy()}, tc.others...)
-			if tc.pod != nil {
-				objs = append(objs, tc.pod)
-			}
-			c := fakeAPI(t, interceptor.Funcs{}, objs...)
-			r := &BindingReconciler{Client: c, opts: Options{PodStartWait: tc.wait}, gate: newStartGate(c, clocktesting.NewFakePassiveClock(tc.now))}
-			got, err := r.yieldToStarting(context.Background(), tc.pvc, tc.pod, tc.now)
-			if err != nil || got != tc.want {
-				t.Errorf("yieldToStarting = %s, %v; want %s", got, err, tc.want)
+			if got := awaitScheduling(tc.pod, tc.now, tc.wait); got != tc.want {
+				t.Errorf("awaitScheduling = %s, want %s", got, tc.want)
 			}
 		})
 	}
@@ -156,31 +135,40 @@ func TestRefillHeld(t *testing.T) {
 	miss := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutMiss, admitted)
 	deleting := hit.DeepCopy()
 	deleting.DeletionTimestamp = &metav1.Time{Time: admitted}
+	noTime := hit.DeepCopy()
+	delete(noTime.Annotations, v1alpha1.AdmittedAtAnnotationKey)
 	soon := admitted.Add(300 * time.Millisecond)
 	cases := map[string]struct {
 		pvc      *corev1.PersistentVolumeClaim
+		pod      *corev1.Pod
 		starting bool
 		now      time.Time
 		want     time.Duration
 	}{
-		"a hit while pods start":   {pvc: hit, starting: true, now: soon, want: startPoll},
-		"a hit once no pod starts": {pvc: hit, now: soon},
-		"a hit after the wait":     {pvc: hit, starting: true, now: admitted.Add(time.Minute)},
-		"a miss took no warm PVC":  {pvc: miss, starting: true, now: soon},
-		"a claim being deleted":    {pvc: deleting, starting: true, now: soon},
-		"a hit without admission time": {pvc: func() *corev1.PersistentVolumeClaim {
-			c := hit.DeepCopy()
-			delete(c.Annotations, v1alpha1.AdmittedAtAnnotationKey)
-			return c
-		}(), starting: true, now: soon},
+		"a hit while pods start":    {pvc: hit, starting: true, now: soon, want: startPoll},
+		"a hit once no pod starts":  {pvc: hit, now: soon},
+		"a hit after the wait":      {pvc: hit, starting: true, now: admitted.Add(time.Minute)},
+		"a miss took no warm PVC":   {pvc: miss, starting: true, now: soon},
+		"a claim being deleted":     {pvc: deleting, starting: true, now: soon},
+		"no admission time, no pod": {pvc: noTime, starting: true, now: soon},
+		"timed from its pod's creation, not the admission": {
+			pvc: hit, pod: startPod("p", "c", corev1.PodPending, admitted.Add(time.Minute), false), starting: true, now: admitted.Add(time.Minute + 1950*time.Millisecond), want: 50 * time.Millisecond,
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if got := refillHeld(tc.pvc, tc.starting, tc.now, 2*time.Second); got != tc.want {
+			if got := refillHeld(tc.pvc, tc.pod, tc.starting, tc.now, 2*time.Second); got != tc.want {
 				t.Errorf("refillHeld = %s, want %s", got, tc.want)
 			}
 		})
 	}
+}
+
+// holder is p labelled as the pool's holder pod.
+func holder(p *corev1.Pod) *corev1.Pod {
+	p = p.DeepCopy()
+	p.Labels[v1alpha1.ComponentLabelKey] = v1alpha1.ComponentHolder
+	return p
 }
 
 func TestStartGate(t *testing.T) {
@@ -219,7 +207,20 @@ func TestStartGate(t *testing.T) {
 				g.observe(running, running)
 			},
 		},
-		"a pod starting": {pods: []client.Object{startPod("q", "d", corev1.PodPending, now.Add(-time.Second), false)}, want: true},
+		"a holder created moments ago": {
+			events: func(g *startGate, clk *clocktesting.FakePassiveClock) {
+				clk.SetTime(now.Add(-100 * time.Millisecond))
+				g.observe(nil, holder(running))
+			},
+		},
+		"a pod deleted moments ago, before it started": {
+			events: func(g *startGate, clk *clocktesting.FakePassiveClock) {
+				clk.SetTime(now.Add(-100 * time.Millisecond))
+				g.observe(pending, startPod("p", "c", corev1.PodPending, now.Add(-time.Minute), true))
+			},
+		},
+		"a pod starting":    {pods: []client.Object{startPod("q", "d", corev1.PodPending, now.Add(-time.Second), false)}, want: true},
+		"a holder starting": {pods: []client.Object{holder(startPod("q", "d", corev1.PodPending, now.Add(-time.Second), false))}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -228,6 +229,7 @@ func TestStartGate(t *testing.T) {
 			if tc.events != nil {
 				tc.events(g, clk)
 			}
+			clk.SetTime(now)
 			got, err := g.busy(context.Background(), now, 2*time.Second)
 			if err != nil || got != tc.want {
 				t.Errorf("busy = %v, %v; want %v", got, err, tc.want)
@@ -267,40 +269,36 @@ func TestSeenPods(t *testing.T) {
 	}
 }
 
-// TestCreateBindingRecordsAPodGoneWhileItYielded: a binding that yields to
-// starting pods while its own pod runs records that pod once it is made,
-// even if the pod went meanwhile without the cache showing it deleted.
-func TestCreateBindingRecordsAPodGoneWhileItYielded(t *testing.T) {
+// TestCreateBindingRecordsAPodGoneBeforeItsNode: the binding of a claim
+// whose pod has no node yet waits for it to be scheduled, and records
+// that pod once it is made, even if the pod went meanwhile without the
+// cache showing it deleted (as the API server deletes a pod with no node).
+func TestCreateBindingRecordsAPodGoneBeforeItsNode(t *testing.T) {
 	admitted := fixtures.Epoch
 	now := admitted.Add(300 * time.Millisecond)
 	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
 	pvc := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
-	own := startPod("p", "c", corev1.PodRunning, admitted, false)
-	other := startPod("q", "d", corev1.PodPending, now, false)
-	c := fakeAPI(t, interceptor.Funcs{}, pvc, own, other)
+	own := startPod("p", "c", corev1.PodPending, admitted, false)
+	c := fakeAPI(t, interceptor.Funcs{}, pvc, own)
 	clk := clocktesting.NewFakePassiveClock(now)
 	r := NewBindingReconciler(c, c, events.NewFakeRecorder(10), clk, Options{PodStartWait: 2 * time.Second})
-	r.gate = newStartGate(c, clk)
 	ctx := context.Background()
 	key := client.ObjectKeyFromObject(pvc)
 
 	wait, err := r.createBinding(ctx, key, now)
 	if err != nil || wait == 0 {
-		t.Fatalf("createBinding while another pod starts = %s, %v; want a wait", wait, err)
+		t.Fatalf("createBinding while its pod has no node = %s, %v; want a wait", wait, err)
 	}
 	if err := c.Get(ctx, key, &v1alpha1.FluentPVCBinding{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("a binding was made while another pod starts (err %v)", err)
+		t.Fatalf("a binding was made while its pod has no node (err %v)", err)
 	}
-	// Its pod goes, unseen; the other has started.
-	for _, p := range []*corev1.Pod{own, other} {
-		if err := c.Delete(ctx, p); err != nil {
-			t.Fatal(err)
-		}
+	if err := c.Delete(ctx, own); err != nil {
+		t.Fatal(err)
 	}
-	later := now.Add(startQuiet)
+	later := now.Add(100 * time.Millisecond)
 	clk.SetTime(later)
 	if wait, err := r.createBinding(ctx, key, later); err != nil || wait != 0 {
-		t.Fatalf("createBinding once no pod starts = %s, %v; want the binding made", wait, err)
+		t.Fatalf("createBinding once its pod went = %s, %v; want the binding made", wait, err)
 	}
 	b := &v1alpha1.FluentPVCBinding{}
 	if err := c.Get(ctx, key, b); err != nil {
@@ -308,5 +306,30 @@ func TestCreateBindingRecordsAPodGoneWhileItYielded(t *testing.T) {
 	}
 	if want := (v1alpha1.ObjectIdentity{Name: own.Name, UID: own.UID}); b.Spec.Pod != want {
 		t.Errorf("the binding records pod %v, want %v", b.Spec.Pod, want)
+	}
+}
+
+// TestCreateBindingOnceScheduled: a pod with a node gets its binding at
+// once, whatever else starts.
+func TestCreateBindingOnceScheduled(t *testing.T) {
+	admitted := fixtures.Epoch
+	now := admitted.Add(300 * time.Millisecond)
+	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+	pvc := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
+	own := startPod("p", "c", corev1.PodPending, admitted, false)
+	own.Spec.NodeName = "n"
+	other := startPod("q", "d", corev1.PodPending, now, false)
+	c := fakeAPI(t, interceptor.Funcs{}, pvc, own, other)
+	r := NewBindingReconciler(c, c, events.NewFakeRecorder(10), clocktesting.NewFakePassiveClock(now), Options{PodStartWait: 2 * time.Second})
+	key := client.ObjectKeyFromObject(pvc)
+	if wait, err := r.createBinding(context.Background(), key, now); err != nil || wait != 0 {
+		t.Fatalf("createBinding for a scheduled pod = %s, %v; want the binding made", wait, err)
+	}
+	b := &v1alpha1.FluentPVCBinding{}
+	if err := c.Get(context.Background(), key, b); err != nil {
+		t.Fatal(err)
+	}
+	if b.Spec.Pod.UID != own.UID {
+		t.Errorf("the binding records pod %v, want %s", b.Spec.Pod, own.UID)
 	}
 }

@@ -124,7 +124,7 @@ type poolObserved struct {
 	// unseen are the warm PVCs created by earlier reconciles that the
 	// cache did not show yet, by namespace.
 	unseen map[string][]pool.Expected
-	// starting counts, by namespace, the warm PVCs whose refill yields to
+	// starting counts, by namespace, the warm PVCs whose refill waits for
 	// starting pods (refillHeld); startingRecheck is when to look again.
 	starting        map[string]int
 	startingRecheck time.Duration
@@ -283,7 +283,7 @@ func (r *PoolReconciler) observePool(ctx context.Context, f *v1alpha1.FluentPVC,
 	return o, nil
 }
 
-// observeStarting counts the warm PVCs of f whose refill yields to
+// observeStarting counts the warm PVCs of f whose refill waits for
 // starting pods (refillHeld), from the cache, unless Options.PodStartWait
 // is 0.
 func (r *PoolReconciler) observeStarting(ctx context.Context, f *v1alpha1.FluentPVC, o *poolObserved) error {
@@ -296,29 +296,34 @@ func (r *PoolReconciler) observeStarting(ctx context.Context, f *v1alpha1.Fluent
 		return fmt.Errorf("listing claims: %w", err)
 	}
 	now := r.clock.Now()
-	var others *bool // whether any pod starts, read once if needed
+	var busy *bool // whether pods are starting, read once if needed
 	for i := range claimed.Items {
 		c := &claimed.Items[i]
-		if refillHeld(c, true, now, wait) == 0 {
-			continue // nothing holds it back
+		// Only claims handed out moments ago (allowing for the admitting
+		// replica's clock) have their pods looked up.
+		if at, ok := claim.AdmittedAt(c.Annotations); !ok || now.Sub(at) > wait+admittedSkew || refillHeld(c, nil, true, now, time.Hour) == 0 {
+			continue
 		}
 		var pods corev1.PodList
 		if err := r.List(ctx, &pods, client.InNamespace(c.Namespace), client.MatchingFields{podBindingIndex: c.Name}, client.UnsafeDisableDeepCopy); err != nil {
 			return fmt.Errorf("listing the pods of claim %s/%s: %w", c.Namespace, c.Name, err)
 		}
-		// Its own pod starts, or is not cached yet.
-		starting := len(pods.Items) == 0 || objects.PodStarting(&pods.Items[0])
+		var pod *corev1.Pod
+		if len(pods.Items) > 0 {
+			pod = &pods.Items[0]
+		}
+		starting := pod == nil || objects.PodStarting(pod)
 		if !starting {
-			if others == nil {
+			if busy == nil {
 				yes, err := r.gate.busy(ctx, now, wait)
 				if err != nil {
 					return err
 				}
-				others = &yes
+				busy = &yes
 			}
-			starting = *others
+			starting = *busy
 		}
-		left := refillHeld(c, starting, now, wait)
+		left := refillHeld(c, pod, starting, now, wait)
 		if left == 0 {
 			continue
 		}
@@ -333,22 +338,32 @@ func (r *PoolReconciler) observeStarting(ctx context.Context, f *v1alpha1.Fluent
 	return nil
 }
 
+// admittedSkew is how far apart the clock that stamps admissions and the
+// API server's may be for observeStarting to look at a claim's pod.
+const admittedSkew = 5 * time.Second
+
 // refillHeld is how long, at now, the refill of the warm PVC that claim c
 // was waits before it looks again (holdFollowUp), while pods are starting
-// (starting); 0 for a claim that was no warm PVC (a miss), records its
-// pod, or is being deleted.
-func refillHeld(c *corev1.PersistentVolumeClaim, starting bool, now time.Time, wait time.Duration) time.Duration {
+// (starting), up to wait after its pod's creation (pod, as cached; nil:
+// not cached yet, and the admission time stands for it); 0 for a claim
+// that was no warm PVC (a miss), records its pod, or is being deleted.
+func refillHeld(c *corev1.PersistentVolumeClaim, pod *corev1.Pod, starting bool, now time.Time, wait time.Duration) time.Duration {
 	if c.Annotations[v1alpha1.CheckoutAnnotationKey] != v1alpha1.CheckoutHit || !c.DeletionTimestamp.IsZero() {
 		return 0
 	}
 	if used, _ := claim.PodOf(c); used.UID != "" {
 		return 0
 	}
-	admitted, ok := claim.AdmittedAt(c.Annotations)
+	start, ok := claim.AdmittedAt(c.Annotations)
+	if pod != nil {
+		// On the API server's clock, as now is; the admission time is on
+		// the admitting replica's.
+		start, ok = pod.CreationTimestamp.Time, true
+	}
 	if !ok {
 		return 0
 	}
-	return holdFollowUp(admitted, starting, now, wait)
+	return holdFollowUp(start, starting, now, wait)
 }
 
 // storageClass is class name, or the default class when name is nil; nil

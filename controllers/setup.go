@@ -62,11 +62,10 @@ type Options struct {
 	StagePerNode int
 	// HolderPriorityClass is the PriorityClass of holder pods ("" none).
 	HolderPriorityClass string
-	// PodStartWait is how long after a pod's admission, at most, the
-	// binding of its claim and, on a hit, the refill of the warm PVC it
-	// took wait for the pod to start (objects.PodStarting), so that they
-	// do not compete with starting pods for the API server; 0 makes them
-	// at once.
+	// PodStartWait is how long after a pod's creation, at most, the
+	// binding of its claim waits for the pod to be scheduled, and on a hit
+	// the refill of the warm PVC it took waits while pods are starting
+	// (see pod_start.go); 0 makes them at once.
 	PodStartWait time.Duration
 }
 
@@ -82,7 +81,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.PoolBindMode, "pool-bind-mode", PoolBindSelectNode, "How warm PVCs of WaitForFirstConsumer StorageClasses get their volumes: \""+PoolBindSelectNode+"\" names a Ready, untainted node (spread over zones) on the PVC so that the provisioner starts at once; \""+PoolBindBinderJob+"\" runs a binder Job per PVC and lets the scheduler choose, slower but aware of everything the scheduler checks (e.g. CSI storage capacity).")
 	fs.IntVar(&o.StagePerNode, "stage-per-node", pool.DefaultStagePerNode, "How many warm PVCs, of all FluentPVCs, a node keeps attached and staged at most, each with a holder pod. Holders also never take more than half of the attach slots that other volumes leave free on a node.")
 	fs.StringVar(&o.HolderPriorityClass, "holder-priority-class", DefaultHolderPriorityClass, "PriorityClass of the holder pods that keep warm PVCs staged: a low value that never preempts, so that real pods preempt holders. The operator creates it at start-up if it does not exist; \"\" gives holders no class.")
-	fs.DurationVar(&o.PodStartWait, "pod-start-wait", DefaultPodStartWait, "How long after a pod's admission, at most, the operator waits for the pod to start (leave Pending) before it makes the pod's FluentPVCBinding and, if the pod took a warm PVC, refills the pool, so that these writes do not compete with starting pods for the API server. 0 makes them at once.")
+	fs.DurationVar(&o.PodStartWait, "pod-start-wait", DefaultPodStartWait, "How long after a pod's creation, at most, the operator waits for the pod to be scheduled before it makes the pod's FluentPVCBinding, and, if the pod took a warm PVC, waits while labelled pods are starting before it refills the pool, so that these writes do not compete with starting pods for the API server. 0 makes them at once; at most 1m.")
 	fs.DurationVar(&o.PoolIdleNamespaceTTL, "pool-idle-namespace-ttl", time.Hour, "How long a namespace learned from admissions keeps its warm pool without a new admission.")
 }
 
@@ -111,8 +110,8 @@ func (o *Options) Validate() error {
 			"could go to another pod while that pod writes to it. Set it to at least %s (the timeout plus %s)",
 			o.OrphanGracePeriod, o.APIServerRequestTimeout, min, orphanGraceMargin)
 	}
-	if o.PodStartWait < 0 {
-		return fmt.Errorf("--pod-start-wait=%s: must be 0 (no wait) or more", o.PodStartWait)
+	if o.PodStartWait < 0 || o.PodStartWait > seenTTL {
+		return fmt.Errorf("--pod-start-wait=%s: must be between 0 (no wait) and %s", o.PodStartWait, seenTTL)
 	}
 	if o.StagePerNode < 0 {
 		return fmt.Errorf("--stage-per-node=%d: must be 0 (no staging) or more", o.StagePerNode)
@@ -230,7 +229,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("creating a client that watches: %w", err)
 	}
-	gate := newStartGate(c, clk)
+	gate := newStartGate(c, clock.RealClock{})
 	pods, err := mgr.GetCache().GetInformer(ctx, &corev1.Pod{})
 	if err != nil {
 		return fmt.Errorf("watching pods: %w", err)
@@ -240,7 +239,6 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	bindings := NewBindingReconciler(c, live, recorder, clk, opts)
 	bindings.history = podHistory{watcher: watcher}
-	bindings.gate = gate
 	if err := bindings.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the binding controller: %w", err)
 	}

@@ -26,6 +26,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"unknown bind mode", func(o *Options) { o.PoolBindMode = "later" }, "--pool-bind-mode"},
 		{"no wait for starting pods", func(o *Options) { o.PodStartWait = 0 }, ""},
 		{"a negative wait for starting pods", func(o *Options) { o.PodStartWait = -time.Second }, "--pod-start-wait"},
+		{"a wait for starting pods beyond a minute", func(o *Options) { o.PodStartWait = 2 * time.Minute }, "--pod-start-wait"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := valid

@@ -146,8 +146,8 @@ func mountServiceAccountToken(pod *corev1.Pod, c *corev1.Container) {
 }
 
 // PodStarting is true while pod, admitted, has not started: Pending (or
-// without a phase yet) and not being deleted. The writes that follow an
-// admission (a binding, a refill) yield to starting pods.
+// without a phase yet) and not being deleted. The pool's refills wait
+// while pods start.
 func PodStarting(pod *corev1.Pod) bool {
 	return (pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "") && pod.DeletionTimestamp.IsZero()
 }
