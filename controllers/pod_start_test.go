@@ -164,6 +164,47 @@ func TestRefillHeld(t *testing.T) {
 	}
 }
 
+// TestObserveStarting: the pool counts, by namespace, the hits whose
+// refill waits for starting pods, and when to look again.
+func TestObserveStarting(t *testing.T) {
+	admitted := fixtures.Epoch
+	now := admitted.Add(300 * time.Millisecond)
+	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+	hit := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
+	running := startPod("p", "c", corev1.PodRunning, admitted, false)
+	running.Spec.NodeName = "n"
+	cases := map[string]struct {
+		wait    time.Duration
+		pvc     *corev1.PersistentVolumeClaim
+		pods    []client.Object
+		want    int
+		recheck time.Duration
+	}{
+		"its pod starts":               {wait: 2 * time.Second, pvc: hit, pods: []client.Object{startPod("p", "c", corev1.PodPending, admitted, false)}, want: 1, recheck: startPoll},
+		"its pod is not cached yet":    {wait: 2 * time.Second, pvc: hit, want: 1, recheck: startPoll},
+		"its pod runs, nothing starts": {wait: 2 * time.Second, pvc: hit, pods: []client.Object{running}},
+		"its pod runs, another starts": {wait: 2 * time.Second, pvc: hit, pods: []client.Object{running, startPod("q", "d", corev1.PodPending, now, false)}, want: 1, recheck: startPoll},
+		"a miss":                       {wait: 2 * time.Second, pvc: fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutMiss, admitted)},
+		"handed out before the wait":   {wait: 200 * time.Millisecond, pvc: hit},
+		"no wait configured":           {pvc: hit, pods: []client.Object{startPod("p", "c", corev1.PodPending, admitted, false)}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := fakeAPI(t, interceptor.Funcs{}, tc.pods...)
+			clk := clocktesting.NewFakePassiveClock(now)
+			r := NewPoolReconciler(c, c, clk, Options{PodStartWait: tc.wait})
+			r.gate = newStartGate(c, clk)
+			var o poolObserved
+			if err := r.observeStarting(context.Background(), []corev1.PersistentVolumeClaim{*tc.pvc}, &o); err != nil {
+				t.Fatal(err)
+			}
+			if o.starting["ns"] != tc.want || o.startingRecheck != tc.recheck {
+				t.Errorf("starting %v, recheck %s; want %d in ns, recheck %s", o.starting, o.startingRecheck, tc.want, tc.recheck)
+			}
+		})
+	}
+}
+
 // holder is p labelled as the pool's holder pod.
 func holder(p *corev1.Pod) *corev1.Pod {
 	p = p.DeepCopy()
@@ -269,67 +310,65 @@ func TestSeenPods(t *testing.T) {
 	}
 }
 
-// TestCreateBindingRecordsAPodGoneBeforeItsNode: the binding of a claim
-// whose pod has no node yet waits for it to be scheduled, and records
-// that pod once it is made, even if the pod went meanwhile without the
-// cache showing it deleted (as the API server deletes a pod with no node).
-func TestCreateBindingRecordsAPodGoneBeforeItsNode(t *testing.T) {
+// TestCreateBinding: the binding of a claim whose pod is scheduled is
+// made at once, whatever else starts. One whose pod has no node yet waits
+// for it to be scheduled, and records that pod once it is made, even if
+// the pod went meanwhile without the cache showing it deleted (as the API
+// server deletes a pod with no node).
+func TestCreateBinding(t *testing.T) {
 	admitted := fixtures.Epoch
 	now := admitted.Add(300 * time.Millisecond)
-	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
-	pvc := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
-	own := startPod("p", "c", corev1.PodPending, admitted, false)
-	c := fakeAPI(t, interceptor.Funcs{}, pvc, own)
-	clk := clocktesting.NewFakePassiveClock(now)
-	r := NewBindingReconciler(c, c, events.NewFakeRecorder(10), clk, Options{PodStartWait: 2 * time.Second})
-	ctx := context.Background()
-	key := client.ObjectKeyFromObject(pvc)
+	cases := map[string]struct {
+		node string
+		// goneWhileWaiting: the binding waits, and the pod goes meanwhile.
+		goneWhileWaiting bool
+	}{
+		"scheduled, with another pod starting": {node: "n"},
+		"gone before its node":                 {goneWhileWaiting: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+			pvc := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
+			own := startPod("p", "c", corev1.PodPending, admitted, false)
+			own.Spec.NodeName = tc.node
+			other := startPod("q", "d", corev1.PodPending, now, false)
+			c := fakeAPI(t, interceptor.Funcs{}, pvc, own, other)
+			clk := clocktesting.NewFakePassiveClock(now)
+			r := NewBindingReconciler(c, c, events.NewFakeRecorder(10), clk, Options{PodStartWait: 2 * time.Second})
+			ctx := context.Background()
+			key := client.ObjectKeyFromObject(pvc)
 
-	wait, err := r.createBinding(ctx, key, now)
-	if err != nil || wait == 0 {
-		t.Fatalf("createBinding while its pod has no node = %s, %v; want a wait", wait, err)
-	}
-	if err := c.Get(ctx, key, &v1alpha1.FluentPVCBinding{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("a binding was made while its pod has no node (err %v)", err)
-	}
-	if err := c.Delete(ctx, own); err != nil {
-		t.Fatal(err)
-	}
-	later := now.Add(100 * time.Millisecond)
-	clk.SetTime(later)
-	if wait, err := r.createBinding(ctx, key, later); err != nil || wait != 0 {
-		t.Fatalf("createBinding once its pod went = %s, %v; want the binding made", wait, err)
-	}
-	b := &v1alpha1.FluentPVCBinding{}
-	if err := c.Get(ctx, key, b); err != nil {
-		t.Fatal(err)
-	}
-	if want := (v1alpha1.ObjectIdentity{Name: own.Name, UID: own.UID}); b.Spec.Pod != want {
-		t.Errorf("the binding records pod %v, want %v", b.Spec.Pod, want)
-	}
-}
-
-// TestCreateBindingOnceScheduled: a pod with a node gets its binding at
-// once, whatever else starts.
-func TestCreateBindingOnceScheduled(t *testing.T) {
-	admitted := fixtures.Epoch
-	now := admitted.Add(300 * time.Millisecond)
-	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
-	pvc := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
-	own := startPod("p", "c", corev1.PodPending, admitted, false)
-	own.Spec.NodeName = "n"
-	other := startPod("q", "d", corev1.PodPending, now, false)
-	c := fakeAPI(t, interceptor.Funcs{}, pvc, own, other)
-	r := NewBindingReconciler(c, c, events.NewFakeRecorder(10), clocktesting.NewFakePassiveClock(now), Options{PodStartWait: 2 * time.Second})
-	key := client.ObjectKeyFromObject(pvc)
-	if wait, err := r.createBinding(context.Background(), key, now); err != nil || wait != 0 {
-		t.Fatalf("createBinding for a scheduled pod = %s, %v; want the binding made", wait, err)
-	}
-	b := &v1alpha1.FluentPVCBinding{}
-	if err := c.Get(context.Background(), key, b); err != nil {
-		t.Fatal(err)
-	}
-	if b.Spec.Pod.UID != own.UID {
-		t.Errorf("the binding records pod %v, want %s", b.Spec.Pod, own.UID)
+			wait, err := r.createBinding(ctx, key, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.goneWhileWaiting {
+				if wait == 0 {
+					t.Fatal("createBinding while its pod has no node made the binding; want a wait")
+				}
+				if err := c.Get(ctx, key, &v1alpha1.FluentPVCBinding{}); !apierrors.IsNotFound(err) {
+					t.Fatalf("a binding was made while its pod has no node (err %v)", err)
+				}
+				if err := c.Delete(ctx, own); err != nil {
+					t.Fatal(err)
+				}
+				later := now.Add(100 * time.Millisecond)
+				clk.SetTime(later)
+				if wait, err = r.createBinding(ctx, key, later); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if wait != 0 {
+				t.Fatalf("createBinding = %s; want the binding made", wait)
+			}
+			b := &v1alpha1.FluentPVCBinding{}
+			if err := c.Get(ctx, key, b); err != nil {
+				t.Fatal(err)
+			}
+			if want := (v1alpha1.ObjectIdentity{Name: own.Name, UID: own.UID}); b.Spec.Pod != want {
+				t.Errorf("the binding records pod %v, want %v", b.Spec.Pod, want)
+			}
+		})
 	}
 }

@@ -238,9 +238,6 @@ func (r *PoolReconciler) observePool(ctx context.Context, f *v1alpha1.FluentPVC,
 	if f.Spec.Pool.Size == 0 {
 		return o, nil
 	}
-	if err := r.observeStarting(ctx, f, &o); err != nil {
-		return o, err
-	}
 	sc, err := r.storageClass(ctx, f.Spec.PVCSpecTemplate.StorageClassName)
 	if err != nil {
 		return o, err
@@ -272,36 +269,35 @@ func (r *PoolReconciler) observePool(ctx context.Context, f *v1alpha1.FluentPVC,
 			o.noNodeToSelect = fmt.Sprintf("none of %d nodes is Ready, untainted and allowed by StorageClass %s: warm PVCs are bound through binder Jobs until one is", len(nodes.Items), sc.Name)
 		}
 	}
-	if !o.selectNodes && !o.staging {
+	placing := o.selectNodes || o.staging
+	if !placing && r.opts.PodStartWait <= 0 {
 		return o, nil
 	}
 	var claimed corev1.PersistentVolumeClaimList
 	if err := r.List(ctx, &claimed, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name, v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed}, client.UnsafeDisableDeepCopy); err != nil {
 		return o, fmt.Errorf("listing claims: %w", err)
 	}
-	o.claimed = claimed.Items
-	return o, nil
+	if placing {
+		o.claimed = claimed.Items
+	}
+	return o, r.observeStarting(ctx, claimed.Items, &o)
 }
 
-// observeStarting counts the warm PVCs of f whose refill waits for
-// starting pods (refillHeld), from the cache, unless Options.PodStartWait
-// is 0.
-func (r *PoolReconciler) observeStarting(ctx context.Context, f *v1alpha1.FluentPVC, o *poolObserved) error {
+// observeStarting counts the warm PVCs, among claimed (the FluentPVC's
+// claims, as cached), whose refill waits for starting pods (refillHeld),
+// unless Options.PodStartWait is 0.
+func (r *PoolReconciler) observeStarting(ctx context.Context, claimed []corev1.PersistentVolumeClaim, o *poolObserved) error {
 	wait := r.opts.PodStartWait
 	if wait <= 0 {
 		return nil
 	}
-	var claimed corev1.PersistentVolumeClaimList
-	if err := r.List(ctx, &claimed, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name, v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed}, client.UnsafeDisableDeepCopy); err != nil {
-		return fmt.Errorf("listing claims: %w", err)
-	}
 	now := r.clock.Now()
 	var busy *bool // whether pods are starting, read once if needed
-	for i := range claimed.Items {
-		c := &claimed.Items[i]
-		// Only claims handed out moments ago (allowing for the admitting
-		// replica's clock) have their pods looked up.
-		if at, ok := claim.AdmittedAt(c.Annotations); !ok || now.Sub(at) > wait+admittedSkew || refillHeld(c, nil, true, now, time.Hour) == 0 {
+	for i := range claimed {
+		c := &claimed[i]
+		// Only hits handed out moments ago (allowing for the admitting
+		// replica's clock) with no pod recorded have their pods looked up.
+		if at, ok := claim.AdmittedAt(c.Annotations); !ok || now.Sub(at) > wait+admittedSkew || !unrecordedHit(c) {
 			continue
 		}
 		var pods corev1.PodList
@@ -348,10 +344,7 @@ const admittedSkew = 5 * time.Second
 // not cached yet, and the admission time stands for it); 0 for a claim
 // that was no warm PVC (a miss), records its pod, or is being deleted.
 func refillHeld(c *corev1.PersistentVolumeClaim, pod *corev1.Pod, starting bool, now time.Time, wait time.Duration) time.Duration {
-	if c.Annotations[v1alpha1.CheckoutAnnotationKey] != v1alpha1.CheckoutHit || !c.DeletionTimestamp.IsZero() {
-		return 0
-	}
-	if used, _ := claim.PodOf(c); used.UID != "" {
+	if !unrecordedHit(c) {
 		return 0
 	}
 	start, ok := claim.AdmittedAt(c.Annotations)
@@ -364,6 +357,17 @@ func refillHeld(c *corev1.PersistentVolumeClaim, pod *corev1.Pod, starting bool,
 		return 0
 	}
 	return holdFollowUp(start, starting, now, wait)
+}
+
+// unrecordedHit reports whether claim c was a warm PVC handed out on a
+// hit, records no pod yet and is not being deleted: the claims whose
+// refill may wait for starting pods.
+func unrecordedHit(c *corev1.PersistentVolumeClaim) bool {
+	if c.Annotations[v1alpha1.CheckoutAnnotationKey] != v1alpha1.CheckoutHit || !c.DeletionTimestamp.IsZero() {
+		return false
+	}
+	used, _ := claim.PodOf(c)
+	return used.UID == ""
 }
 
 // storageClass is class name, or the default class when name is nil; nil

@@ -208,9 +208,6 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := idx.IndexField(ctx, &corev1.Pod{}, podBindingIndex, byBindingLabel); err != nil {
 		return fmt.Errorf("indexing pods: %w", err)
 	}
-	if err := idx.IndexField(ctx, &corev1.Pod{}, podStartingIndex, startingKey); err != nil {
-		return fmt.Errorf("indexing pods: %w", err)
-	}
 	if err := idx.IndexField(ctx, &batchv1.Job{}, jobBindingIndex, byBindingLabel); err != nil {
 		return fmt.Errorf("indexing Jobs: %w", err)
 	}
@@ -230,13 +227,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("creating a client that watches: %w", err)
 	}
-	gate := newStartGate(c, clock.RealClock{})
-	pods, err := mgr.GetCache().GetInformer(ctx, &corev1.Pod{})
+	gate, err := setupStartGate(ctx, mgr, opts)
 	if err != nil {
-		return fmt.Errorf("watching pods: %w", err)
-	}
-	if _, err := pods.AddEventHandler(gate.handler()); err != nil {
-		return fmt.Errorf("watching pods: %w", err)
+		return err
 	}
 	bindings := NewBindingReconciler(c, live, recorder, clk, opts)
 	bindings.history = podHistory{watcher: watcher}
@@ -255,4 +248,25 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("setting up the holder controller: %w", err)
 	}
 	return nil
+}
+
+// setupStartGate registers what the start gate reads, the podStarting
+// index and the pod informer's handler, and returns the gate; nil, with
+// nothing registered, when Options.PodStartWait is 0.
+func setupStartGate(ctx context.Context, mgr ctrl.Manager, opts Options) (*startGate, error) {
+	if opts.PodStartWait <= 0 {
+		return nil, nil
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podStartingIndex, startingKey); err != nil {
+		return nil, fmt.Errorf("indexing pods: %w", err)
+	}
+	gate := newStartGate(mgr.GetClient(), clock.RealClock{})
+	pods, err := mgr.GetCache().GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return nil, fmt.Errorf("watching pods: %w", err)
+	}
+	if _, err := pods.AddEventHandler(gate.handler()); err != nil {
+		return nil, fmt.Errorf("watching pods: %w", err)
+	}
+	return gate, nil
 }
