@@ -48,6 +48,10 @@ func TestPlanPool(t *testing.T) {
 		}
 		return *c
 	}
+	onVolume := func(c corev1.PersistentVolumeClaim, pv string) corev1.PersistentVolumeClaim {
+		c.Spec.VolumeName = pv
+		return c
+	}
 	existing := func(names ...string) map[string]map[string]string {
 		out := map[string]map[string]string{}
 		for _, n := range names {
@@ -86,6 +90,16 @@ func TestPlanPool(t *testing.T) {
 			f:        listed(1, "a"),
 			o:        poolObserved{warm: []corev1.PersistentVolumeClaim{warm(listed(1, "a"), "a", "old", "other")}, namespaces: existing("a")},
 			want:     []nsWant{{namespace: "a", kept: true, create: 1, delete: []string{"old"}}},
+			wantRows: []string{"a"},
+		},
+		"a warm PVC whose volume is stranded on a gone node: replaced": {
+			f: listed(1, "a"),
+			o: poolObserved{
+				warm:       []corev1.PersistentVolumeClaim{onVolume(warm(listed(1, "a"), "a", "w1", ""), "pv-1")},
+				namespaces: existing("a"),
+				stranded:   map[string]string{"pv-1": "gone"},
+			},
+			want:     []nsWant{{namespace: "a", kept: true, create: 1, delete: []string{"w1"}}},
 			wantRows: []string{"a"},
 		},
 		"a namespace being deleted: nothing created there, which the API server would refuse": {

@@ -53,6 +53,8 @@ type PoolReconciler struct {
 	gate *startGate
 	// expect are the warm PVCs created and not yet seen in the cache.
 	expect *pool.Expectations
+	// strandings times the warm PVCs' attachments to nodes that are gone.
+	strandings pool.Strandings
 }
 
 // NewPoolReconciler returns a PoolReconciler that reads through c (cached)
@@ -81,6 +83,9 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, f *v1alpha1.FluentPVC, b
 	}
 	if o.noNodeToSelect != "" {
 		res.warnings = append(res.warnings, poolWarning{reason: v1alpha1.EventReasonNoNodeToSelect, message: o.noNodeToSelect})
+	}
+	if len(res.stranded) > 0 {
+		res.warnings = append(res.warnings, poolWarning{reason: v1alpha1.EventReasonWarmPVCStranded, message: strandedMessage(res.stranded, o.stranded, o.warm)})
 	}
 	binderWarnings, binderRecheck, err := r.unschedulableBinders(ctx, f, o)
 	if err != nil {
@@ -124,6 +129,11 @@ type poolObserved struct {
 	// unseen are the warm PVCs created by earlier reconciles that the
 	// cache did not show yet, by namespace.
 	unseen map[string][]pool.Expected
+	// stranded are the warm PVCs' volumes attached, for
+	// pool.StrandedAfter or longer, to a node proved gone: volume name to
+	// node name. strandedRecheck is when the next one is due.
+	stranded        map[string]string
+	strandedRecheck time.Duration
 	// starting counts, by namespace, the warm PVCs whose refill waits for
 	// starting pods (refillHeld); startingRecheck is when to look again.
 	starting        map[string]int
@@ -173,9 +183,10 @@ type poolResult struct {
 	capped       []string
 	requeueAfter time.Duration
 	// unreachable are warm PVCs replaced because no node can use their
-	// volume, moved those a replacement is made for to follow demand
+	// volume, stranded those whose volume stays attached to a node that
+	// is gone, moved those a replacement is made for to follow demand
 	// ("namespace/name"), for the log and the metric.
-	unreachable, moved []string
+	unreachable, stranded, moved []string
 	// observed is true once the pool was read; emptied is true when every
 	// warm PVC and binder is gone or being deleted.
 	observed, emptied bool
@@ -460,7 +471,10 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 		claimedByNS[c.Namespace] = append(claimedByNS[c.Namespace], c)
 	}
 	_, stagedNS := stagedPerNode(o)
-	nodes := pool.Nodes{SelectNodes: o.selectNodes, Zones: o.nodeZones, ByName: o.nodes}
+	nodes := pool.Nodes{SelectNodes: o.selectNodes, Zones: o.nodeZones, ByName: o.nodes, Stranded: o.stranded}
+	if o.strandedRecheck > 0 && (res.requeueAfter == 0 || o.strandedRecheck < res.requeueAfter) {
+		res.requeueAfter = o.strandedRecheck
+	}
 	eligibleNames := make(map[string]bool, len(o.eligible))
 	for _, n := range o.eligible {
 		eligibleNames[n.Name] = true
@@ -488,6 +502,10 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 		for _, name := range adapted.Unreachable {
 			res.unreachable = append(res.unreachable, ns+"/"+name)
 			pp.replaced[ns+"/"+name] = pool.ReplacedUnreachable
+		}
+		for _, name := range adapted.Stranded {
+			res.stranded = append(res.stranded, ns+"/"+name)
+			pp.replaced[ns+"/"+name] = pool.ReplacedStranded
 		}
 		var preferred []string
 		if o.selectNodes && kept {
@@ -565,8 +583,8 @@ func (r *PoolReconciler) applyPool(ctx context.Context, f *v1alpha1.FluentPVC, o
 	for node, n := range perNode {
 		pool.Staged.WithLabelValues(f.Name, node).Set(float64(n))
 	}
-	if len(pp.result.unreachable) > 0 || len(pp.result.moved) > 0 {
-		log.Info("replacing warm PVCs", "unreachable", pp.result.unreachable, "servingNoPods", pp.result.moved)
+	if len(pp.result.unreachable) > 0 || len(pp.result.stranded) > 0 || len(pp.result.moved) > 0 {
+		log.Info("replacing warm PVCs", "unreachable", pp.result.unreachable, "stranded", pp.result.stranded, "servingNoPods", pp.result.moved)
 	}
 	if err := runParallel(ops, poolParallelism); err != nil {
 		return err

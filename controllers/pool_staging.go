@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -68,6 +69,9 @@ func (r *PoolReconciler) observeStaging(ctx context.Context, f *v1alpha1.FluentP
 			attached[va.Spec.NodeName]++
 		}
 	}
+	if err := r.observeStranded(ctx, nodes, vas.Items, o); err != nil {
+		return err
+	}
 	limits := map[string]*int32{}
 	for _, cn := range csiNodes {
 		if i := slices.IndexFunc(cn.Spec.Drivers, func(d storagev1.CSINodeDriver) bool { return d.Name == driver.Name }); i >= 0 {
@@ -87,6 +91,70 @@ func (r *PoolReconciler) observeStaging(ctx context.Context, f *v1alpha1.FluentP
 		o.room[n.Name] = pool.NodeRoom(r.opts.StagePerNode, perNode[n.Name], limit, attached[n.Name])
 	}
 	return nil
+}
+
+// observeStranded finds, among vas (every VolumeAttachment, as cached),
+// the attachments of o's Bound warm PVCs' volumes to nodes that are not
+// among nodes (the cache's), and records in o those seen for
+// pool.StrandedAfter or longer whose node a live read proves gone.
+func (r *PoolReconciler) observeStranded(ctx context.Context, nodes []corev1.Node, vas []storagev1.VolumeAttachment, o *poolObserved) error {
+	warm := map[string]bool{}
+	for _, c := range o.warm {
+		if c.Status.Phase == corev1.ClaimBound && c.Spec.VolumeName != "" {
+			warm[c.Spec.VolumeName] = true
+		}
+	}
+	known := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		known[n.Name] = true
+	}
+	uids := make(map[types.UID]bool, len(vas))
+	var gone []pool.GoneAttachment
+	for _, va := range vas {
+		uids[va.UID] = true
+		pv := ptr.Deref(va.Spec.Source.PersistentVolumeName, "")
+		if warm[pv] && !known[va.Spec.NodeName] {
+			gone = append(gone, pool.GoneAttachment{UID: va.UID, Volume: pv, Node: va.Spec.NodeName})
+		}
+	}
+	due, recheck := r.strandings.Due(gone, func(uid types.UID) bool { return uids[uid] }, r.clock.Now())
+	o.strandedRecheck = recheck
+	proved := map[string]bool{}
+	for _, g := range due {
+		if _, checked := proved[g.Node]; !checked {
+			err := r.apiReader.Get(ctx, client.ObjectKey{Name: g.Node}, &corev1.Node{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("reading node %s: %w", g.Node, err)
+			}
+			proved[g.Node] = apierrors.IsNotFound(err)
+		}
+		if !proved[g.Node] {
+			continue // the cache is behind: the node is there
+		}
+		if o.stranded == nil {
+			o.stranded = map[string]string{}
+		}
+		o.stranded[g.Volume] = g.Node
+	}
+	return nil
+}
+
+// strandedMessage tells which warm PVCs (stranded, "namespace/name") the
+// pool replaces, and on which gone node (volumes, by volume name) their
+// volume stays attached; warm are the warm PVCs, for their volumes.
+func strandedMessage(stranded []string, volumes map[string]string, warm []corev1.PersistentVolumeClaim) string {
+	parts := make([]string, 0, len(stranded))
+	for _, key := range stranded {
+		node := ""
+		for _, c := range warm {
+			if c.Namespace+"/"+c.Name == key {
+				node = volumes[c.Spec.VolumeName]
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%s (on node %s)", key, node))
+	}
+	return fmt.Sprintf("replacing warm PVCs whose volume stays attached to a node that is gone, for %s or longer: %s; the attach/detach controller or the CSI attacher cannot detach them",
+		pool.StrandedAfter, strings.Join(parts, ", "))
 }
 
 // holderRejected is a holder pod the API server refused, which a person

@@ -166,7 +166,7 @@ func slimNode(obj any) (any, error) {
 }
 
 // slimAttachment keeps of a VolumeAttachment what the pool counts: its
-// attacher and node.
+// attacher, node and volume.
 func slimAttachment(obj any) (any, error) {
 	va, ok := obj.(*storagev1.VolumeAttachment)
 	if !ok {
@@ -175,7 +175,8 @@ func slimAttachment(obj any) (any, error) {
 	return &storagev1.VolumeAttachment{
 		TypeMeta:   va.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{Name: va.Name, UID: va.UID, ResourceVersion: va.ResourceVersion},
-		Spec:       storagev1.VolumeAttachmentSpec{Attacher: va.Spec.Attacher, NodeName: va.Spec.NodeName},
+		Spec: storagev1.VolumeAttachmentSpec{Attacher: va.Spec.Attacher, NodeName: va.Spec.NodeName,
+			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: va.Spec.Source.PersistentVolumeName}},
 	}, nil
 }
 

@@ -18,6 +18,9 @@ type Nodes struct {
 	Zones map[string]string
 	// ByName is every node, by name.
 	ByName map[string]*corev1.Node
+	// Stranded are the volumes attached, for StrandedAfter or longer, to
+	// a node that is proved gone: volume name to node name.
+	Stranded map[string]string
 }
 
 // Adapted is one namespace's warm PVCs as the planner (PlanNamespace) and
@@ -30,6 +33,9 @@ type Adapted struct {
 	// Unreachable are the Bound warm PVCs that no node can use any more,
 	// marked Replace.
 	Unreachable []string
+	// Stranded are the Bound warm PVCs whose volume stays attached to a
+	// node that is gone (Nodes.Stranded), marked Replace.
+	Stranded []string
 }
 
 // Adapt turns one namespace's warm PVCs, as read from the cache, and the
@@ -38,7 +44,9 @@ type Adapted struct {
 // use is marked Replace, judged only when some node is known, since a pool
 // is never emptied on an empty node list. In select-node mode, a warm PVC
 // named for a node that is gone and not yet Bound counts as having no node
-// named, so that another one is.
+// named, so that another one is. A Bound warm PVC whose volume is stranded
+// on a gone node (Nodes.Stranded) is marked Replace too: a warm PVC holds
+// no pod's data.
 func Adapt(warm []corev1.PersistentVolumeClaim, unseen []Expected, hash string, nodes Nodes) Adapted {
 	var out Adapted
 	anyNode := NewPlacement(nil, func() ([]*corev1.Node, error) { return slices.Collect(maps.Values(nodes.ByName)), nil })
@@ -61,9 +69,13 @@ func Adapt(warm []corev1.PersistentVolumeClaim, unseen []Expected, hash string, 
 			Zone: zones, Created: c.CreationTimestamp.Time,
 		}
 		affinity, known := WarmAffinity(c)
-		if claim.Bound && known && len(nodes.ByName) > 0 && !anyNode.Usable(affinity) {
+		switch {
+		case claim.Bound && known && len(nodes.ByName) > 0 && !anyNode.Usable(affinity):
 			claim.Replace = true
 			out.Unreachable = append(out.Unreachable, c.Name)
+		case claim.Bound && !claim.Deleting && c.Spec.VolumeName != "" && nodes.Stranded[c.Spec.VolumeName] != "":
+			claim.Replace = true
+			out.Stranded = append(out.Stranded, c.Name)
 		}
 		if !claim.Deleting && !claim.Replace && claim.Hash == hash {
 			out.Places = append(out.Places, Place(claim, node, affinity, known, nodes.ByName))

@@ -17,16 +17,29 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // warmPVC is a warm PVC named name with template hash "h", changed by
 // mutate.
-func warmPVC(name string, mutate func(*corev1.PersistentVolumeClaim)) corev1.PersistentVolumeClaim {
+func warmPVC(name string, mutate ...func(*corev1.PersistentVolumeClaim)) corev1.PersistentVolumeClaim {
 	c := corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
 		Name: name, Namespace: "ns", CreationTimestamp: metav1.NewTime(epoch),
 		Labels:      map[string]string{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm, v1alpha1.TemplateHashLabelKey: "h"},
 		Annotations: map[string]string{},
 	}}
-	if mutate != nil {
-		mutate(&c)
+	for _, m := range mutate {
+		if m != nil {
+			m(&c)
+		}
 	}
 	return c
+}
+
+// onVolume binds a warm PVC to volume pv.
+func onVolume(pv string) func(*corev1.PersistentVolumeClaim) {
+	return func(c *corev1.PersistentVolumeClaim) { c.Spec.VolumeName = pv }
+}
+
+// strandedOn is nodes with volume pv stranded on a gone node.
+func strandedOn(nodes Nodes, pv string) Nodes {
+	nodes.Stranded = map[string]string{pv: "gone"}
+	return nodes
 }
 
 func bound(affinity string) func(*corev1.PersistentVolumeClaim) {
@@ -60,6 +73,7 @@ func TestAdapt(t *testing.T) {
 		wantClaims      []Claim
 		wantPlaces      []string
 		wantUnreachable []string
+		wantStranded    []string
 	}{
 		"pending, named for a node: its node's zone": {
 			warm:       []corev1.PersistentVolumeClaim{warmPVC("a", named("n2"))},
@@ -90,6 +104,18 @@ func TestAdapt(t *testing.T) {
 			nodes:           nodes,
 			wantClaims:      []Claim{{Name: "a", Bound: true, Hash: "h", Recorded: true, Zone: "z1", Created: epoch, Replace: true}},
 			wantUnreachable: []string{"a"},
+		},
+		"bound, its volume stranded on a gone node: replaced, not placed": {
+			warm:         []corev1.PersistentVolumeClaim{warmPVC("a", bound(zoneAffinity("z1")), onVolume("pv-a"))},
+			nodes:        strandedOn(nodes, "pv-a"),
+			wantClaims:   []Claim{{Name: "a", Bound: true, Hash: "h", Recorded: true, Zone: "z1", Created: epoch, Replace: true}},
+			wantStranded: []string{"a"},
+		},
+		"bound, another volume stranded: kept": {
+			warm:       []corev1.PersistentVolumeClaim{warmPVC("a", bound(zoneAffinity("z1")), onVolume("pv-a"))},
+			nodes:      strandedOn(nodes, "pv-b"),
+			wantClaims: []Claim{{Name: "a", Bound: true, Hash: "h", Recorded: true, Zone: "z1", Created: epoch}},
+			wantPlaces: []string{"a"},
 		},
 		"bound, no node known: never judged unreachable": {
 			warm:       []corev1.PersistentVolumeClaim{warmPVC("a", bound(zoneAffinity("z9")))},
@@ -136,6 +162,9 @@ func TestAdapt(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.wantUnreachable, got.Unreachable, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("unreachable (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantStranded, got.Stranded, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("stranded (-want +got):\n%s", diff)
 			}
 		})
 	}

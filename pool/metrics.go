@@ -11,6 +11,8 @@ const (
 	ReplacedUnreachable = "unreachable"
 	// ReplacedDemand: it served no node where pods run while one waited.
 	ReplacedDemand = "demand"
+	// ReplacedStranded: its volume stays attached to a node that is gone.
+	ReplacedStranded = "stranded"
 )
 
 // Checkout results, the "result" label of CheckoutsTotal.
@@ -57,7 +59,7 @@ var (
 	// Replaced counts warm PVCs deleted to be made again elsewhere.
 	Replaced = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fluentpvc_pool_replaced_total",
-		Help: "Warm PVCs replaced by one made elsewhere, by FluentPVC and reason: unreachable (no node accepts the volume; deleted at once) or demand (moved to a node where pods run; deleted once the pool provisions nothing more).",
+		Help: "Warm PVCs replaced by one made elsewhere, by FluentPVC and reason: unreachable (no node accepts the volume; deleted at once), stranded (the volume stays attached to a node that is gone; deleted at once) or demand (moved to a node where pods run; deleted once the pool provisions nothing more).",
 	}, []string{"fluentpvc", "reason"})
 
 	// Staged is the number of warm PVCs staged by a running holder, by
@@ -98,7 +100,7 @@ func InitMetrics(name string) {
 	for _, r := range []string{ResultHit, ResultMiss} {
 		CheckoutsTotal.WithLabelValues(name, r)
 	}
-	for _, r := range []string{ReplacedUnreachable, ReplacedDemand} {
+	for _, r := range []string{ReplacedUnreachable, ReplacedStranded, ReplacedDemand} {
 		Replaced.WithLabelValues(name, r)
 	}
 	for _, s := range []string{HolderServed, HolderMoved, HitUnstaged} {

@@ -206,6 +206,9 @@ const (
 	// stages a warm PVC (a policy, a quota, or a missing PriorityClass);
 	// the PVC is handed out unstaged meanwhile.
 	EventReasonHolderRejected = "HolderRejected"
+	// EventReasonWarmPVCStranded: a warm PVC's volume stays attached to a
+	// node that is gone, so the pool replaces the PVC.
+	EventReasonWarmPVCStranded = "WarmPVCStranded"
 	// EventReasonFluentPVCMissing: the binding's FluentPVC is gone, so no finalizer Job can be built.
 	EventReasonFluentPVCMissing = "FluentPVCMissing"
 	// EventReasonReleasedUndrained: the FluentPVC stayed gone past the

@@ -1,0 +1,77 @@
+package controllers
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/pool"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+// TestObserveStranded: a Bound warm PVC's volume attached to a node that
+// is gone is reported once the pool has seen it for pool.StrandedAfter,
+// and only when a live read proves the node gone.
+func TestObserveStranded(t *testing.T) {
+	t0 := fixtures.Epoch
+	node := func(name string) corev1.Node { return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}} }
+	va := func(uid, pv, node string) storagev1.VolumeAttachment {
+		return storagev1.VolumeAttachment{
+			ObjectMeta: metav1.ObjectMeta{Name: uid, UID: types.UID(uid)},
+			Spec:       storagev1.VolumeAttachmentSpec{NodeName: node, Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To(pv)}},
+		}
+	}
+	warm := claim.NewWarm(fixtures.MakeFluentPVC("f").Obj(), "ns", "h", "").Object
+	warm.Spec.VolumeName, warm.Status.Phase = "pv-w", corev1.ClaimBound
+	cases := map[string]struct {
+		vas []storagev1.VolumeAttachment
+		// live are the nodes the API server has; the cache has n1 only.
+		live        []client.Object
+		seenFor     time.Duration // since the pool first saw the attachments
+		want        map[string]string
+		wantRecheck time.Duration
+	}{
+		"on a gone node, just seen: waits":     {vas: []storagev1.VolumeAttachment{va("a", "pv-w", "gone")}, wantRecheck: pool.StrandedAfter},
+		"on a gone node, seen for the wait":    {vas: []storagev1.VolumeAttachment{va("a", "pv-w", "gone")}, seenFor: pool.StrandedAfter, want: map[string]string{"pv-w": "gone"}},
+		"on a node the cache has not seen yet": {vas: []storagev1.VolumeAttachment{va("a", "pv-w", "new")}, live: []client.Object{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "new"}}}, seenFor: pool.StrandedAfter},
+		"on a node that exists":                {vas: []storagev1.VolumeAttachment{va("a", "pv-w", "n1")}, seenFor: pool.StrandedAfter},
+		"another volume, on a gone node":       {vas: []storagev1.VolumeAttachment{va("a", "pv-x", "gone")}, seenFor: pool.StrandedAfter},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			api := fakeAPI(t, interceptor.Funcs{}, tc.live...)
+			clk := clocktesting.NewFakePassiveClock(t0)
+			r := NewPoolReconciler(api, api, clk, Options{})
+			observe := func() poolObserved {
+				o := poolObserved{warm: []corev1.PersistentVolumeClaim{*warm}}
+				if err := r.observeStranded(context.Background(), []corev1.Node{node("n1")}, tc.vas, &o); err != nil {
+					t.Fatal(err)
+				}
+				return o
+			}
+			o := observe()
+			if tc.seenFor > 0 {
+				clk.SetTime(t0.Add(tc.seenFor))
+				o = observe()
+			}
+			if diff := cmp.Diff(tc.want, o.stranded, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("stranded (-want +got):\n%s", diff)
+			}
+			if o.strandedRecheck != tc.wantRecheck {
+				t.Errorf("recheck = %s, want %s", o.strandedRecheck, tc.wantRecheck)
+			}
+		})
+	}
+}
