@@ -61,6 +61,9 @@ type PoolReconciler struct {
 // and apiReader (live), and takes the binder image, the pool bind mode and
 // the idle namespace TTL from opts.
 func NewPoolReconciler(c client.Client, apiReader client.Reader, clk clock.PassiveClock, opts Options) *PoolReconciler {
+	if opts.StrandedAttachmentTimeout <= 0 {
+		opts.StrandedAttachmentTimeout = pool.StrandedAfter
+	}
 	return &PoolReconciler{Client: c, apiReader: apiReader, clock: clk, opts: opts, expect: pool.NewExpectations()}
 }
 
@@ -85,7 +88,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, f *v1alpha1.FluentPVC, b
 		res.warnings = append(res.warnings, poolWarning{reason: v1alpha1.EventReasonNoNodeToSelect, message: o.noNodeToSelect})
 	}
 	if len(res.stranded) > 0 {
-		res.warnings = append(res.warnings, poolWarning{reason: v1alpha1.EventReasonWarmPVCStranded, message: strandedMessage(res.stranded, o.stranded, o.warm)})
+		res.warnings = append(res.warnings, poolWarning{reason: v1alpha1.EventReasonWarmPVCStranded, message: strandedMessage(res.stranded, o.stranded, o.warm, r.opts.StrandedAttachmentTimeout)})
 	}
 	binderWarnings, binderRecheck, err := r.unschedulableBinders(ctx, f, o)
 	if err != nil {
@@ -130,8 +133,8 @@ type poolObserved struct {
 	// cache did not show yet, by namespace.
 	unseen map[string][]pool.Expected
 	// stranded are the warm PVCs' volumes attached, for
-	// pool.StrandedAfter or longer, to a node proved gone: volume name to
-	// node name. strandedRecheck is when the next one is due.
+	// Options.StrandedAttachmentTimeout or longer, to a node proved gone:
+	// volume name to node name. strandedRecheck is when the next one is due.
 	stranded        map[string]string
 	strandedRecheck time.Duration
 	// starting counts, by namespace, the warm PVCs whose refill waits for

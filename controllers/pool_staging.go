@@ -96,7 +96,8 @@ func (r *PoolReconciler) observeStaging(ctx context.Context, f *v1alpha1.FluentP
 // observeStranded finds, among vas (every VolumeAttachment, as cached),
 // the attachments of o's Bound warm PVCs' volumes to nodes that are not
 // among nodes (the cache's), and records in o those seen for
-// pool.StrandedAfter or longer whose node a live read proves gone.
+// Options.StrandedAttachmentTimeout or longer whose node a live read
+// proves gone.
 func (r *PoolReconciler) observeStranded(ctx context.Context, nodes []corev1.Node, vas []storagev1.VolumeAttachment, o *poolObserved) error {
 	warm := map[string]bool{}
 	for _, c := range o.warm {
@@ -117,7 +118,7 @@ func (r *PoolReconciler) observeStranded(ctx context.Context, nodes []corev1.Nod
 			gone = append(gone, pool.GoneAttachment{UID: va.UID, Volume: pv, Node: va.Spec.NodeName})
 		}
 	}
-	due, recheck := r.strandings.Due(gone, func(uid types.UID) bool { return uids[uid] }, r.clock.Now())
+	due, recheck := r.strandings.Due(gone, func(uid types.UID) bool { return uids[uid] }, r.clock.Now(), r.opts.StrandedAttachmentTimeout)
 	o.strandedRecheck = recheck
 	proved := map[string]bool{}
 	for _, g := range due {
@@ -141,8 +142,9 @@ func (r *PoolReconciler) observeStranded(ctx context.Context, nodes []corev1.Nod
 
 // strandedMessage tells which warm PVCs (stranded, "namespace/name") the
 // pool replaces, and on which gone node (volumes, by volume name) their
-// volume stays attached; warm are the warm PVCs, for their volumes.
-func strandedMessage(stranded []string, volumes map[string]string, warm []corev1.PersistentVolumeClaim) string {
+// volume stays attached, for after or longer; warm are the warm PVCs, for
+// their volumes.
+func strandedMessage(stranded []string, volumes map[string]string, warm []corev1.PersistentVolumeClaim, after time.Duration) string {
 	parts := make([]string, 0, len(stranded))
 	for _, key := range stranded {
 		node := ""
@@ -154,7 +156,7 @@ func strandedMessage(stranded []string, volumes map[string]string, warm []corev1
 		parts = append(parts, fmt.Sprintf("%s (on node %s)", key, node))
 	}
 	return fmt.Sprintf("replacing warm PVCs whose volume stays attached to a node that is gone, for %s or longer: %s; the attach/detach controller or the CSI attacher cannot detach them",
-		pool.StrandedAfter, strings.Join(parts, ", "))
+		after, strings.Join(parts, ", "))
 }
 
 // holderRejected is a holder pod the API server refused, which a person

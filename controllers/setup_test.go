@@ -27,6 +27,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"no wait for starting pods", func(o *Options) { o.PodStartWait = 0 }, ""},
 		{"a negative wait for starting pods", func(o *Options) { o.PodStartWait = -time.Second }, "--pod-start-wait"},
 		{"a wait for starting pods beyond a minute", func(o *Options) { o.PodStartWait = 2 * time.Minute }, "--pod-start-wait"},
+		{"a negative time for a stranded attachment", func(o *Options) { o.StrandedAttachmentTimeout = -time.Second }, "--stranded-attachment-timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := valid

@@ -34,9 +34,9 @@ func TestStrandingsDue(t *testing.T) {
 			var s Strandings
 			t0 := epoch
 			for _, g := range tc.before {
-				s.Due(g, all, t0)
+				s.Due(g, all, t0, StrandedAfter)
 			}
-			due, recheck := s.Due(tc.gone, tc.exists, t0.Add(tc.after))
+			due, recheck := s.Due(tc.gone, tc.exists, t0.Add(tc.after), StrandedAfter)
 			if diff := cmp.Diff(tc.wantDue, due, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("due (-want +got):\n%s", diff)
 			}

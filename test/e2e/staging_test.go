@@ -6,6 +6,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,7 +19,7 @@ import (
 )
 
 var _ = Describe("A warm pool staged on nodes, on CSI storage that attaches", func() {
-	It("keeps each warm PVC attached to a node by a holder, steers hits there, moves the volume for a pod that node cannot take, and stages again the PVCs of a deleted node", func() {
+	It("keeps each warm PVC attached to a node by a holder, steers hits there, moves the volume for a pod that node cannot take, stages again the PVCs of a deleted node, and replaces one whose volume stays attached to a deleted node", func() {
 		ns := fixtures.NewNamespace(ctx, k8s, "staged", namespaceCleanup)
 		fpvc := fixtures.CreateFluentPVC(ctx, k8s, e2eFluentPVC("staged-"+ns).PoolSize(3).StorageClass(cluster.StorageClassCSI).Mutate(func(f *v1alpha1.FluentPVC) {
 			f.Spec.Pool.Namespaces = []string{ns}
@@ -85,6 +86,39 @@ var _ = Describe("A warm pool staged on nodes, on CSI storage that attaches", fu
 				g.Expect(n).NotTo(Equal(victim), "warm PVC %s is staged on the deleted node", c)
 			}
 		}).WithTimeout(longTimeout).Should(Succeed())
+
+		By("a warm PVC whose volume stays attached to a node that is gone is replaced, and the pool staged again")
+		staged = stagedPool(ns, fpvc.Name, 3)
+		var strandedClaim string
+		for c := range staged {
+			strandedClaim = c
+		}
+		stranded := fixtures.GetPVC(ctx, Default, k8s, ns, strandedClaim)
+		strandedPV := pvOf(Default, stranded).Name
+		// As the attach/detach controller leaves it when it cannot detach:
+		// attached to a node that no longer exists. The finalizer keeps it.
+		va := &storagev1.VolumeAttachment{
+			ObjectMeta: metav1.ObjectMeta{Name: "stranded-" + strandedPV, Finalizers: []string{"e2e.fluent-pvc-operator.tech.zozo.com/keep"}},
+			Spec: storagev1.VolumeAttachmentSpec{Attacher: cluster.CSIDriverName, NodeName: "kwok-gone",
+				Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &strandedPV}},
+		}
+		Expect(k8s.Create(ctx, va)).To(Succeed())
+		DeferCleanup(func() {
+			Expect(client.IgnoreNotFound(k8s.Delete(ctx, va))).To(Succeed())
+			Expect(client.IgnoreNotFound(k8s.Patch(ctx, va, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))))).To(Succeed())
+		})
+		Eventually(func(g Gomega) {
+			c := &corev1.PersistentVolumeClaim{}
+			err := k8s.Get(ctx, client.ObjectKeyFromObject(stranded), c)
+			g.Expect(apierrors.IsNotFound(err) || err == nil && (c.UID != stranded.UID || c.DeletionTimestamp != nil)).To(BeTrue(), "warm PVC %s is replaced (err %v)", strandedClaim, err)
+			events, err := kc.Clientset.EventsV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(events.Items).To(ContainElement(And(HaveField("Reason", v1alpha1.EventReasonWarmPVCStranded), HaveField("Type", "Warning"),
+				HaveField("Regarding.Name", fpvc.Name), HaveField("Note", ContainSubstring(ns+"/"+strandedClaim+" (on node kwok-gone)")))))
+		}).WithTimeout(longTimeout).Should(Succeed())
+		for c := range stagedPool(ns, fpvc.Name, 3) {
+			Expect(c).NotTo(Equal(strandedClaim))
+		}
 
 		By("the hits are drained by their Jobs")
 		for _, p := range append(hits, moved) {

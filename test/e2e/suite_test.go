@@ -33,6 +33,9 @@ const (
 	// Short timers of the operator, so that retries and orphans resolve
 	// within a spec.
 	orphanGracePeriod = 10 * time.Second
+	// strandedAttachmentTimeout is how long a staged warm PVC's volume
+	// stays attached to a deleted node before the pool replaces the PVC.
+	strandedAttachmentTimeout = 5 * time.Second
 )
 
 var (
@@ -85,6 +88,7 @@ var _ = BeforeSuite(func() {
 		"--allow-short-orphan-grace-period",
 		"--drain-backoff-base=2s",
 		"--drain-backoff-max=8s",
+		"--stranded-attachment-timeout=" + strandedAttachmentTimeout.String(),
 	}, strings.Fields(os.Getenv("E2E_OPERATOR_ARGS"))...)})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() {
