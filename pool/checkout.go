@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -91,12 +92,29 @@ const WarmIndex = "fluent-pvc-operator.tech.zozo.com/warm"
 // of the namespace.
 const HolderIndex = "fluent-pvc-operator.tech.zozo.com/holder"
 
-// IndexWarm adds WarmIndex and HolderIndex to a cache.
+// AttachmentIndex is a cache index of VolumeAttachments by the name of
+// their PersistentVolume, so that a checkout finds a volume stranded on a
+// node that is gone (stranded).
+const AttachmentIndex = "fluent-pvc-operator.tech.zozo.com/attachment"
+
+// IndexWarm adds WarmIndex, HolderIndex and AttachmentIndex to a cache.
 func IndexWarm(ctx context.Context, indexer client.FieldIndexer) error {
 	if err := indexer.IndexField(ctx, &corev1.PersistentVolumeClaim{}, WarmIndex, warmKey); err != nil {
 		return err
 	}
-	return indexer.IndexField(ctx, &corev1.Pod{}, HolderIndex, holderKey)
+	if err := indexer.IndexField(ctx, &corev1.Pod{}, HolderIndex, holderKey); err != nil {
+		return err
+	}
+	return indexer.IndexField(ctx, &storagev1.VolumeAttachment{}, AttachmentIndex, attachmentKey)
+}
+
+// attachmentKey is the AttachmentIndex value of a VolumeAttachment: its
+// PersistentVolume's name.
+func attachmentKey(obj client.Object) []string {
+	if va, ok := obj.(*storagev1.VolumeAttachment); ok && va.Spec.Source.PersistentVolumeName != nil {
+		return []string{*va.Spec.Source.PersistentVolumeName}
+	}
+	return nil
 }
 
 // warmKey is the WarmIndex value of a PVC: its FluentPVC's name, if warm.
@@ -220,6 +238,9 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 			if tries >= c.MaxTries {
 				break
 			}
+			if c.stranded(ctx, cand) {
+				continue
+			}
 			// Taken before the write, so that the checkouts of this replica
 			// running meanwhile try other PVCs instead of losing a race
 			// to this one.
@@ -251,6 +272,27 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 	log.FromContext(ctx).V(1).Info("checkout missed; the pod gets a new claim",
 		"fluentPVC", klog.KObj(fpvc), "namespace", namespace, "reason", missReason(warmSeen, candidates, lostRace))
 	return Checkedout{}, nil
+}
+
+// stranded says whether the volume of warm PVC pvc is attached, as cached,
+// to a node the cache does not have. Such a volume may stay attached to a
+// deleted node for minutes, or for good (see StrandedAfter), and a pod
+// given it would wait as long; the pool replaces the PVC in time. A node
+// the cache has not seen yet costs a miss, nothing more. An error reading
+// the cache counts as no attachment, as before there was this check.
+func (c *Checkouter) stranded(ctx context.Context, pvc *corev1.PersistentVolumeClaim) bool {
+	var vas storagev1.VolumeAttachmentList
+	if err := c.Cache.List(ctx, &vas, client.MatchingFields{AttachmentIndex: pvc.Spec.VolumeName}, client.UnsafeDisableDeepCopy); err != nil {
+		log.FromContext(ctx).Error(err, "listing the VolumeAttachments of a warm PVC's volume", "pvc", klog.KObj(pvc))
+		return false
+	}
+	for _, va := range vas.Items {
+		if err := c.Cache.Get(ctx, client.ObjectKey{Name: va.Spec.NodeName}, &corev1.Node{}); apierrors.IsNotFound(err) {
+			log.FromContext(ctx).V(1).Info("skipping a warm PVC whose volume is attached to a node that is gone", "pvc", klog.KObj(pvc), "node", va.Spec.NodeName)
+			return true
+		}
+	}
+	return false
 }
 
 // HolderRequestKey names holder request req of warm PVC claim: requests

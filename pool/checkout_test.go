@@ -7,6 +7,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -17,6 +19,57 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
+
+// indexed is b with the indexes IndexWarm adds to the webhook's cache.
+func indexed(b *fake.ClientBuilder) *fake.ClientBuilder {
+	return b.WithIndex(&corev1.PersistentVolumeClaim{}, WarmIndex, warmKey).
+		WithIndex(&corev1.Pod{}, HolderIndex, holderKey).
+		WithIndex(&storagev1.VolumeAttachment{}, AttachmentIndex, attachmentKey)
+}
+
+// TestCheckoutSkipsAStrandedVolume: a warm PVC whose volume is attached to
+// a node the cache does not have goes to no pod; one attached to a node
+// that exists does.
+func TestCheckoutSkipsAStrandedVolume(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+	for name, tc := range map[string]struct {
+		attachedTo []string
+		hit        bool
+	}{
+		"not attached":                     {hit: true},
+		"attached to a node that exists":   {attachedTo: []string{"n1"}, hit: true},
+		"attached to a node that is gone":  {attachedTo: []string{"gone"}},
+		"attached here and to a gone node": {attachedTo: []string{"n1", "gone"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			warm := claim.NewWarm(f, "ns", TemplateHash(&f.Spec.PVCSpecTemplate), "").Object
+			warm.Name, warm.UID = "f-warm", "warm-uid"
+			warm.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
+			warm.Spec.VolumeName, warm.Status.Phase = "pv-warm", corev1.ClaimBound
+			objs := []client.Object{warm, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}}
+			for _, node := range tc.attachedTo {
+				pv := warm.Spec.VolumeName
+				objs = append(objs, &storagev1.VolumeAttachment{
+					ObjectMeta: metav1.ObjectMeta{Name: "va-" + node},
+					Spec:       storagev1.VolumeAttachmentSpec{NodeName: node, Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv}},
+				})
+			}
+			scheme := runtime.NewScheme()
+			if err := fixtures.AddToScheme(scheme); err != nil {
+				t.Fatal(err)
+			}
+			api := indexed(fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...)).Build()
+			got, err := NewCheckouter(api, api, api).Checkout(context.Background(), f, fixtures.MakePod("p", "ns").FluentPVC(f.Name).Obj(), now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if hit := got.PVC != nil; hit != tc.hit {
+				t.Errorf("hit: %v, want %v", hit, tc.hit)
+			}
+		})
+	}
+}
 
 // TestCheckoutSkipsWhatThisReplicaIsTaking runs two checkouts of one
 // replica at once, the second while the first one's write of the pool's
@@ -37,9 +90,7 @@ func TestCheckoutSkipsWhatThisReplicaIsTaking(t *testing.T) {
 	}
 	inFlight, secondDone := make(chan struct{}), make(chan struct{})
 	var updates atomic.Int32
-	api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(warm).
-		WithIndex(&corev1.PersistentVolumeClaim{}, WarmIndex, warmKey).
-		WithIndex(&corev1.Pod{}, HolderIndex, holderKey).
+	api := indexed(fake.NewClientBuilder().WithScheme(scheme).WithObjects(warm)).
 		WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
 			if updates.Add(1) == 1 {
 				close(inFlight)
@@ -122,9 +173,7 @@ func TestCheckoutLeavesAPVCWhoseHolderIsPending(t *testing.T) {
 			if err := fixtures.AddToScheme(scheme); err != nil {
 				t.Fatal(err)
 			}
-			api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
-				WithIndex(&corev1.PersistentVolumeClaim{}, WarmIndex, warmKey).
-				WithIndex(&corev1.Pod{}, HolderIndex, holderKey).Build()
+			api := indexed(fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...)).Build()
 			got, err := NewCheckouter(api, api, api).Checkout(context.Background(), f, fixtures.MakePod("p", "ns").FluentPVC(f.Name).Obj(), now)
 			if err != nil {
 				t.Fatal(err)
@@ -180,9 +229,7 @@ func TestCheckoutRetriesAPVCThatLostOnlyAnotherWrite(t *testing.T) {
 				t.Fatal(err)
 			}
 			var checkoutWrites atomic.Int32
-			api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(warm).
-				WithIndex(&corev1.PersistentVolumeClaim{}, WarmIndex, warmKey).
-				WithIndex(&corev1.Pod{}, HolderIndex, holderKey).
+			api := indexed(fake.NewClientBuilder().WithScheme(scheme).WithObjects(warm)).
 				WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
 					if checkoutWrites.Add(1) == 1 && tc.meanwhile != nil {
 						cur := &corev1.PersistentVolumeClaim{}
