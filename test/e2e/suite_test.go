@@ -6,7 +6,9 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +59,15 @@ func TestE2E(t *testing.T) {
 	RunSpecs(t, "End-to-end suite on a simulated cluster")
 }
 
+// anySpecFailed is true once a spec failed.
+var anySpecFailed bool
+
+var _ = ReportAfterEach(func(r SpecReport) {
+	if r.Failed() {
+		anySpecFailed = true
+	}
+})
+
 var _ = BeforeSuite(func() {
 	Expect(fixtures.AddToScheme(scheme)).To(Succeed())
 
@@ -91,10 +102,17 @@ var _ = BeforeSuite(func() {
 		"--stranded-attachment-timeout=" + strandedAttachmentTimeout.String(),
 	}, strings.Fields(os.Getenv("E2E_OPERATOR_ARGS"))...)})
 	Expect(err).NotTo(HaveOccurred())
+	// The cluster's directory, and the log with it, goes with the cluster:
+	// a copy outside it is kept when a spec failed, or on request.
 	DeferCleanup(func() {
-		if CurrentSpecReport().Failed() || os.Getenv("E2E_OPERATOR_LOG") != "" {
-			GinkgoWriter.Printf("operator log: %s\n", op.LogPath)
+		if !anySpecFailed && os.Getenv("E2E_OPERATOR_LOG") == "" {
+			return
 		}
+		log, err := os.ReadFile(op.LogPath)
+		Expect(err).NotTo(HaveOccurred())
+		kept := filepath.Join(os.TempDir(), fmt.Sprintf("fluent-pvc-e2e-operator-%d.log", time.Now().Unix()))
+		Expect(os.WriteFile(kept, log, 0o644)).To(Succeed())
+		GinkgoWriter.Printf("operator log: %s\n", kept)
 	})
 
 	informer, err = cache.New(kc.Config, cache.Options{Scheme: scheme})
