@@ -35,8 +35,8 @@ func (r *results) chart(path string) error {
 		}
 	}
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Pod start-up latency, create to Running (seq: N=%d; burst: %d rounds of %d, pooled; L=%s)",
-		r.Config.N, r.Config.BurstRounds, r.Config.BurstPods, r.Config.Delay)
+	p.Title.Text = fmt.Sprintf("Pod start-up latency, create to Running (N=%d one at a time; burst: %d rounds of N, pooled; L=%s)",
+		r.Config.N, r.Config.BurstRounds, r.Config.Delay)
 	p.Y.Label.Text = "seconds"
 	p.Y.Min = 0
 	p.Add(plotter.NewGrid())
