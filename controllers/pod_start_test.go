@@ -171,22 +171,29 @@ func TestObserveStarting(t *testing.T) {
 	now := admitted.Add(300 * time.Millisecond)
 	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
 	hit := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
+	miss := fixtures.Claim(f, "ns", "m", "h", v1alpha1.CheckoutMiss, admitted)
+	missElsewhere := fixtures.Claim(f, "other", "m", "h", v1alpha1.CheckoutMiss, admitted)
+	missLongAgo := fixtures.Claim(f, "ns", "m", "h", v1alpha1.CheckoutMiss, admitted.Add(-time.Minute))
 	running := startPod("p", "c", corev1.PodRunning, admitted, false)
 	running.Spec.NodeName = "n"
+	starting := startPod("p", "c", corev1.PodPending, admitted, false)
 	cases := map[string]struct {
 		wait    time.Duration
-		pvc     *corev1.PersistentVolumeClaim
+		pvcs    []*corev1.PersistentVolumeClaim
 		pods    []client.Object
 		want    int
 		recheck time.Duration
 	}{
-		"its pod starts":               {wait: 2 * time.Second, pvc: hit, pods: []client.Object{startPod("p", "c", corev1.PodPending, admitted, false)}, want: 1, recheck: startPoll},
-		"its pod is not cached yet":    {wait: 2 * time.Second, pvc: hit, want: 1, recheck: startPoll},
-		"its pod runs, nothing starts": {wait: 2 * time.Second, pvc: hit, pods: []client.Object{running}},
-		"its pod runs, another starts": {wait: 2 * time.Second, pvc: hit, pods: []client.Object{running, startPod("q", "d", corev1.PodPending, now, false)}, want: 1, recheck: startPoll},
-		"a miss":                       {wait: 2 * time.Second, pvc: fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutMiss, admitted)},
-		"handed out before the wait":   {wait: 200 * time.Millisecond, pvc: hit},
-		"no wait configured":           {pvc: hit, pods: []client.Object{startPod("p", "c", corev1.PodPending, admitted, false)}},
+		"its pod starts":                {wait: 2 * time.Second, pvcs: []*corev1.PersistentVolumeClaim{hit}, pods: []client.Object{starting}, want: 1, recheck: startPoll},
+		"its pod is not cached yet":     {wait: 2 * time.Second, pvcs: []*corev1.PersistentVolumeClaim{hit}, want: 1, recheck: startPoll},
+		"its pod runs, nothing starts":  {wait: 2 * time.Second, pvcs: []*corev1.PersistentVolumeClaim{hit}, pods: []client.Object{running}},
+		"its pod runs, another starts":  {wait: 2 * time.Second, pvcs: []*corev1.PersistentVolumeClaim{hit}, pods: []client.Object{running, startPod("q", "d", corev1.PodPending, now, false)}, want: 1, recheck: startPoll},
+		"a miss":                        {wait: 2 * time.Second, pvcs: []*corev1.PersistentVolumeClaim{miss}},
+		"a pod missed moments ago":      {wait: 2 * time.Second, pvcs: []*corev1.PersistentVolumeClaim{hit, miss}, pods: []client.Object{starting}},
+		"a pod missed in another place": {wait: 2 * time.Second, pvcs: []*corev1.PersistentVolumeClaim{hit, missElsewhere}, pods: []client.Object{starting}, want: 1, recheck: startPoll},
+		"a pod missed before the wait":  {wait: 2 * time.Second, pvcs: []*corev1.PersistentVolumeClaim{hit, missLongAgo}, pods: []client.Object{starting}, want: 1, recheck: startPoll},
+		"handed out before the wait":    {wait: 200 * time.Millisecond, pvcs: []*corev1.PersistentVolumeClaim{hit}},
+		"no wait configured":            {pvcs: []*corev1.PersistentVolumeClaim{hit}, pods: []client.Object{starting}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -194,8 +201,12 @@ func TestObserveStarting(t *testing.T) {
 			clk := clocktesting.NewFakePassiveClock(now)
 			r := NewPoolReconciler(c, c, clk, Options{PodStartWait: tc.wait})
 			r.gate = newStartGate(c, clk)
+			var claimed []corev1.PersistentVolumeClaim
+			for _, p := range tc.pvcs {
+				claimed = append(claimed, *p)
+			}
 			var o poolObserved
-			if err := r.observeStarting(context.Background(), []corev1.PersistentVolumeClaim{*tc.pvc}, &o); err != nil {
+			if err := r.observeStarting(context.Background(), claimed, &o); err != nil {
 				t.Fatal(err)
 			}
 			if o.starting["ns"] != tc.want || o.startingRecheck != tc.recheck {

@@ -299,19 +299,33 @@ func (r *PoolReconciler) observePool(ctx context.Context, f *v1alpha1.FluentPVC,
 
 // observeStarting counts the warm PVCs, among claimed (the FluentPVC's
 // claims, as cached), whose refill waits for starting pods (refillHeld),
-// unless Options.PodStartWait is 0.
+// unless Options.PodStartWait is 0. No refill waits in a namespace where
+// a pod missed within the wait: the pool is short there, and the pods to
+// come need the refill more than the starting ones need the API server.
 func (r *PoolReconciler) observeStarting(ctx context.Context, claimed []corev1.PersistentVolumeClaim, o *poolObserved) error {
 	wait := r.opts.PodStartWait
 	if wait <= 0 {
 		return nil
 	}
 	now := r.clock.Now()
+	// Only claims handed out moments ago (allowing for the admitting
+	// replica's clock) count.
+	recent := func(c *corev1.PersistentVolumeClaim) bool {
+		at, ok := claim.AdmittedAt(c.Annotations)
+		return ok && now.Sub(at) <= wait+admittedSkew
+	}
+	missed := map[string]bool{}
+	for i := range claimed {
+		if c := &claimed[i]; c.Annotations[v1alpha1.CheckoutAnnotationKey] == v1alpha1.CheckoutMiss && recent(c) {
+			missed[c.Namespace] = true
+		}
+	}
 	var busy *bool // whether pods are starting, read once if needed
 	for i := range claimed {
 		c := &claimed[i]
-		// Only hits handed out moments ago (allowing for the admitting
-		// replica's clock) with no pod recorded have their pods looked up.
-		if at, ok := claim.AdmittedAt(c.Annotations); !ok || now.Sub(at) > wait+admittedSkew || !unrecordedHit(c) {
+		// Of the recent hits, only those with no pod recorded have their
+		// pods looked up.
+		if missed[c.Namespace] || !recent(c) || !unrecordedHit(c) {
 			continue
 		}
 		var pods corev1.PodList
