@@ -99,10 +99,16 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, f *v1alpha1.FluentPVC, b
 	for _, w := range binderWarnings {
 		res.warnings = append(res.warnings, poolWarning{reason: v1alpha1.EventReasonBinderUnschedulable, message: w})
 	}
-	if binderRecheck > 0 && (res.requeueAfter == 0 || binderRecheck < res.requeueAfter) {
-		res.requeueAfter = binderRecheck
-	}
+	sooner(&res.requeueAfter, binderRecheck)
 	return res, poolErr
+}
+
+// sooner sets *d, a requeue delay (0: none), to after when after is
+// positive and sooner.
+func sooner(d *time.Duration, after time.Duration) {
+	if after > 0 && (*d == 0 || after < *d) {
+		*d = after
+	}
 }
 
 // Forget drops what r remembers of FluentPVC name, once it is gone.
@@ -272,7 +278,12 @@ func (r *PoolReconciler) observePool(ctx context.Context, f *v1alpha1.FluentPVC,
 	if err := r.List(ctx, &csiNodes, client.UnsafeDisableDeepCopy); err != nil {
 		return o, fmt.Errorf("listing CSINodes: %w", err)
 	}
-	if err := r.observeStaging(ctx, f, sc, nodes.Items, csiNodes.Items, &o); err != nil {
+	var vas storagev1.VolumeAttachmentList
+	if err := r.List(ctx, &vas, client.UnsafeDisableDeepCopy); err != nil {
+		return o, fmt.Errorf("listing VolumeAttachments: %w", err)
+	}
+	r.observeStranded(ctx, nodes.Items, vas.Items, &o)
+	if err := r.observeStaging(ctx, f, sc, nodes.Items, csiNodes.Items, vas.Items, &o); err != nil {
 		return o, err
 	}
 	if o.waitForFirstConsumer && r.opts.PoolBindMode != PoolBindBinderJob {
@@ -489,9 +500,7 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 	}
 	_, stagedNS := stagedPerNode(o)
 	nodes := pool.Nodes{SelectNodes: o.selectNodes, Zones: o.nodeZones, ByName: o.nodes, Stranded: o.stranded}
-	if o.strandedRecheck > 0 && (res.requeueAfter == 0 || o.strandedRecheck < res.requeueAfter) {
-		res.requeueAfter = o.strandedRecheck
-	}
+	sooner(&res.requeueAfter, o.strandedRecheck)
 	eligibleNames := make(map[string]bool, len(o.eligible))
 	for _, n := range o.eligible {
 		eligibleNames[n.Name] = true
@@ -532,21 +541,19 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 				in.Claims[i].Spare = slices.Contains(fd.Spare, in.Claims[i].Name)
 				in.Claims[i].Move = slices.Contains(fd.Move, in.Claims[i].Name)
 			}
-			if wait := fd.RequeueAfter; wait > 0 && (res.requeueAfter == 0 || wait < res.requeueAfter) {
-				res.requeueAfter = wait
-			}
+			sooner(&res.requeueAfter, fd.RequeueAfter)
 		}
 		p := pool.PlanNamespace(in)
-		if p.Held > 0 && (res.requeueAfter == 0 || o.startingRecheck < res.requeueAfter) {
-			res.requeueAfter = o.startingRecheck
+		if p.Held > 0 {
+			sooner(&res.requeueAfter, o.startingRecheck)
 		}
 		for _, name := range p.Moved {
 			res.moved = append(res.moved, ns+"/"+name)
 		}
 		sin, pending := stageInput(o, ns, pp.hash, p.Delete, pool.Demand(claimedByNS[ns]), now)
 		stage := pool.PlanStaging(sin)
-		if (stage.Unstaged > 0 || pending > 0) && (res.requeueAfter == 0 || pool.UnstagedRecheck < res.requeueAfter) {
-			res.requeueAfter = pool.UnstagedRecheck
+		if stage.Unstaged > 0 || pending > 0 {
+			sooner(&res.requeueAfter, pool.UnstagedRecheck)
 		}
 		pp.namespaces = append(pp.namespaces, namespacePlan{namespace: ns, plan: p, kept: kept, size: in.Size, preferred: preferred, stage: stage})
 		if kept {

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
@@ -25,8 +26,8 @@ import (
 // observeStaging reads, into o, whether f's pool stages its warm PVCs, its
 // holder pods, and how many more holders each node may take: the holders
 // of every pool on it, and the CSI driver's attach limit and attachments
-// there. All from the cache.
-func (r *PoolReconciler) observeStaging(ctx context.Context, f *v1alpha1.FluentPVC, sc *storagev1.StorageClass, nodes []corev1.Node, csiNodes []storagev1.CSINode, o *poolObserved) error {
+// there (vas, every VolumeAttachment). All from the cache.
+func (r *PoolReconciler) observeStaging(ctx context.Context, f *v1alpha1.FluentPVC, sc *storagev1.StorageClass, nodes []corev1.Node, csiNodes []storagev1.CSINode, vas []storagev1.VolumeAttachment, o *poolObserved) error {
 	var all corev1.PodList
 	if err := r.List(ctx, &all, client.MatchingLabels{v1alpha1.ComponentLabelKey: v1alpha1.ComponentHolder}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing holder pods: %w", err)
@@ -59,18 +60,11 @@ func (r *PoolReconciler) observeStaging(ctx context.Context, f *v1alpha1.FluentP
 	if !o.staging {
 		return nil
 	}
-	var vas storagev1.VolumeAttachmentList
-	if err := r.List(ctx, &vas, client.UnsafeDisableDeepCopy); err != nil {
-		return fmt.Errorf("listing VolumeAttachments: %w", err)
-	}
 	attached := map[string]int{}
-	for _, va := range vas.Items {
+	for _, va := range vas {
 		if va.Spec.Attacher == driver.Name {
 			attached[va.Spec.NodeName]++
 		}
-	}
-	if err := r.observeStranded(ctx, nodes, vas.Items, o); err != nil {
-		return err
 	}
 	limits := map[string]*int32{}
 	for _, cn := range csiNodes {
@@ -98,7 +92,7 @@ func (r *PoolReconciler) observeStaging(ctx context.Context, f *v1alpha1.FluentP
 // among nodes (the cache's), and records in o those seen for
 // Options.StrandedAttachmentTimeout or longer whose node a live read
 // proves gone.
-func (r *PoolReconciler) observeStranded(ctx context.Context, nodes []corev1.Node, vas []storagev1.VolumeAttachment, o *poolObserved) error {
+func (r *PoolReconciler) observeStranded(ctx context.Context, nodes []corev1.Node, vas []storagev1.VolumeAttachment, o *poolObserved) {
 	warm := map[string]bool{}
 	for _, c := range o.warm {
 		if c.Status.Phase == corev1.ClaimBound && c.Spec.VolumeName != "" {
@@ -109,23 +103,28 @@ func (r *PoolReconciler) observeStranded(ctx context.Context, nodes []corev1.Nod
 	for _, n := range nodes {
 		known[n.Name] = true
 	}
-	uids := make(map[types.UID]bool, len(vas))
+	// Timings are kept for every attachment to a node the cache lacks, of
+	// any pool: one whose node is back (or that is gone) starts afresh.
+	away := make(map[types.UID]bool, len(vas))
 	var gone []pool.GoneAttachment
 	for _, va := range vas {
-		uids[va.UID] = true
-		pv := ptr.Deref(va.Spec.Source.PersistentVolumeName, "")
-		if warm[pv] && !known[va.Spec.NodeName] {
+		if known[va.Spec.NodeName] {
+			continue
+		}
+		away[va.UID] = true
+		if pv := ptr.Deref(va.Spec.Source.PersistentVolumeName, ""); warm[pv] {
 			gone = append(gone, pool.GoneAttachment{UID: va.UID, Volume: pv, Node: va.Spec.NodeName})
 		}
 	}
-	due, recheck := r.strandings.Due(gone, func(uid types.UID) bool { return uids[uid] }, r.clock.Now(), r.opts.StrandedAttachmentTimeout)
+	due, recheck := r.strandings.Due(gone, func(uid types.UID) bool { return away[uid] }, r.clock.Now(), r.opts.StrandedAttachmentTimeout)
 	o.strandedRecheck = recheck
 	proved := map[string]bool{}
 	for _, g := range due {
 		if _, checked := proved[g.Node]; !checked {
 			err := r.apiReader.Get(ctx, client.ObjectKey{Name: g.Node}, &corev1.Node{})
 			if err != nil && !apierrors.IsNotFound(err) {
-				return fmt.Errorf("reading node %s: %w", g.Node, err)
+				// Not proved gone: the next reconcile reads again.
+				ctrl.LoggerFrom(ctx).Error(err, "reading a node that a warm PVC's volume is attached to", "node", g.Node)
 			}
 			proved[g.Node] = apierrors.IsNotFound(err)
 		}
@@ -137,7 +136,6 @@ func (r *PoolReconciler) observeStranded(ctx context.Context, nodes []corev1.Nod
 		}
 		o.stranded[g.Volume] = g.Node
 	}
-	return nil
 }
 
 // strandedMessage tells which warm PVCs (stranded, "namespace/name") the

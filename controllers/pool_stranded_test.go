@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -39,6 +40,7 @@ func TestObserveStranded(t *testing.T) {
 		vas []storagev1.VolumeAttachment
 		// live are the nodes the API server has; the cache has n1 only.
 		live        []client.Object
+		readFails   bool
 		seenFor     time.Duration // since the pool first saw the attachments
 		want        map[string]string
 		wantRecheck time.Duration
@@ -46,19 +48,24 @@ func TestObserveStranded(t *testing.T) {
 		"on a gone node, just seen: waits":     {vas: []storagev1.VolumeAttachment{va("a", "pv-w", "gone")}, wantRecheck: pool.StrandedAfter},
 		"on a gone node, seen for the wait":    {vas: []storagev1.VolumeAttachment{va("a", "pv-w", "gone")}, seenFor: pool.StrandedAfter, want: map[string]string{"pv-w": "gone"}},
 		"on a node the cache has not seen yet": {vas: []storagev1.VolumeAttachment{va("a", "pv-w", "new")}, live: []client.Object{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "new"}}}, seenFor: pool.StrandedAfter},
+		"the live read fails: not proved gone": {vas: []storagev1.VolumeAttachment{va("a", "pv-w", "gone")}, readFails: true, seenFor: pool.StrandedAfter},
 		"on a node that exists":                {vas: []storagev1.VolumeAttachment{va("a", "pv-w", "n1")}, seenFor: pool.StrandedAfter},
 		"another volume, on a gone node":       {vas: []storagev1.VolumeAttachment{va("a", "pv-x", "gone")}, seenFor: pool.StrandedAfter},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			api := fakeAPI(t, interceptor.Funcs{}, tc.live...)
+			live := client.Reader(api)
+			if tc.readFails {
+				live = fakeAPI(t, interceptor.Funcs{Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
+					return apierrors.NewServiceUnavailable("etcd is down")
+				}})
+			}
 			clk := clocktesting.NewFakePassiveClock(t0)
-			r := NewPoolReconciler(api, api, clk, Options{})
+			r := NewPoolReconciler(api, live, clk, Options{})
 			observe := func() poolObserved {
 				o := poolObserved{warm: []corev1.PersistentVolumeClaim{*warm}}
-				if err := r.observeStranded(context.Background(), []corev1.Node{node("n1")}, tc.vas, &o); err != nil {
-					t.Fatal(err)
-				}
+				r.observeStranded(context.Background(), []corev1.Node{node("n1")}, tc.vas, &o)
 				return o
 			}
 			o := observe()

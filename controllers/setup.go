@@ -67,9 +67,9 @@ type Options struct {
 	// the refill of the warm PVC it took waits while pods are starting
 	// (see pod_start.go); 0 makes them at once.
 	PodStartWait time.Duration
-	// StrandedAttachmentTimeout is how long the volume of a staged warm
-	// PVC may stay attached to a deleted node before the pool replaces
-	// the PVC; 0 means pool.StrandedAfter.
+	// StrandedAttachmentTimeout is how long the volume of a warm PVC may
+	// stay attached to a deleted node before the pool replaces the PVC;
+	// 0 means pool.StrandedAfter.
 	StrandedAttachmentTimeout time.Duration
 }
 
@@ -86,7 +86,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.StagePerNode, "stage-per-node", pool.DefaultStagePerNode, "How many warm PVCs, of all FluentPVCs, a node keeps attached and staged at most, each with a holder pod. Holders also never take more than half of the attach slots that other volumes leave free on a node.")
 	fs.StringVar(&o.HolderPriorityClass, "holder-priority-class", DefaultHolderPriorityClass, "PriorityClass of the holder pods that keep warm PVCs staged: a low value that never preempts, so that real pods preempt holders. The operator creates it at start-up if it does not exist; \"\" gives holders no class.")
 	fs.DurationVar(&o.PodStartWait, "pod-start-wait", DefaultPodStartWait, "How long after a pod's creation, at most, the operator waits for the pod to be scheduled before it makes the pod's FluentPVCBinding, and, if the pod took a warm PVC, waits while labelled pods are starting before it refills the pool, so that these writes do not compete with starting pods for the API server; no refill waits in a namespace where a pod missed within the wait. 0 makes them at once; at most 1m.")
-	fs.DurationVar(&o.StrandedAttachmentTimeout, "stranded-attachment-timeout", pool.StrandedAfter, "How long the volume of a staged warm PVC may stay attached to a node that is deleted before the pool deletes that warm PVC and makes a new one. Such a volume can be attached nowhere else until it is detached, which can take minutes or, when the CSI attacher no longer finds the node, never happen.")
+	fs.DurationVar(&o.StrandedAttachmentTimeout, "stranded-attachment-timeout", pool.StrandedAfter, "How long the volume of a warm PVC may stay attached to a node that is deleted before the pool deletes that warm PVC and makes a new one. Such a volume can be attached nowhere else until it is detached, which can take minutes or, when the CSI attacher no longer finds the node, never happen. 0 means the default.")
 	fs.DurationVar(&o.PoolIdleNamespaceTTL, "pool-idle-namespace-ttl", time.Hour, "How long a namespace learned from admissions keeps its warm pool without a new admission.")
 }
 

@@ -281,6 +281,9 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 // the cache has not seen yet costs a miss, nothing more. An error reading
 // the cache counts as no attachment, as before there was this check.
 func (c *Checkouter) stranded(ctx context.Context, pvc *corev1.PersistentVolumeClaim) bool {
+	if pvc.Spec.VolumeName == "" {
+		return false
+	}
 	var vas storagev1.VolumeAttachmentList
 	if err := c.Cache.List(ctx, &vas, client.MatchingFields{AttachmentIndex: pvc.Spec.VolumeName}, client.UnsafeDisableDeepCopy); err != nil {
 		log.FromContext(ctx).Error(err, "listing the VolumeAttachments of a warm PVC's volume", "pvc", klog.KObj(pvc))
