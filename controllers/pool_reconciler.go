@@ -87,8 +87,10 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, f *v1alpha1.FluentPVC, b
 	if o.noNodeToSelect != "" {
 		res.warnings = append(res.warnings, poolWarning{reason: v1alpha1.EventReasonNoNodeToSelect, message: o.noNodeToSelect})
 	}
-	if len(res.stranded) > 0 {
-		res.warnings = append(res.warnings, poolWarning{reason: v1alpha1.EventReasonWarmPVCStranded, message: strandedMessage(res.stranded, o.stranded, o.warm, r.opts.StrandedAttachmentTimeout)})
+	// Told for the deletes that were made: one that lost a race to a
+	// checkout left a claim, which is not replaced.
+	if deleted := pp.strandedDeleted.sorted(); len(deleted) > 0 {
+		res.warnings = append(res.warnings, poolWarning{reason: v1alpha1.EventReasonWarmPVCStranded, message: strandedMessage(deleted, o.stranded, o.warm, r.opts.StrandedAttachmentTimeout)})
 	}
 	binderWarnings, binderRecheck, err := r.unschedulableBinders(ctx, f, o)
 	if err != nil {
@@ -444,8 +446,36 @@ type poolPlan struct {
 	// replaced says why a warm PVC is replaced ("namespace/name"), for the
 	// metric.
 	replaced map[string]string
+	// strandedDeleted collects the stranded warm PVCs that applying the
+	// plan deleted, for the Warning; nil collects nothing.
+	strandedDeleted *keyLog
 	// result is what the plan reports for the status.
 	result poolResult
+}
+
+// keyLog collects keys ("namespace/name") from ops running in parallel.
+type keyLog struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (l *keyLog) add(key string) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.keys = append(l.keys, key)
+}
+
+// sorted are the keys collected, sorted.
+func (l *keyLog) sorted() []string {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Sorted(slices.Values(l.keys))
 }
 
 // namespacePlan is one namespace's part of a poolPlan.
@@ -468,7 +498,7 @@ type namespacePlan struct {
 // namespaces that no longer hold a pool. It reads nothing and writes
 // nothing.
 func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options) poolPlan {
-	pp := poolPlan{hash: pool.TemplateHash(&f.Spec.PVCSpecTemplate), replaced: map[string]string{}}
+	pp := poolPlan{hash: pool.TemplateHash(&f.Spec.PVCSpecTemplate), replaced: map[string]string{}, strandedDeleted: &keyLog{}}
 	res := &pp.result
 	size := f.Spec.Pool.Size
 	var keep []string
@@ -660,6 +690,9 @@ func (r *PoolReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, np 
 		}
 		if reason, ok := replaced[ns+"/"+name]; ok && err == nil {
 			pool.Replaced.WithLabelValues(f.Name, reason).Inc()
+			if reason == pool.ReplacedStranded {
+				pp.strandedDeleted.add(ns + "/" + name)
+			}
 		}
 		return nil
 	}

@@ -138,22 +138,20 @@ func (r *PoolReconciler) observeStranded(ctx context.Context, nodes []corev1.Nod
 	}
 }
 
-// strandedMessage tells which warm PVCs (stranded, "namespace/name") the
-// pool replaces, and on which gone node (volumes, by volume name) their
+// strandedMessage tells which warm PVCs (deleted, "namespace/name") the
+// pool replaced, and on which gone node (volumes, by volume name) their
 // volume stays attached, for after or longer; warm are the warm PVCs, for
 // their volumes.
-func strandedMessage(stranded []string, volumes map[string]string, warm []corev1.PersistentVolumeClaim, after time.Duration) string {
-	parts := make([]string, 0, len(stranded))
-	for _, key := range stranded {
-		node := ""
-		for _, c := range warm {
-			if c.Namespace+"/"+c.Name == key {
-				node = volumes[c.Spec.VolumeName]
-			}
-		}
-		parts = append(parts, fmt.Sprintf("%s (on node %s)", key, node))
+func strandedMessage(deleted []string, volumes map[string]string, warm []corev1.PersistentVolumeClaim, after time.Duration) string {
+	volumeOf := make(map[string]string, len(warm))
+	for _, c := range warm {
+		volumeOf[c.Namespace+"/"+c.Name] = c.Spec.VolumeName
 	}
-	return fmt.Sprintf("replacing warm PVCs whose volume stays attached to a node that is gone, for %s or longer: %s; the attach/detach controller or the CSI attacher cannot detach them",
+	parts := make([]string, 0, len(deleted))
+	for _, key := range deleted {
+		parts = append(parts, fmt.Sprintf("%s (on node %s)", key, volumes[volumeOf[key]]))
+	}
+	return fmt.Sprintf("replaced warm PVCs whose volume stays attached to a node that is gone, for %s or longer: %s; the attach/detach controller or the CSI attacher cannot detach them",
 		after, strings.Join(parts, ", "))
 }
 

@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,6 +80,69 @@ func TestObserveStranded(t *testing.T) {
 			}
 			if o.strandedRecheck != tc.wantRecheck {
 				t.Errorf("recheck = %s, want %s", o.strandedRecheck, tc.wantRecheck)
+			}
+		})
+	}
+}
+
+// TestPoolOpsStrandedDeleted: a stranded warm PVC's replacement is told
+// (the WarmPVCStranded Warning) once its delete is made, not when a
+// checkout took the PVC first and the delete lost.
+func TestPoolOpsStrandedDeleted(t *testing.T) {
+	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+	hash := pool.TemplateHash(&f.Spec.PVCSpecTemplate)
+	warm := claim.NewWarm(f, "ns", hash, "").Object
+	warm.Name, warm.Spec.VolumeName, warm.Status.Phase = "w", "pv-w", corev1.ClaimBound
+	for name, tc := range map[string]struct {
+		deleteErr error
+		want      []string
+	}{
+		"deleted: told":                      {want: []string{"ns/w"}},
+		"a checkout took it first: not told": {deleteErr: apierrors.NewConflict(corev1.Resource("persistentvolumeclaims"), "w", errors.New("the object has been modified"))},
+	} {
+		t.Run(name, func(t *testing.T) {
+			api := fakeAPI(t, interceptor.Funcs{Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+				if tc.deleteErr != nil {
+					return tc.deleteErr
+				}
+				return c.Delete(ctx, obj, opts...)
+			}}, warm.DeepCopy())
+			live := &corev1.PersistentVolumeClaim{}
+			if err := api.Get(context.Background(), client.ObjectKeyFromObject(warm), live); err != nil {
+				t.Fatal(err)
+			}
+			r := NewPoolReconciler(api, api, clocktesting.NewFakePassiveClock(fixtures.Epoch), Options{})
+			np := namespacePlan{namespace: "ns", plan: pool.Plan{Delete: []string{"w"}}, kept: true, size: 1}
+			pp := poolPlan{hash: hash, replaced: map[string]string{"ns/w": pool.ReplacedStranded}, strandedDeleted: &keyLog{}}
+			if err := runParallel(r.poolOps(context.Background(), f, np, pp, poolObserved{}, map[string]*corev1.PersistentVolumeClaim{"w": live}), 1); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, pp.strandedDeleted.sorted(), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("told (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestStrandedMessage names each deleted warm PVC with the node its
+// volume stays attached to.
+func TestStrandedMessage(t *testing.T) {
+	warm := func(ns, name, pv string) corev1.PersistentVolumeClaim {
+		return corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: pv}}
+	}
+	for name, tc := range map[string]struct {
+		deleted []string
+		want    string
+	}{
+		"one":               {deleted: []string{"a/w1"}, want: "a/w1 (on node gone-1)"},
+		"two, two nodes":    {deleted: []string{"a/w1", "b/w2"}, want: "a/w1 (on node gone-1), b/w2 (on node gone-2)"},
+		"a name in another": {deleted: []string{"b/w1"}, want: "b/w1 (on node gone-2)"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := strandedMessage(tc.deleted, map[string]string{"pv-1": "gone-1", "pv-2": "gone-2", "pv-3": "gone-2"},
+				[]corev1.PersistentVolumeClaim{warm("a", "w1", "pv-1"), warm("b", "w2", "pv-2"), warm("b", "w1", "pv-3")}, time.Minute)
+			if !strings.Contains(got, "for 1m0s or longer: "+tc.want+";") {
+				t.Errorf("message %q does not name %q", got, tc.want)
 			}
 		})
 	}

@@ -196,6 +196,9 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 		return h.Spec.NodeName, true
 	}
 	_, pinned := PinnedNodeNames(pod)
+	// Nodes found missing from the cache, or not, by name: the staged
+	// candidates of a pool share a few nodes.
+	gone := map[string]bool{}
 	lostRace := false
 	var warmSeen, candidates int
 	// Readers are told apart by position: interface comparison panics on
@@ -238,7 +241,7 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 			if tries >= c.MaxTries {
 				break
 			}
-			if c.stranded(ctx, cand) {
+			if c.stranded(ctx, cand, gone) {
 				continue
 			}
 			// Taken before the write, so that the checkouts of this replica
@@ -279,8 +282,9 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 // deleted node for minutes, or for good (see StrandedAfter), and a pod
 // given it would wait as long; the pool replaces the PVC in time. A node
 // the cache has not seen yet costs a miss, nothing more. An error reading
-// the cache counts as no attachment, as before there was this check.
-func (c *Checkouter) stranded(ctx context.Context, pvc *corev1.PersistentVolumeClaim) bool {
+// the cache counts as no attachment. gone remembers, by node name, what
+// the cache answered, for the checkout's other candidates.
+func (c *Checkouter) stranded(ctx context.Context, pvc *corev1.PersistentVolumeClaim, gone map[string]bool) bool {
 	if pvc.Spec.VolumeName == "" {
 		return false
 	}
@@ -290,8 +294,16 @@ func (c *Checkouter) stranded(ctx context.Context, pvc *corev1.PersistentVolumeC
 		return false
 	}
 	for _, va := range vas.Items {
-		if err := c.Cache.Get(ctx, client.ObjectKey{Name: va.Spec.NodeName}, &corev1.Node{}); apierrors.IsNotFound(err) {
-			log.FromContext(ctx).V(1).Info("skipping a warm PVC whose volume is attached to a node that is gone", "pvc", klog.KObj(pvc), "node", va.Spec.NodeName)
+		node := va.Spec.NodeName
+		missing, seen := gone[node]
+		if !seen {
+			// Only whether it exists matters: the cache's object is not copied.
+			err := c.Cache.Get(ctx, client.ObjectKey{Name: node}, &corev1.Node{}, client.UnsafeDisableDeepCopy)
+			missing = apierrors.IsNotFound(err)
+			gone[node] = missing
+		}
+		if missing {
+			log.FromContext(ctx).V(1).Info("skipping a warm PVC whose volume is attached to a node that is gone", "pvc", klog.KObj(pvc), "node", node)
 			return true
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -25,6 +26,26 @@ func indexed(b *fake.ClientBuilder) *fake.ClientBuilder {
 	return b.WithIndex(&corev1.PersistentVolumeClaim{}, WarmIndex, warmKey).
 		WithIndex(&corev1.Pod{}, HolderIndex, holderKey).
 		WithIndex(&storagev1.VolumeAttachment{}, AttachmentIndex, attachmentKey)
+}
+
+// boundWarm is a Bound warm PVC of f in namespace ns, usable on any node,
+// named f-warm.
+func boundWarm(f *v1alpha1.FluentPVC) *corev1.PersistentVolumeClaim {
+	warm := claim.NewWarm(f, "ns", TemplateHash(&f.Spec.PVCSpecTemplate), "").Object
+	warm.Name, warm.UID = "f-warm", "warm-uid"
+	warm.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
+	warm.Spec.VolumeName, warm.Status.Phase = "pv-warm", corev1.ClaimBound
+	return warm
+}
+
+// testScheme is a scheme with the types the fixtures use.
+func testScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := fixtures.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	return scheme
 }
 
 // TestCheckoutSkipsAStrandedVolume: a warm PVC whose volume is attached to
@@ -43,23 +64,12 @@ func TestCheckoutSkipsAStrandedVolume(t *testing.T) {
 		"attached here and to a gone node": {attachedTo: []string{"n1", "gone"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			warm := claim.NewWarm(f, "ns", TemplateHash(&f.Spec.PVCSpecTemplate), "").Object
-			warm.Name, warm.UID = "f-warm", "warm-uid"
-			warm.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
-			warm.Spec.VolumeName, warm.Status.Phase = "pv-warm", corev1.ClaimBound
+			warm := boundWarm(f)
 			objs := []client.Object{warm, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}}
 			for _, node := range tc.attachedTo {
-				pv := warm.Spec.VolumeName
-				objs = append(objs, &storagev1.VolumeAttachment{
-					ObjectMeta: metav1.ObjectMeta{Name: "va-" + node},
-					Spec:       storagev1.VolumeAttachmentSpec{NodeName: node, Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv}},
-				})
+				objs = append(objs, attachment(warm.Spec.VolumeName, node))
 			}
-			scheme := runtime.NewScheme()
-			if err := fixtures.AddToScheme(scheme); err != nil {
-				t.Fatal(err)
-			}
-			api := indexed(fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...)).Build()
+			api := indexed(fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).Build()
 			got, err := NewCheckouter(api, api, api).Checkout(context.Background(), f, fixtures.MakePod("p", "ns").FluentPVC(f.Name).Obj(), now)
 			if err != nil {
 				t.Fatal(err)
@@ -68,6 +78,44 @@ func TestCheckoutSkipsAStrandedVolume(t *testing.T) {
 				t.Errorf("hit: %v, want %v", hit, tc.hit)
 			}
 		})
+	}
+}
+
+// attachment is a VolumeAttachment of volume pv to node.
+func attachment(pv, node string) *storagev1.VolumeAttachment {
+	return &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: "va-" + pv + "-" + node},
+		Spec:       storagev1.VolumeAttachmentSpec{NodeName: node, Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pv}},
+	}
+}
+
+// TestCheckoutReadsAGoneNodeOnce: the warm PVCs staged on one node that
+// is gone cost one read of that node, not one each.
+func TestCheckoutReadsAGoneNodeOnce(t *testing.T) {
+	f := fixtures.MakeFluentPVC("f").PoolSize(3).Obj()
+	var objs []client.Object
+	for _, name := range []string{"a", "b", "c"} {
+		warm := boundWarm(f)
+		warm.Name, warm.UID, warm.Spec.VolumeName = "f-"+name, types.UID(name), "pv-"+name
+		objs = append(objs, warm, attachment(warm.Spec.VolumeName, "gone"))
+	}
+	var nodeReads atomic.Int32
+	api := indexed(fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).
+		WithInterceptorFuncs(interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*corev1.Node); ok {
+				nodeReads.Add(1)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		}}).Build()
+	got, err := NewCheckouter(api, api, api).Checkout(context.Background(), f, fixtures.MakePod("p", "ns").FluentPVC(f.Name).Obj(), fixtures.Epoch.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PVC != nil {
+		t.Errorf("got %s, want a miss: every volume is attached to a gone node", got.PVC.Name)
+	}
+	if n := nodeReads.Load(); n != 1 {
+		t.Errorf("%d reads of nodes, want 1", n)
 	}
 }
 
@@ -220,16 +268,9 @@ func TestCheckoutRetriesAPVCThatLostOnlyAnotherWrite(t *testing.T) {
 		}, hit: false, writes: 1},
 	} {
 		t.Run(name, func(t *testing.T) {
-			warm := claim.NewWarm(f, "ns", TemplateHash(&f.Spec.PVCSpecTemplate), "").Object
-			warm.Name, warm.UID = "f-warm", "warm-uid"
-			warm.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
-			warm.Status.Phase = corev1.ClaimBound
-			scheme := runtime.NewScheme()
-			if err := fixtures.AddToScheme(scheme); err != nil {
-				t.Fatal(err)
-			}
+			warm := boundWarm(f)
 			var checkoutWrites atomic.Int32
-			api := indexed(fake.NewClientBuilder().WithScheme(scheme).WithObjects(warm)).
+			api := indexed(fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(warm)).
 				WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
 					if checkoutWrites.Add(1) == 1 && tc.meanwhile != nil {
 						cur := &corev1.PersistentVolumeClaim{}
