@@ -146,6 +146,9 @@ type Checkouter struct {
 	// on the cached list lost a race (the cache lags behind a burst).
 	Cache, Live client.Reader
 	Writer      client.Writer
+	// Nodes, when set, lists the cached nodes without copying them; else
+	// Cache lists them.
+	Nodes *NodeStore
 	// MaxTries bounds the updates tried on each list.
 	MaxTries int
 
@@ -375,6 +378,9 @@ func (c *Checkouter) podNodes(ctx context.Context, pod *corev1.Pod) ([]*corev1.N
 			out = append(out, n)
 		}
 		return out, nil
+	}
+	if nodes, ok := c.Nodes.List(); ok {
+		return nodes, nil
 	}
 	var nodes corev1.NodeList
 	// Placement only reads them, so the cache's objects are listed as they are.

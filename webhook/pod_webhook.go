@@ -80,7 +80,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	// Checkouts place pods on the cached nodes: start watching them with
 	// the cache, not at the first admission.
-	if _, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Node{}); err != nil {
+	nodes, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Node{})
+	if err != nil {
 		return fmt.Errorf("watching nodes: %w", err)
 	}
 	// And namespaces' labels, for FluentPVCs' namespaceSelector.
@@ -101,6 +102,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("making the webhooks' client: %w", err)
 	}
 	m := NewPodMutator(mgr.GetClient(), direct, direct, admission.NewDecoder(mgr.GetScheme()), opts.Clock)
+	m.Pool.Nodes = pool.NewNodeStore(nodes)
 	m.NativeSidecarsUnsupported = opts.NativeSidecarsUnsupported
 	m.Self = opts.Self
 	// The cache's latest resourceVersion comes before any write this

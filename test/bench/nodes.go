@@ -33,8 +33,59 @@ type nodesResult struct {
 	ExtraNodes int            `json:"extraNodes"`
 	Base       admissionLevel `json:"base"`
 	Many       admissionLevel `json:"many"`
-	// AddSeconds is how long the extra nodes took to be created and Ready.
-	AddSeconds float64 `json:"addSeconds"`
+	// AddSeconds is how long the extra nodes took to be created and Ready,
+	// QuietSeconds how long after that the nodes' writes took to ebb
+	// (waitNodesQuiet).
+	AddSeconds   float64 `json:"addSeconds"`
+	QuietSeconds float64 `json:"quietSeconds"`
+}
+
+// quietNodeWrites is the most writes of nodes (creates, updates and
+// patches, status included) per second that waitNodesQuiet calls quiet.
+const quietNodeWrites = 10
+
+// waitNodesQuiet waits until the writes of nodes at the API server have
+// stayed below quietNodeWrites a second for two seconds in a row, and
+// says how long that took. Nodes turn Ready while the control plane and
+// kwok still label, taint and patch the newest ones; the checkout with
+// many nodes is measured after that, not beside it.
+func (e *env) waitNodesQuiet(ctx context.Context) (time.Duration, error) {
+	start := time.Now()
+	writes := func() (float64, error) {
+		s, err := scrapeAPIServer(ctx, e.kc.Clientset)
+		if err != nil {
+			return 0, err
+		}
+		n := 0.0
+		for _, verb := range []string{"POST", "PUT", "PATCH"} {
+			n += s.sum("apiserver_request_total", map[string]string{"verb": verb, "resource": "nodes"})
+		}
+		return n, nil
+	}
+	last, err := writes()
+	if err != nil {
+		return 0, err
+	}
+	calm, rate := 0, 0.0
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, false, func(ctx context.Context) (bool, error) {
+		n, err := writes()
+		if err != nil {
+			return false, err
+		}
+		rate, last = n-last, n
+		if rate < quietNodeWrites {
+			calm++
+		} else {
+			calm = 0
+		}
+		return calm >= 2, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("waiting for the writes of nodes to ebb (%.0f in the last second): %w", rate, err)
+	}
+	d := time.Since(start)
+	e.progress("writes of nodes below %d a second after %.1fs more", quietNodeWrites, d.Seconds())
+	return d, nil
 }
 
 // nodesPod is the i-th pod of a nodes level: every other one is pinned to
@@ -120,6 +171,11 @@ func (e *env) nodesPhase(ctx context.Context, res *results) error {
 	}
 	r.AddSeconds = time.Since(start).Seconds()
 	e.progress("%d nodes Ready after %.1fs", want, r.AddSeconds)
+	quiet, err := e.waitNodesQuiet(ctx)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	r.QuietSeconds = quiet.Seconds()
 	r.Many = measure(nodesManyNS, want)
 
 	// The extra nodes go, and with them the phase's pools and pods.

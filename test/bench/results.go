@@ -541,8 +541,8 @@ func (r *results) markdown(chart string) string {
 
 	if n := r.Nodes; n != nil {
 		w("\n## Checkout with %d more nodes\n\n", n.ExtraNodes)
-		w("The same level twice, hits at c=%d, %d pods, every other one pinned to %s by a nodeSelector (so the checkout works out where each pod can run from the operator's cached nodes and skips the other zones' warm PVCs): first on the cluster's %d nodes, then after adding %d fake nodes over the zones (Ready in %.1fs). Each from a full pool of %d of its own.\n\n",
-			nodesConcurrency, r.Config.AdmissionPods, nodesPinnedZone, n.BaseNodes, n.ExtraNodes, n.AddSeconds, 2*r.Config.AdmissionPods)
+		w("The same level twice, hits at c=%d, %d pods, every other one pinned to %s by a nodeSelector (so the checkout works out where each pod can run from the operator's cached nodes and skips the other zones' warm PVCs): first on the cluster's %d nodes, then after adding %d fake nodes over the zones (Ready in %.1fs) and once the API server's writes of nodes stayed below %d a second for two seconds (%.1fs more), so that the level does not run beside the control plane's and kwok's work on the newest nodes. Each from a full pool of %d of its own.\n\n",
+			nodesConcurrency, r.Config.AdmissionPods, nodesPinnedZone, n.BaseNodes, n.ExtraNodes, n.AddSeconds, quietNodeWrites, n.QuietSeconds, 2*r.Config.AdmissionPods)
 		w("| nodes | checkout p50 / p90 / p99 | webhook p50 / p90 / p99 | create call p50 / p99 | operator CPU per pod | hits / misses |\n|---|---|---|---|---|---|\n")
 		for _, row := range []struct {
 			nodes int
@@ -590,7 +590,7 @@ func (r *results) markdown(chart string) string {
 		w("\n## Memory of the operator\n\n")
 		w("Each figure after a restart of the operator (`op.Restart`), once its workqueues were empty for two scrapes a second apart, plus %s. ", memorySettle)
 		w("Extra pods are created Pending and unscheduled (`schedulerName: %s`), so neither the scheduler nor kwok works on them; ", unscheduledScheduler)
-		w("%d of them were created in %.1fs with %d concurrent creates.\n\n", r.Config.UnlabelledPods, m.CreateSeconds, m.Concurrency)
+		w("%d of them were created in %.1fs with %d concurrent creates. The phase ends once its namespaces, and their pods, are gone, so that the next phase does not run beside their deletion.\n\n", r.Config.UnlabelledPods, m.CreateSeconds, m.Concurrency)
 		w("| labelled pods | unlabelled pods | peak RSS (VmHWM) | RSS (VmRSS) | heap in use | heap alloc |\n|---|---|---|---|---|---|\n")
 		for _, s := range m.Samples {
 			w("| %d | %d | %s | %s | %s | %s |\n", s.LabelledPods, s.UnlabelledPods, mib(s.VmHWM), mib(s.VmRSS), mib(s.HeapInuse), mib(s.HeapAlloc))
