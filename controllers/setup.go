@@ -90,10 +90,11 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.PoolIdleNamespaceTTL, "pool-idle-namespace-ttl", time.Hour, "How long a namespace learned from admissions keeps its warm pool without a new admission.")
 }
 
-// DefaultPodStartWait is --pod-start-wait's default: no wait. In a full
-// benchmark run a 2s wait made bursts start sooner but left the pool's
-// refill after a burst and the checkout on many nodes slower than without.
-const DefaultPodStartWait = 0
+// DefaultPodStartWait is --pod-start-wait's default: long enough for a
+// burst of pods to start on a cluster that starts them within a second or
+// two, short enough that a refill held for it is ready within the pool's
+// own provisioning time plus a little.
+const DefaultPodStartWait = 2 * time.Second
 
 // Values of Options.PoolBindMode.
 const (
