@@ -300,7 +300,7 @@ func TestPoolOpsRefusedCreate(t *testing.T) {
 			r := NewPoolReconciler(c, c, clocktesting.NewFakePassiveClock(fixtures.Epoch), Options{})
 			np := namespacePlan{namespace: "ns", plan: tc.plan, kept: true, size: 2}
 			pp := poolPlan{hash: hash, replaced: map[string]string{}}
-			err := runParallel(r.poolOps(context.Background(), f, np, pp, poolObserved{}, map[string]*corev1.PersistentVolumeClaim{"spare": live}), 1)
+			err := runParallel(r.poolOps(context.Background(), f, np, pp, poolObserved{}, map[string]*corev1.PersistentVolumeClaim{"spare": live}, nil), 1)
 			if (err != nil) != (tc.refuse != nil) {
 				t.Errorf("error = %v, want one: %v", err, tc.refuse != nil)
 			}

@@ -78,7 +78,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, f *v1alpha1.FluentPVC, b
 		return poolResult{}, err
 	}
 	pp := planPool(f, o, r.clock.Now(), r.opts)
-	poolErr := r.applyPool(ctx, f, o, pp)
+	strandedDeleted, poolErr := r.applyPool(ctx, f, o, pp)
 	res := pp.result
 	res.observed, res.emptied = true, o.emptied()
 	for _, msg := range rejectedHolders(poolErr) {
@@ -89,8 +89,8 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, f *v1alpha1.FluentPVC, b
 	}
 	// Told for the deletes that were made: one that lost a race to a
 	// checkout left a claim, which is not replaced.
-	if deleted := pp.strandedDeleted.sorted(); len(deleted) > 0 {
-		res.warnings = append(res.warnings, poolWarning{reason: v1alpha1.EventReasonWarmPVCStranded, message: strandedMessage(deleted, o.stranded, o.warm, r.opts.StrandedAttachmentTimeout)})
+	if len(strandedDeleted) > 0 {
+		res.warnings = append(res.warnings, poolWarning{reason: v1alpha1.EventReasonWarmPVCStranded, message: strandedMessage(strandedDeleted, o.stranded, o.warm, r.opts.StrandedAttachmentTimeout)})
 	}
 	binderWarnings, binderRecheck, err := r.unschedulableBinders(ctx, f, o)
 	if err != nil {
@@ -446,9 +446,6 @@ type poolPlan struct {
 	// replaced says why a warm PVC is replaced ("namespace/name"), for the
 	// metric.
 	replaced map[string]string
-	// strandedDeleted collects the stranded warm PVCs that applying the
-	// plan deleted, for the Warning; nil collects nothing.
-	strandedDeleted *keyLog
 	// result is what the plan reports for the status.
 	result poolResult
 }
@@ -498,7 +495,7 @@ type namespacePlan struct {
 // namespaces that no longer hold a pool. It reads nothing and writes
 // nothing.
 func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options) poolPlan {
-	pp := poolPlan{hash: pool.TemplateHash(&f.Spec.PVCSpecTemplate), replaced: map[string]string{}, strandedDeleted: &keyLog{}}
+	pp := poolPlan{hash: pool.TemplateHash(&f.Spec.PVCSpecTemplate), replaced: map[string]string{}}
 	res := &pp.result
 	size := f.Spec.Pool.Size
 	var keep []string
@@ -601,8 +598,10 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 }
 
 // applyPool carries out pool plan pp for f, all namespaces at once, and
-// keeps the warm-PVC gauge current.
-func (r *PoolReconciler) applyPool(ctx context.Context, f *v1alpha1.FluentPVC, o poolObserved, pp poolPlan) error {
+// keeps the warm-PVC gauge current. It returns the stranded warm PVCs it
+// deleted ("namespace/name", sorted).
+func (r *PoolReconciler) applyPool(ctx context.Context, f *v1alpha1.FluentPVC, o poolObserved, pp poolPlan) ([]string, error) {
+	strandedDeleted := &keyLog{}
 	log := ctrl.LoggerFrom(ctx).WithValues("fluentPVC", klog.KObj(f))
 	claims := map[string]map[string]*corev1.PersistentVolumeClaim{}
 	for i := range o.warm {
@@ -619,7 +618,7 @@ func (r *PoolReconciler) applyPool(ctx context.Context, f *v1alpha1.FluentPVC, o
 			log.V(1).Info("resizing pool", "namespace", np.namespace,
 				"warm", p.Warm, "provisioning", p.Provisioning, "create", p.Create, "delete", p.Delete, "preferredNodes", np.preferred)
 		}
-		ops = append(ops, r.poolOps(ctx, f, np, pp, o, claims[np.namespace])...)
+		ops = append(ops, r.poolOps(ctx, f, np, pp, o, claims[np.namespace], strandedDeleted)...)
 		ops = append(ops, r.stagingOps(ctx, f, np, claims[np.namespace], o)...)
 		if len(np.stage.Create) > 0 || len(np.stage.Delete) > 0 {
 			log.V(1).Info("staging warm PVCs", "namespace", np.namespace, "create", np.stage.Create, "delete", np.stage.Delete)
@@ -641,12 +640,12 @@ func (r *PoolReconciler) applyPool(ctx context.Context, f *v1alpha1.FluentPVC, o
 		log.Info("replacing warm PVCs", "unreachable", pp.result.unreachable, "stranded", pp.result.stranded, "servingNoPods", pp.result.moved)
 	}
 	if err := runParallel(ops, poolParallelism); err != nil {
-		return err
+		return strandedDeleted.sorted(), err
 	}
 	// A moving warm PVC is counted once its replacement is made: it is
 	// deleted later, as surplus, once that one is Bound.
 	pool.Replaced.WithLabelValues(f.Name, pool.ReplacedDemand).Add(float64(len(pp.result.moved)))
-	return nil
+	return strandedDeleted.sorted(), nil
 }
 
 // learning is what limits the namespaces f's pool learns: its
@@ -669,7 +668,8 @@ func learning(f *v1alpha1.FluentPVC, namespaces map[string]map[string]string) po
 
 // poolOps turns one namespace's plan into API calls that can run in
 // parallel; claims are the namespace's warm PVCs as observed, by name.
-func (r *PoolReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, np namespacePlan, pp poolPlan, o poolObserved, claims map[string]*corev1.PersistentVolumeClaim) []func() error {
+// strandedDeleted collects the stranded warm PVCs deleted.
+func (r *PoolReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, np namespacePlan, pp poolPlan, o poolObserved, claims map[string]*corev1.PersistentVolumeClaim, strandedDeleted *keyLog) []func() error {
 	ns, hash, p, replaced := np.namespace, pp.hash, np.plan, pp.replaced
 	var ops []func() error
 	var nodes []string
@@ -691,7 +691,7 @@ func (r *PoolReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, np 
 		if reason, ok := replaced[ns+"/"+name]; ok && err == nil {
 			pool.Replaced.WithLabelValues(f.Name, reason).Inc()
 			if reason == pool.ReplacedStranded {
-				pp.strandedDeleted.add(ns + "/" + name)
+				strandedDeleted.add(ns + "/" + name)
 			}
 		}
 		return nil

@@ -139,7 +139,7 @@ func (r *PoolReconciler) observeStranded(ctx context.Context, nodes []corev1.Nod
 }
 
 // strandedMessage tells which warm PVCs (deleted, "namespace/name") the
-// pool replaced, and on which gone node (volumes, by volume name) their
+// pool deleted to replace them, and on which gone node (volumes, by volume name) their
 // volume stays attached, for after or longer; warm are the warm PVCs, for
 // their volumes.
 func strandedMessage(deleted []string, volumes map[string]string, warm []corev1.PersistentVolumeClaim, after time.Duration) string {
@@ -151,7 +151,7 @@ func strandedMessage(deleted []string, volumes map[string]string, warm []corev1.
 	for _, key := range deleted {
 		parts = append(parts, fmt.Sprintf("%s (on node %s)", key, volumes[volumeOf[key]]))
 	}
-	return fmt.Sprintf("replaced warm PVCs whose volume stays attached to a node that is gone, for %s or longer: %s; the attach/detach controller or the CSI attacher cannot detach them",
+	return fmt.Sprintf("deleted warm PVCs, for the pool to make new ones, whose volume stays attached to a node that is gone, for %s or longer: %s; the attach/detach controller or the CSI attacher cannot detach them",
 		after, strings.Join(parts, ", "))
 }
 

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
@@ -113,11 +115,12 @@ func TestPoolOpsStrandedDeleted(t *testing.T) {
 			}
 			r := NewPoolReconciler(api, api, clocktesting.NewFakePassiveClock(fixtures.Epoch), Options{})
 			np := namespacePlan{namespace: "ns", plan: pool.Plan{Delete: []string{"w"}}, kept: true, size: 1}
-			pp := poolPlan{hash: hash, replaced: map[string]string{"ns/w": pool.ReplacedStranded}, strandedDeleted: &keyLog{}}
-			if err := runParallel(r.poolOps(context.Background(), f, np, pp, poolObserved{}, map[string]*corev1.PersistentVolumeClaim{"w": live}), 1); err != nil {
+			pp := poolPlan{hash: hash, replaced: map[string]string{"ns/w": pool.ReplacedStranded}}
+			deleted := &keyLog{}
+			if err := runParallel(r.poolOps(context.Background(), f, np, pp, poolObserved{}, map[string]*corev1.PersistentVolumeClaim{"w": live}, deleted), 1); err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tc.want, pp.strandedDeleted.sorted(), cmpopts.EquateEmpty()); diff != "" {
+			if diff := cmp.Diff(tc.want, deleted.sorted(), cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("told (-want +got):\n%s", diff)
 			}
 		})
@@ -143,6 +146,60 @@ func TestStrandedMessage(t *testing.T) {
 				[]corev1.PersistentVolumeClaim{warm("a", "w1", "pv-1"), warm("b", "w2", "pv-2"), warm("b", "w1", "pv-3")}, time.Minute)
 			if !strings.Contains(got, "for 1m0s or longer: "+tc.want+";") {
 				t.Errorf("message %q does not name %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestReconcileTellsStrandedDeletes: the WarmPVCStranded Warning comes
+// with the delete of the stranded warm PVC, and not when the delete lost
+// to a checkout.
+func TestReconcileTellsStrandedDeletes(t *testing.T) {
+	t0 := fixtures.Epoch
+	f := fixtures.MakeFluentPVC("f").PoolSize(1).Mutate(func(f *v1alpha1.FluentPVC) {
+		f.Spec.Pool.Namespaces = []string{"ns"}
+	}).Obj()
+	warm := claim.NewWarm(f, "ns", pool.TemplateHash(&f.Spec.PVCSpecTemplate), "").Object
+	warm.Name, warm.Spec.VolumeName, warm.Status.Phase = "w", "pv-w", corev1.ClaimBound
+	warm.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
+	objs := []client.Object{
+		warm,
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}},
+		&storagev1.VolumeAttachment{
+			ObjectMeta: metav1.ObjectMeta{Name: "va", UID: "va-uid"},
+			Spec:       storagev1.VolumeAttachmentSpec{NodeName: "gone", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv-w")}},
+		},
+	}
+	for name, tc := range map[string]struct {
+		deleteErr error
+		told      bool
+	}{
+		"deleted: told":                      {told: true},
+		"a checkout took it first: not told": {deleteErr: apierrors.NewConflict(corev1.Resource("persistentvolumeclaims"), "w", errors.New("the object has been modified"))},
+	} {
+		t.Run(name, func(t *testing.T) {
+			api := fakeAPI(t, interceptor.Funcs{Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+				if _, ok := obj.(*corev1.PersistentVolumeClaim); ok && tc.deleteErr != nil {
+					return tc.deleteErr
+				}
+				return c.Delete(ctx, obj, opts...)
+			}}, objs...)
+			clk := clocktesting.NewFakePassiveClock(t0)
+			r := NewPoolReconciler(api, api, clk, Options{})
+			told := func() bool {
+				res, err := r.Reconcile(context.Background(), f, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return slices.ContainsFunc(res.warnings, func(w poolWarning) bool { return w.reason == v1alpha1.EventReasonWarmPVCStranded })
+			}
+			if told() {
+				t.Fatal("told before the attachment was seen for the timeout")
+			}
+			clk.SetTime(t0.Add(pool.StrandedAfter))
+			if got := told(); got != tc.told {
+				t.Errorf("told = %v, want %v", got, tc.told)
 			}
 		})
 	}

@@ -146,8 +146,8 @@ type Checkouter struct {
 	// on the cached list lost a race (the cache lags behind a burst).
 	Cache, Live client.Reader
 	Writer      client.Writer
-	// Nodes, when set, lists the cached nodes without copying them; else
-	// Cache lists them.
+	// Nodes, when set and synced, lists the cached nodes without copying
+	// them for a pod that pins no node; else Cache lists them.
 	Nodes *NodeStore
 	// MaxTries bounds the updates tried on each list.
 	MaxTries int
@@ -300,7 +300,7 @@ func (c *Checkouter) stranded(ctx context.Context, pvc *corev1.PersistentVolumeC
 		node := va.Spec.NodeName
 		missing, seen := gone[node]
 		if !seen {
-			// Only whether it exists matters: the cache's object is not copied.
+			// Only whether it exists matters: the cache's object is not deep-copied.
 			err := c.Cache.Get(ctx, client.ObjectKey{Name: node}, &corev1.Node{}, client.UnsafeDisableDeepCopy)
 			missing = apierrors.IsNotFound(err)
 			gone[node] = missing

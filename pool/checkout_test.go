@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -119,6 +120,42 @@ func TestCheckoutReadsAGoneNodeOnce(t *testing.T) {
 	}
 }
 
+// TestCheckoutReadsNodesFromTheStore: with a NodeStore, a checkout
+// places the pod on the store's nodes, not on a list through the cache.
+// The cache here has no node, with which any warm PVC would be handed
+// out; the store has only a zone-b node, which the zone-a volume does
+// not reach.
+func TestCheckoutReadsNodesFromTheStore(t *testing.T) {
+	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+	warm := boundWarm(f)
+	warm.Annotations[v1alpha1.NodeAffinityAnnotationKey] = VolumeAffinity(fixtures.MakePV("pv", fixtures.InTerm(ZoneLabelKey, "zone-a")))
+	store := toolscache.NewStore(toolscache.MetaNamespaceKeyFunc)
+	if err := store.Add(fixtures.MakeNode("n-b").Zone("zone-b").Obj()); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		nodes *NodeStore
+		hit   bool
+	}{
+		"the cache's nodes (none): handed out": {hit: true},
+		"the store's nodes: missed":            {nodes: NewNodeStore(storeOnly{store: store, synced: true})},
+		"the store not synced: the cache's":    {nodes: NewNodeStore(storeOnly{store: store}), hit: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			api := indexed(fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(warm.DeepCopy())).Build()
+			c := NewCheckouter(api, api, api)
+			c.Nodes = tc.nodes
+			got, err := c.Checkout(context.Background(), f, fixtures.MakePod("p", "ns").FluentPVC(f.Name).Obj(), fixtures.Epoch.Add(time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if hit := got.PVC != nil; hit != tc.hit {
+				t.Errorf("hit: %v, want %v", hit, tc.hit)
+			}
+		})
+	}
+}
+
 // TestCheckoutSkipsWhatThisReplicaIsTaking runs two checkouts of one
 // replica at once, the second while the first one's write of the pool's
 // only warm PVC is in flight: the second leaves that PVC to the first
@@ -128,17 +165,10 @@ func TestCheckoutReadsAGoneNodeOnce(t *testing.T) {
 func TestCheckoutSkipsWhatThisReplicaIsTaking(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
 	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
-	warm := claim.NewWarm(f, "ns", TemplateHash(&f.Spec.PVCSpecTemplate), "").Object
-	warm.Name = "f-warm"
-	warm.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
-	warm.Status.Phase = corev1.ClaimBound
-	scheme := runtime.NewScheme()
-	if err := fixtures.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	warm := boundWarm(f)
 	inFlight, secondDone := make(chan struct{}), make(chan struct{})
 	var updates atomic.Int32
-	api := indexed(fake.NewClientBuilder().WithScheme(scheme).WithObjects(warm)).
+	api := indexed(fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(warm)).
 		WithInterceptorFuncs(interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
 			if updates.Add(1) == 1 {
 				close(inFlight)
@@ -196,13 +226,10 @@ func TestCheckoutLeavesAPVCWhoseHolderIsPending(t *testing.T) {
 		"a malformed request":                 {request: "soon", holder: "-", hit: true},
 	} {
 		t.Run(name, func(t *testing.T) {
-			warm := claim.NewWarm(f, "ns", TemplateHash(&f.Spec.PVCSpecTemplate), "").Object
-			warm.Name, warm.UID = "f-warm", "warm-uid"
-			warm.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
+			warm := boundWarm(f)
 			if tc.request != "" {
 				warm.Annotations[v1alpha1.HolderRequestAnnotationKey] = tc.request
 			}
-			warm.Status.Phase = corev1.ClaimBound
 			objs := []client.Object{warm}
 			if tc.holder != "-" {
 				of := warm
@@ -217,11 +244,7 @@ func TestCheckoutLeavesAPVCWhoseHolderIsPending(t *testing.T) {
 				h.Annotations = map[string]string{v1alpha1.HolderRequestAnnotationKey: tc.holder}
 				objs = append(objs, h)
 			}
-			scheme := runtime.NewScheme()
-			if err := fixtures.AddToScheme(scheme); err != nil {
-				t.Fatal(err)
-			}
-			api := indexed(fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...)).Build()
+			api := indexed(fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).Build()
 			got, err := NewCheckouter(api, api, api).Checkout(context.Background(), f, fixtures.MakePod("p", "ns").FluentPVC(f.Name).Obj(), now)
 			if err != nil {
 				t.Fatal(err)

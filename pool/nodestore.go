@@ -28,7 +28,7 @@ type storeInformer interface {
 // List then says so.
 func NewNodeStore(informer any) *NodeStore {
 	i, ok := informer.(storeInformer)
-	if !ok {
+	if !ok || i.GetStore() == nil {
 		return nil
 	}
 	return &NodeStore{store: i.GetStore(), synced: i.HasSynced}

@@ -37,6 +37,7 @@ func TestNodeStore(t *testing.T) {
 		"synced":            {informer: storeOnly{store: store, synced: true}, want: []*corev1.Node{n1, n2}, ok: true},
 		"not synced":        {informer: storeOnly{store: store}},
 		"not an informer":   {informer: struct{}{}},
+		"no store":          {informer: storeOnly{synced: true}},
 		"no informer (nil)": {informer: nil},
 	} {
 		t.Run(name, func(t *testing.T) {
