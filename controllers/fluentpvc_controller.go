@@ -234,11 +234,14 @@ func (r *FluentPVCReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}))).
 		// A node that comes, goes or changes whether it qualifies may be
 		// what a pool's pending PVCs wait for (see observePool).
-		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.pools), builder.WithPredicates(nodeEligibilityChanged)).
+		// Coalesced like the rest: a cluster that gains or loses many nodes
+		// at once (a scale-up) makes one reconcile per window, not one per
+		// node.
+		Watches(&corev1.Node{}, coalesced(r.pools), builder.WithPredicates(nodeEligibilityChanged)).
 		// An attachment that comes or goes changes how many holders its
 		// node may keep (pool.NodeRoom): other volumes take slots from
 		// holders, and slots freed are staged again.
-		Watches(&storagev1.VolumeAttachment{}, handler.EnqueueRequestsFromMapFunc(r.pools), builder.WithPredicates(predicate.Funcs{
+		Watches(&storagev1.VolumeAttachment{}, coalesced(r.pools), builder.WithPredicates(predicate.Funcs{
 			UpdateFunc: func(event.UpdateEvent) bool { return false },
 		})).
 		// A pool namespace created after its FluentPVC is filled at once.
@@ -254,7 +257,8 @@ func (r *FluentPVCReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // fluentPVCCoalesce is how long after an event of one of its PVCs, Jobs,
-// holders or bindings a FluentPVC is reconciled. The events of a burst of
+// holders or bindings, or of a node or VolumeAttachment, a FluentPVC is
+// reconciled. The events of a burst of
 // admissions (a checkout, then the binding, each) come within it and make
 // one reconcile, and the pool's refill is written after the admission
 // that took the PVC, not while it runs.

@@ -38,6 +38,11 @@ type nodesResult struct {
 	// (waitNodesQuiet).
 	AddSeconds   float64 `json:"addSeconds"`
 	QuietSeconds float64 `json:"quietSeconds"`
+	// AddReconciles and AddOperatorCPU are the FluentPVC reconciles the
+	// operator made, and the CPU seconds it used, from the first node's
+	// creation to the end of that wait: what a scale-up costs it.
+	AddReconciles  float64 `json:"addReconciles"`
+	AddOperatorCPU float64 `json:"addOperatorCPUSeconds"`
 }
 
 // quietNodeWrites is the most writes of nodes (creates, updates,
@@ -147,6 +152,7 @@ func (e *env) nodesPhase(ctx context.Context, res *results) error {
 		return errors.Join(append(errs, err)...)
 	}
 
+	addBefore, scrapeErr := e.operatorScrape(ctx)
 	start := time.Now()
 	perZone := (e.cfg.ExtraNodes + len(cluster.DefaultZones) - 1) / len(cluster.DefaultZones)
 	// Numbered after the cluster's own nodes (NodesPerZone 2).
@@ -181,6 +187,14 @@ func (e *env) nodesPhase(ctx context.Context, res *results) error {
 		res.Notes = append(res.Notes, fmt.Sprintf("nodes: the level with %d nodes ran before the writes of nodes ebbed: %v", want, err))
 	}
 	r.QuietSeconds = quiet.Seconds()
+	if addAfter, err := e.operatorScrape(ctx); err == nil && scrapeErr == nil {
+		reconciles := func(s scrape) float64 {
+			return s.sum("controller_runtime_reconcile_total", map[string]string{"controller": "fluentpvc"})
+		}
+		r.AddReconciles = reconciles(addAfter) - reconciles(addBefore)
+		r.AddOperatorCPU = addAfter.sum("process_cpu_seconds_total", nil) - addBefore.sum("process_cpu_seconds_total", nil)
+		e.progress("while the nodes were added: %.0f FluentPVC reconciles, %.2fs of the operator's CPU", r.AddReconciles, r.AddOperatorCPU)
+	}
 	r.Many = measure(nodesManyNS, want)
 
 	// The extra nodes go, and with them the phase's pools and pods.

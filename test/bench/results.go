@@ -541,8 +541,8 @@ func (r *results) markdown(chart string) string {
 
 	if n := r.Nodes; n != nil {
 		w("\n## Checkout with %d more nodes\n\n", n.ExtraNodes)
-		w("The same level twice, hits at c=%d, %d pods, every other one pinned to %s by a nodeSelector (so the checkout works out where each pod can run from the operator's cached nodes and skips the other zones' warm PVCs): first on the cluster's %d nodes, then after adding %d fake nodes over the zones (Ready in %.1fs) and once the API server's writes of nodes stayed below %d a second for two seconds (%.1fs more), so that the level does not run beside the control plane's and kwok's work on the newest nodes. Each from a full pool of %d of its own.\n\n",
-			nodesConcurrency, r.Config.AdmissionPods, nodesPinnedZone, n.BaseNodes, n.ExtraNodes, n.AddSeconds, quietNodeWrites, n.QuietSeconds, 2*r.Config.AdmissionPods)
+		w("The same level twice, hits at c=%d, %d pods, every other one pinned to %s by a nodeSelector (so the checkout works out where each pod can run from the operator's cached nodes and skips the other zones' warm PVCs): first on the cluster's %d nodes, then after adding %d fake nodes over the zones (Ready in %.1fs) and once the API server's writes of nodes stayed below %d a second for two seconds (%.1fs more), so that the level does not run beside the control plane's and kwok's work on the newest nodes. Each from a full pool of %d of its own. Meanwhile, from the first new node to the level, the operator made %.0f reconciles of its FluentPVCs (the pool watches nodes) and used %.2fs of CPU.\n\n",
+			nodesConcurrency, r.Config.AdmissionPods, nodesPinnedZone, n.BaseNodes, n.ExtraNodes, n.AddSeconds, quietNodeWrites, n.QuietSeconds, 2*r.Config.AdmissionPods, n.AddReconciles, n.AddOperatorCPU)
 		w("| nodes | checkout p50 / p90 / p99 | webhook p50 / p90 / p99 | create call p50 / p99 | operator CPU per pod | hits / misses |\n|---|---|---|---|---|---|\n")
 		for _, row := range []struct {
 			nodes int
