@@ -258,10 +258,10 @@ func (r *FluentPVCReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // fluentPVCCoalesce is how long after an event of one of its PVCs, Jobs,
 // holders or bindings, or of a node or VolumeAttachment, a FluentPVC is
-// reconciled. The events of a burst of
-// admissions (a checkout, then the binding, each) come within it and make
-// one reconcile, and the pool's refill is written after the admission
-// that took the PVC, not while it runs.
+// reconciled. The events of a burst of admissions (a checkout, then the
+// binding, each) come within it and make one reconcile, and the pool's
+// refill is written after the admission that took the PVC, not while it
+// runs.
 const fluentPVCCoalesce = 100 * time.Millisecond
 
 // coalesced enqueues the FluentPVCs that m maps an event's object to,

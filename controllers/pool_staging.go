@@ -139,9 +139,9 @@ func (r *PoolReconciler) observeStranded(ctx context.Context, nodes []corev1.Nod
 }
 
 // strandedMessage tells which warm PVCs (deleted, "namespace/name") the
-// pool deleted to replace them, and on which gone node (volumes, by volume name) their
-// volume stays attached, for after or longer; warm are the warm PVCs, for
-// their volumes.
+// pool deleted to replace them, and on which gone node (volumes, by
+// volume name) their volume stays attached, for after or longer; warm are
+// the warm PVCs, for their volumes.
 func strandedMessage(deleted []string, volumes map[string]string, warm []corev1.PersistentVolumeClaim, after time.Duration) string {
 	volumeOf := make(map[string]string, len(warm))
 	for _, c := range warm {
