@@ -8,6 +8,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
@@ -184,6 +188,9 @@ func (e *env) admissionPhase(ctx context.Context, res *results) error {
 			return errors.Join(append(errs, err)...)
 		}
 		record(e.admissionLevel(ctx, pool.ResultMiss, c, missNS, fpvcMiss))
+		if err := e.waitBindings(ctx, missNS); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
 	}
 	// One pool per level, all filled ahead (prefillPools); a level's pool
 	// leaves the FluentPVC once used, so that it does not refill during the
@@ -208,6 +215,9 @@ func (e *env) admissionPhase(ctx context.Context, res *results) error {
 		if err := e.dropPoolNamespace(ctx, fpvcAdmission, hitNSs[i]); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
+		if err := e.waitBindings(ctx, hitNSs[i]); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
 	}
 	// Deleting the namespaces releases the claims without draining them.
 	start := time.Now()
@@ -229,6 +239,32 @@ func (e *env) admissionPhase(ctx context.Context, res *results) error {
 	}
 	e.progress("admission namespaces deleted in %.1fs", time.Since(start).Seconds())
 	return errors.Join(errs...)
+}
+
+// waitBindings waits until every pod in ns has its FluentPVCBinding: the
+// operator makes a binding up to --pod-start-wait after its pod's
+// creation, and a level's bindings are not the next level's load.
+func (e *env) waitBindings(ctx context.Context, ns string) error {
+	start := time.Now()
+	var pods, bindings int
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		// Live: the bench's cache holds only measured pods.
+		var pl corev1.PodList
+		if err := e.cl.List(ctx, &pl, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		var bl v1alpha1.FluentPVCBindingList
+		if err := e.cl.List(ctx, &bl, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		pods, bindings = len(pl.Items), len(bl.Items)
+		return bindings >= pods, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the bindings of %s (%d pods, %d bindings): %w", ns, pods, bindings, err)
+	}
+	e.progress("bindings of %s made %.1fs after its level", ns, time.Since(start).Seconds())
+	return nil
 }
 
 func ms(s float64) string {

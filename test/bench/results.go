@@ -516,7 +516,7 @@ func (r *results) markdown(chart string) string {
 	r.csiMarkdown(w)
 
 	w("\n## Admission latency of the webhook\n\n")
-	w("%d pods per level, created `c` at a time (a worker pool of c); hits each from a full warm pool of %d of its own (filled ahead; it refills during its level, as in use, and leaves the FluentPVC after it), misses with pool size 0. ", r.Config.AdmissionPods, r.Config.AdmissionPods)
+	w("%d pods per level, created `c` at a time (a worker pool of c); hits each from a full warm pool of %d of its own (filled ahead; it refills during its level, as in use, and leaves the FluentPVC after it), misses with pool size 0. After each level the bench waits until every pod of the level has its FluentPVCBinding, which the operator makes up to `--pod-start-wait` after the pod's creation, so that one level's bindings are not written during the next. ", r.Config.AdmissionPods, r.Config.AdmissionPods)
 	w("API server: `apiserver_admission_webhook_admission_duration_seconds{name=\"%s\"}`, whose buckets are 5, 25, 100, 500 ms..., so its percentiles are interpolated inside wide buckets; the share of calls ≤ 25 ms is exact. ", webhookName)
 	w("Operator: `fluentpvc_webhook_admission_duration_seconds{result=\"mutated\"}` and `fluentpvc_pool_checkout_duration_seconds{result}` (buckets from 0.5 or 1 ms). Client: the bench's create call, end to end.\n\n")
 	w("The API server calls the webhook a second time for a pod that a later admission step changed (`reinvocationPolicy: IfNeeded`; the reinvocations column counts them); that call finds the pod injected and returns at once. The API server's histogram counts every call; the operator's `result=\"mutated\"` only the first.\n\n")
