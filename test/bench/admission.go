@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
-
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
@@ -248,14 +247,15 @@ func (e *env) waitBindings(ctx context.Context, ns string) error {
 	start := time.Now()
 	var pods, bindings int
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		// Live: the bench's cache holds only measured pods.
+		// Live, since the bench's cache holds only measured pods; a failed
+		// list is tried again at the next poll.
 		var pl corev1.PodList
 		if err := e.cl.List(ctx, &pl, client.InNamespace(ns)); err != nil {
-			return false, err
+			return false, nil
 		}
 		var bl v1alpha1.FluentPVCBindingList
 		if err := e.cl.List(ctx, &bl, client.InNamespace(ns)); err != nil {
-			return false, err
+			return false, nil
 		}
 		pods, bindings = len(pl.Items), len(bl.Items)
 		return bindings >= pods, nil
