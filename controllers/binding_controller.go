@@ -120,6 +120,10 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	return res, err
 }
 
+// cacheBehindCheckout is how soon createBinding looks again at a claim
+// whose live checkout is newer than the cached one.
+const cacheBehindCheckout = time.Second
+
 // createBinding makes the binding of the claim named key.Name, if it is a
 // pod's claim (the webhook admitted a pod with it) and has none: this is how
 // every binding is born, and how one lost by hand is remade, so that no
@@ -140,14 +144,15 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 	if len(pods.Items) == 1 && claimantPod(&pods.Items[0], pvc.Name) {
 		pod = &pods.Items[0]
 	}
-	seen, wasSeen := r.seen.get(key, now)
+	checkout := seenKeyOf(pvc)
+	seen, wasSeen := r.seen.get(checkout, now)
 	if pod != nil || !wasSeen {
 		if wait := awaitPod(pvc, pod != nil, now); wait > 0 {
 			return wait, nil
 		}
 		if used, _ := claim.PodOf(pvc); used.UID == "" && pod != nil {
 			if wait := awaitScheduling(pod, now, r.opts.PodStartWait); wait > 0 {
-				r.seen.put(key, v1alpha1.ObjectIdentity{Name: pod.Name, UID: pod.UID}, now)
+				r.seen.put(checkout, v1alpha1.ObjectIdentity{Name: pod.Name, UID: pod.UID}, now)
 				return wait, nil
 			}
 		}
@@ -159,6 +164,12 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 	// then the binding removed): only a live read may bring a binding back.
 	if err := r.apiReader.Get(ctx, key, pvc); err != nil || !claim.Held(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != key.Name {
 		return 0, client.IgnoreNotFound(err)
+	}
+	if seenKeyOf(pvc) != checkout {
+		// Handed out again since the cached copy: what was found for the
+		// cached checkout is not this one's. The cache's event of the new
+		// checkout reconciles it; the requeue is a backstop.
+		return cacheBehindCheckout, nil
 	}
 	fpvc := &v1alpha1.FluentPVC{}
 	if err := r.Get(ctx, client.ObjectKey{Name: pvc.Labels[v1alpha1.FluentPVCNameLabelKey]}, fpvc); client.IgnoreNotFound(err) != nil {
@@ -177,7 +188,7 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 	err := r.Create(ctx, b)
 	if err == nil {
 		r.own.created(key, r.clock.Now())
-		r.seen.forget(key)
+		r.seen.forget(checkout)
 	}
 	switch {
 	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):

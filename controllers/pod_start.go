@@ -160,16 +160,31 @@ func podsStarting(ctx context.Context, r client.Reader, now time.Time, wait time
 // Options.PodStartWait worth setting.
 const seenTTL = time.Minute
 
-// seenPods remembers, by claim, the pod whose binding waits for it to be
-// scheduled (awaitScheduling), so that the binding made once the wait is
-// over records that pod even if it went meanwhile: the API server deletes
-// a pod with no node at once, and the cache may show nothing but its
-// absence. It is lost with the process: a binding made by a restarted
-// operator without its pod takes the path of a pod deleted before the
-// cache showed it (observeUncachedPod).
+// seenPods remembers, by checkout of a claim (seenKey), the pod whose
+// binding waits for it to be scheduled (awaitScheduling), so that the
+// binding made once the wait is over records that pod even if it went
+// meanwhile: the API server deletes a pod with no node at once, and the
+// cache may show nothing but its absence. A warm PVC keeps its name from
+// one checkout to the next, so a pod remembered for one checkout is never
+// taken for the next one's. It is lost with the process: a binding made
+// by a restarted operator without its pod takes the path of a pod deleted
+// before the cache showed it (observeUncachedPod).
 type seenPods struct {
 	mu sync.Mutex
-	m  map[client.ObjectKey]seenPod
+	m  map[seenKey]seenPod
+}
+
+// seenKey is one checkout of a claim: its namespace and name, and the
+// checkout's ID (v1alpha1.CheckoutIDAnnotationKey; "" for a claim handed
+// out by an earlier version, which records none).
+type seenKey struct {
+	claim    client.ObjectKey
+	checkout string
+}
+
+// seenKeyOf is the seenKey of pvc's current checkout.
+func seenKeyOf(pvc *corev1.PersistentVolumeClaim) seenKey {
+	return seenKey{claim: client.ObjectKeyFromObject(pvc), checkout: pvc.Annotations[v1alpha1.CheckoutIDAnnotationKey]}
 }
 
 type seenPod struct {
@@ -177,13 +192,13 @@ type seenPod struct {
 	at time.Time
 }
 
-// put remembers pod id for the claim named key at now, and forgets what
-// is older than seenTTL.
-func (s *seenPods) put(key client.ObjectKey, id v1alpha1.ObjectIdentity, now time.Time) {
+// put remembers pod id for checkout key at now, and forgets what is older
+// than seenTTL.
+func (s *seenPods) put(key seenKey, id v1alpha1.ObjectIdentity, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
-		s.m = map[client.ObjectKey]seenPod{}
+		s.m = map[seenKey]seenPod{}
 	}
 	for k, p := range s.m {
 		if now.Sub(p.at) >= seenTTL {
@@ -193,9 +208,9 @@ func (s *seenPods) put(key client.ObjectKey, id v1alpha1.ObjectIdentity, now tim
 	s.m[key] = seenPod{id: id, at: now}
 }
 
-// get is the pod remembered for the claim named key, unless older than
-// seenTTL at now.
-func (s *seenPods) get(key client.ObjectKey, now time.Time) (v1alpha1.ObjectIdentity, bool) {
+// get is the pod remembered for checkout key, unless older than seenTTL
+// at now.
+func (s *seenPods) get(key seenKey, now time.Time) (v1alpha1.ObjectIdentity, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p, ok := s.m[key]
@@ -205,8 +220,8 @@ func (s *seenPods) get(key client.ObjectKey, now time.Time) (v1alpha1.ObjectIden
 	return p.id, true
 }
 
-// forget drops the pod remembered for the claim named key.
-func (s *seenPods) forget(key client.ObjectKey) {
+// forget drops the pod remembered for checkout key.
+func (s *seenPods) forget(key seenKey) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.m, key)

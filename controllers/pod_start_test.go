@@ -296,18 +296,21 @@ func TestStartGate(t *testing.T) {
 
 func TestSeenPods(t *testing.T) {
 	t0 := fixtures.Epoch
-	key := client.ObjectKey{Namespace: "ns", Name: "c"}
+	key := seenKey{claim: client.ObjectKey{Namespace: "ns", Name: "c"}, checkout: "co-2"}
 	id := v1alpha1.ObjectIdentity{Name: "p", UID: "p-uid"}
 	cases := map[string]struct {
 		do   func(s *seenPods)
 		at   time.Time
 		want bool
 	}{
-		"remembered":          {do: func(s *seenPods) { s.put(key, id, t0) }, at: t0.Add(time.Second), want: true},
-		"forgotten":           {do: func(s *seenPods) { s.put(key, id, t0); s.forget(key) }, at: t0},
-		"too old":             {do: func(s *seenPods) { s.put(key, id, t0) }, at: t0.Add(seenTTL)},
-		"never seen":          {do: func(*seenPods) {}, at: t0},
-		"another claim's pod": {do: func(s *seenPods) { s.put(client.ObjectKey{Namespace: "ns", Name: "other"}, id, t0) }, at: t0},
+		"remembered": {do: func(s *seenPods) { s.put(key, id, t0) }, at: t0.Add(time.Second), want: true},
+		"forgotten":  {do: func(s *seenPods) { s.put(key, id, t0); s.forget(key) }, at: t0},
+		"too old":    {do: func(s *seenPods) { s.put(key, id, t0) }, at: t0.Add(seenTTL)},
+		"never seen": {do: func(*seenPods) {}, at: t0},
+		"another claim's pod": {do: func(s *seenPods) {
+			s.put(seenKey{claim: client.ObjectKey{Namespace: "ns", Name: "other"}, checkout: "co-2"}, id, t0)
+		}, at: t0},
+		"the pod of an earlier checkout of the claim": {do: func(s *seenPods) { s.put(seenKey{claim: key.claim, checkout: "co-1"}, id, t0) }, at: t0},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -333,9 +336,18 @@ func TestCreateBinding(t *testing.T) {
 		node string
 		// goneWhileWaiting: the binding waits, and the pod goes meanwhile.
 		goneWhileWaiting bool
+		// handedOutAgain: then the claim records another checkout, whose
+		// pod is not cached yet; its binding is not made with the pod
+		// that went.
+		handedOutAgain bool
+		// liveCheckout: the claim read live records this checkout, not
+		// the cached one.
+		liveCheckout string
 	}{
-		"scheduled, with another pod starting": {node: "n"},
-		"gone before its node":                 {goneWhileWaiting: true},
+		"scheduled, with another pod starting":                        {node: "n"},
+		"gone before its node":                                        {goneWhileWaiting: true},
+		"gone before its node, the claim handed out again":            {goneWhileWaiting: true, handedOutAgain: true},
+		"scheduled, the claim handed out again since the cached copy": {node: "n", liveCheckout: "later"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -345,8 +357,14 @@ func TestCreateBinding(t *testing.T) {
 			own.Spec.NodeName = tc.node
 			other := startPod("q", "d", corev1.PodPending, now, false)
 			c := fakeAPI(t, interceptor.Funcs{}, pvc, own, other)
+			live := client.Reader(c)
+			if tc.liveCheckout != "" {
+				again := pvc.DeepCopy()
+				again.Annotations[v1alpha1.CheckoutIDAnnotationKey] = tc.liveCheckout
+				live = fakeAPI(t, interceptor.Funcs{}, again)
+			}
 			clk := clocktesting.NewFakePassiveClock(now)
-			r := NewBindingReconciler(c, c, events.NewFakeRecorder(10), clk, Options{PodStartWait: 2 * time.Second})
+			r := NewBindingReconciler(c, live, events.NewFakeRecorder(10), clk, Options{PodStartWait: 2 * time.Second})
 			ctx := context.Background()
 			key := client.ObjectKeyFromObject(pvc)
 
@@ -364,11 +382,30 @@ func TestCreateBinding(t *testing.T) {
 				if err := c.Delete(ctx, own); err != nil {
 					t.Fatal(err)
 				}
+				if tc.handedOutAgain {
+					again := &corev1.PersistentVolumeClaim{}
+					if err := c.Get(ctx, key, again); err != nil {
+						t.Fatal(err)
+					}
+					again.Annotations[v1alpha1.CheckoutIDAnnotationKey] = "again"
+					if err := c.Update(ctx, again); err != nil {
+						t.Fatal(err)
+					}
+				}
 				later := now.Add(100 * time.Millisecond)
 				clk.SetTime(later)
 				if wait, err = r.createBinding(ctx, key, later); err != nil {
 					t.Fatal(err)
 				}
+			}
+			if tc.handedOutAgain || tc.liveCheckout != "" {
+				if wait == 0 {
+					t.Error("createBinding = 0; want a wait")
+				}
+				if err := c.Get(ctx, key, &v1alpha1.FluentPVCBinding{}); !apierrors.IsNotFound(err) {
+					t.Errorf("a binding was made for the later checkout with the earlier one's pod (err %v)", err)
+				}
+				return
 			}
 			if wait != 0 {
 				t.Fatalf("createBinding = %s; want the binding made", wait)
