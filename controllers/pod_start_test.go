@@ -336,9 +336,9 @@ func TestCreateBinding(t *testing.T) {
 		node string
 		// goneWhileWaiting: the binding waits, and the pod goes meanwhile.
 		goneWhileWaiting bool
-		// handedOutAgain: then the claim records another checkout, whose
-		// pod is not cached yet; its binding is not made with the pod
-		// that went.
+		// handedOutAgain: then the claim records another checkout, and no
+		// pod of it shows within the binding's wait for one: its binding
+		// is made without the pod that went.
 		handedOutAgain bool
 		// liveCheckout: the claim read live records this checkout, not
 		// the cached one.
@@ -393,17 +393,33 @@ func TestCreateBinding(t *testing.T) {
 					}
 				}
 				later := now.Add(100 * time.Millisecond)
+				if tc.handedOutAgain {
+					later = admitted.Add(bindingPodWait)
+				}
 				clk.SetTime(later)
 				if wait, err = r.createBinding(ctx, key, later); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if tc.handedOutAgain || tc.liveCheckout != "" {
+			switch {
+			case tc.liveCheckout != "":
 				if wait == 0 {
 					t.Error("createBinding = 0; want a wait")
 				}
 				if err := c.Get(ctx, key, &v1alpha1.FluentPVCBinding{}); !apierrors.IsNotFound(err) {
-					t.Errorf("a binding was made for the later checkout with the earlier one's pod (err %v)", err)
+					t.Errorf("a binding was made for the later checkout with what was found for the cached one (err %v)", err)
+				}
+				return
+			case tc.handedOutAgain:
+				if wait != 0 {
+					t.Fatalf("createBinding = %s; want the binding made", wait)
+				}
+				b := &v1alpha1.FluentPVCBinding{}
+				if err := c.Get(ctx, key, b); err != nil {
+					t.Fatal(err)
+				}
+				if b.Spec.Pod != (v1alpha1.ObjectIdentity{}) {
+					t.Errorf("the later checkout's binding records pod %v, the earlier checkout's", b.Spec.Pod)
 				}
 				return
 			}

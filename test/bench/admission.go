@@ -240,28 +240,36 @@ func (e *env) admissionPhase(ctx context.Context, res *results) error {
 	return errors.Join(errs...)
 }
 
-// waitBindings waits until every pod in ns has its FluentPVCBinding: the
-// operator makes a binding up to --pod-start-wait after its pod's
-// creation, and a level's bindings are not the next level's load.
+// waitBindings waits until every labelled pod in ns (holders aside) has
+// its FluentPVCBinding: the operator makes a binding up to
+// --pod-start-wait after its pod's creation, and a level's bindings are
+// not the next level's load.
 func (e *env) waitBindings(ctx context.Context, ns string) error {
 	start := time.Now()
 	var pods, bindings int
+	var listErr error
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		// Live, since the bench's cache holds only measured pods; a failed
 		// list is tried again at the next poll.
 		var pl corev1.PodList
-		if err := e.cl.List(ctx, &pl, client.InNamespace(ns)); err != nil {
+		if listErr = e.cl.List(ctx, &pl, client.InNamespace(ns), client.HasLabels{v1alpha1.FluentPVCNameLabelKey}); listErr != nil {
 			return false, nil
 		}
 		var bl v1alpha1.FluentPVCBindingList
-		if err := e.cl.List(ctx, &bl, client.InNamespace(ns)); err != nil {
+		if listErr = e.cl.List(ctx, &bl, client.InNamespace(ns)); listErr != nil {
 			return false, nil
 		}
-		pods, bindings = len(pl.Items), len(bl.Items)
+		pods = 0
+		for _, p := range pl.Items {
+			if p.Labels[v1alpha1.ComponentLabelKey] != v1alpha1.ComponentHolder {
+				pods++
+			}
+		}
+		bindings = len(bl.Items)
 		return bindings >= pods, nil
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for the bindings of %s (%d pods, %d bindings): %w", ns, pods, bindings, err)
+		return fmt.Errorf("waiting for the bindings of %s (%d pods, %d bindings; last list error: %v): %w", ns, pods, bindings, listErr, err)
 	}
 	e.progress("bindings of %s made %.1fs after its level", ns, time.Since(start).Seconds())
 	return nil
