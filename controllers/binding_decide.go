@@ -260,7 +260,11 @@ func decideClaim(o observed, now time.Time, opts Options) plan {
 			seen = *p.recordPod
 		}
 		if !claim.Records(o.pvc, seen) && !isFinal(p.status.Phase) {
-			p.recordOnClaim = &seen
+			if wait := recordHeld(pod, now, opts.PodStartWait); wait > 0 {
+				sooner(&p.requeueAfter, wait)
+			} else {
+				p.recordOnClaim = &seen
+			}
 		}
 	}
 
@@ -270,7 +274,7 @@ func decideClaim(o observed, now time.Time, opts Options) plan {
 		setPod(metav1.ConditionTrue, v1alpha1.PodReadyReasonRunning, fmt.Sprintf("pod %s uses the claim", pod.Name))
 		setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonNotStarted, "the claim is in use")
 		if o.podUncached {
-			p.requeueAfter = uncachedPodRecheck
+			sooner(&p.requeueAfter, uncachedPodRecheck)
 		}
 		// A claim deleted under its running pod will block its drain: say so now.
 		decideBlocked(o, now, &p)

@@ -552,3 +552,84 @@ func TestDrainedDuration(t *testing.T) {
 		})
 	}
 }
+
+// TestDecideRecordHeld: the claim's record of its pod waits while the pod
+// lives, up to PodStartWait after its creation; the binding records the
+// pod at once. A pod being deleted, finished or gone is recorded at once:
+// its drain must come after the record.
+func TestDecideRecordHeld(t *testing.T) {
+	created := fixtures.Epoch
+	fpvc := fixtures.MakeFluentPVC("f").Obj()
+	fresh := fixtures.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutHit, created)
+	fresh.UID = "pvc-uid"
+	binding := func(recorded bool) *v1alpha1.FluentPVCBinding {
+		b := fixtures.Binding(fresh, fpvc.UID)
+		b.Spec.PVC.UID = "pvc-uid"
+		b.CreationTimestamp = metav1.NewTime(created)
+		if recorded {
+			b.Spec.Pod = v1alpha1.ObjectIdentity{Name: "p", UID: "pod-uid"}
+		}
+		return b
+	}
+	pod := func(phase corev1.PodPhase, deleting bool) *corev1.Pod {
+		p := fixtures.MakePod("p", "ns").Obj()
+		p.UID, p.Status.Phase = "pod-uid", phase
+		p.CreationTimestamp = metav1.NewTime(created)
+		if deleting {
+			p.DeletionTimestamp = &metav1.Time{Time: created.Add(time.Second)}
+		}
+		return p
+	}
+	cases := map[string]struct {
+		obs           observed
+		wait          time.Duration
+		now           time.Time
+		recordPod     bool
+		recordOnClaim bool
+		requeueAfter  time.Duration
+	}{
+		"first sight of a pod started moments ago: the binding records it, the claim waits": {
+			obs: observed{binding: binding(false), fluentPVC: fpvc, pvc: fresh, pod: pod(corev1.PodRunning, false)}, wait: 2 * time.Second,
+			now: created.Add(500 * time.Millisecond), recordPod: true, requeueAfter: 1500 * time.Millisecond,
+		},
+		"a pod still pending": {
+			obs: observed{binding: binding(true), fluentPVC: fpvc, pvc: fresh, pod: pod(corev1.PodPending, false)}, wait: 2 * time.Second,
+			now: created.Add(time.Second), requeueAfter: time.Second,
+		},
+		"the wait is over": {
+			obs: observed{binding: binding(true), fluentPVC: fpvc, pvc: fresh, pod: pod(corev1.PodRunning, false)}, wait: 2 * time.Second,
+			now: created.Add(2 * time.Second), recordOnClaim: true,
+		},
+		"a pod being deleted within the wait": {
+			obs: observed{binding: binding(true), fluentPVC: fpvc, pvc: fresh, pod: pod(corev1.PodRunning, true)}, wait: 2 * time.Second,
+			now: created.Add(time.Second), recordOnClaim: true,
+		},
+		"a pod finished within the wait": {
+			obs: observed{binding: binding(true), fluentPVC: fpvc, pvc: fresh, pod: pod(corev1.PodSucceeded, false)}, wait: 2 * time.Second,
+			now: created.Add(time.Second), recordOnClaim: true,
+		},
+		"a pod gone within the wait": {
+			obs: observed{binding: binding(true), fluentPVC: fpvc, pvc: fresh}, wait: 2 * time.Second,
+			now: created.Add(time.Second), recordOnClaim: true,
+		},
+		"no wait configured": {
+			obs: observed{binding: binding(false), fluentPVC: fpvc, pvc: fresh, pod: pod(corev1.PodRunning, false)},
+			now: created.Add(500 * time.Millisecond), recordPod: true, recordOnClaim: true,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			opts := Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute, FluentPVCMissingTimeout: time.Hour, PodStartWait: tc.wait}
+			p := decide(tc.obs, tc.now, opts)
+			if got := p.recordPod != nil; got != tc.recordPod {
+				t.Errorf("binding records the pod = %v, want %v", got, tc.recordPod)
+			}
+			if got := p.recordOnClaim != nil; got != tc.recordOnClaim {
+				t.Errorf("claim records the pod = %v, want %v", got, tc.recordOnClaim)
+			}
+			if !tc.recordOnClaim && p.requeueAfter != tc.requeueAfter {
+				t.Errorf("requeueAfter = %s, want %s", p.requeueAfter, tc.requeueAfter)
+			}
+		})
+	}
+}

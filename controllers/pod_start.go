@@ -28,9 +28,21 @@ import (
 //     containers may write, and from then on the binding records it, so
 //     that a copy of the pod's manifest is refused even if the pod is
 //     force-deleted.
+//   - The claim's own record of the pod (claim.RecordPod), which outlives
+//     a lost binding, waits while the pod lives, up to PodStartWait after
+//     its creation (recordHeld). The binding records the pod meanwhile.
 //   - The pool's refill of the warm PVC taken waits while any pod with the
 //     opt-in label is starting (startGate), up to PodStartWait after the
 //     pod's creation (refillHeld). A refill has no part in any pod's data.
+//
+// The pool's reconciles themselves, which read every warm PVC, node and
+// VolumeAttachment of the FluentPVC and plan each namespace, wait too
+// (poolDeferral): each checkout's event would start one while the pod
+// that took the PVC starts, and their CPU is taken from that start on a
+// busy node. They wait at most PodStartWait in a row, and not at all for
+// a FluentPVC whose spec changed, that is being deleted, or whose pool a
+// pod missed within PodStartWait (the pool is short, and its refill is
+// what the pods to come need).
 
 // startingValue is the podStartingIndex value of a starting pod.
 const startingValue = "starting"
@@ -54,6 +66,17 @@ const startPoll = 100 * time.Millisecond
 // scheduling wakes the binding's reconciler sooner.
 func awaitScheduling(pod *corev1.Pod, now time.Time, wait time.Duration) time.Duration {
 	if wait <= 0 || !objects.PodStarting(pod) || pod.Spec.NodeName != "" {
+		return 0
+	}
+	return max(0, pod.CreationTimestamp.Add(wait).Sub(now))
+}
+
+// recordHeld is how long, at now, the claim's record of its pod, as
+// cached or read live (nil: gone), waits: up to wait after the pod's
+// creation while the pod lives; 0 to write it now, as for a pod being
+// deleted or finished, whose drain the record must precede.
+func recordHeld(pod *corev1.Pod, now time.Time, wait time.Duration) time.Duration {
+	if pod == nil || wait <= 0 || !pod.DeletionTimestamp.IsZero() || podFinished(pod) {
 		return 0
 	}
 	return max(0, pod.CreationTimestamp.Add(wait).Sub(now))
@@ -90,6 +113,9 @@ type startGate struct {
 	// last is when (unix nanoseconds, on clock) the cache last showed a
 	// pod created or started.
 	last atomic.Int64
+	// misses is when (unix nanoseconds, on clock) the cache last showed
+	// a claim created on a miss, by FluentPVC name.
+	misses sync.Map
 }
 
 func newStartGate(r client.Reader, clk clock.PassiveClock) *startGate {
@@ -124,6 +150,59 @@ func (g *startGate) handler() toolscache.ResourceEventHandler {
 			}
 		},
 	}
+}
+
+// observeClaim records a claim created on a miss (its checkout
+// annotation): the pool of its FluentPVC is short, and its reconciles do
+// not wait for starting pods for a while (missedWithin). Claims listed
+// when the informer starts are not news.
+func (g *startGate) observeClaim(pvc *corev1.PersistentVolumeClaim, initial bool) {
+	name := pvc.Labels[v1alpha1.FluentPVCNameLabelKey]
+	if initial || name == "" || pvc.Annotations[v1alpha1.CheckoutAnnotationKey] != v1alpha1.CheckoutMiss {
+		return
+	}
+	g.misses.Store(name, g.clock.Now().UnixNano())
+}
+
+// claimHandler feeds the gate from the claims' informer.
+func (g *startGate) claimHandler() toolscache.ResourceEventHandler {
+	return toolscache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initial bool) {
+			if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
+				g.observeClaim(pvc, initial)
+			}
+		},
+	}
+}
+
+// missedWithin says whether the cache showed a claim of FluentPVC name
+// created on a miss less than d ago. A nil gate saw none.
+func (g *startGate) missedWithin(name string, d time.Duration) bool {
+	if g == nil {
+		return false
+	}
+	v, ok := g.misses.Load(name)
+	return ok && g.clock.Since(time.Unix(0, v.(int64))) < d
+}
+
+// forget drops what the gate knows of FluentPVC name.
+func (g *startGate) forget(name string) {
+	if g != nil {
+		g.misses.Delete(name)
+	}
+}
+
+// poolDeferral is how long, at now, the pool reconcile of a FluentPVC
+// waits for starting pods (busy) before it looks again: startPoll, or
+// what is left of wait since the first reconcile that waited (since) if
+// less; 0 to reconcile now, as for a FluentPVC that must not wait
+// (urgent: its spec changed, it is being deleted, or a pod missed its
+// pool lately). Waits end after wait in a row, however many pods start.
+func poolDeferral(busy, urgent bool, since, now time.Time, wait time.Duration) time.Duration {
+	if !busy || urgent {
+		return 0
+	}
+	return holdFollowUp(since, true, now, wait)
 }
 
 // busy says whether, at now (on the API server's clock), pods are

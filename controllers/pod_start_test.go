@@ -294,6 +294,104 @@ func TestStartGate(t *testing.T) {
 	}
 }
 
+func TestPoolDeferral(t *testing.T) {
+	since := fixtures.Epoch
+	cases := map[string]struct {
+		busy, urgent bool
+		now          time.Time
+		wait         time.Duration
+		want         time.Duration
+	}{
+		"nothing starts":               {now: since, wait: 2 * time.Second},
+		"pods start":                   {busy: true, now: since, wait: 2 * time.Second, want: startPoll},
+		"near the end of the wait":     {busy: true, now: since.Add(1950 * time.Millisecond), wait: 2 * time.Second, want: 50 * time.Millisecond},
+		"the wait is over":             {busy: true, now: since.Add(2 * time.Second), wait: 2 * time.Second},
+		"a FluentPVC that cannot wait": {busy: true, urgent: true, now: since, wait: 2 * time.Second},
+		"no wait configured":           {busy: true, now: since},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := poolDeferral(tc.busy, tc.urgent, since, tc.now, tc.wait); got != tc.want {
+				t.Errorf("poolDeferral = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestDeferral: a FluentPVC's reconciles wait while pods start, at most
+// PodStartWait in a row, and not at all for a FluentPVC whose spec
+// changed, that is being deleted, or whose pool a pod missed lately.
+func TestDeferral(t *testing.T) {
+	t0 := fixtures.Epoch.Add(time.Hour)
+	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+	f.Generation, f.Status.ObservedGeneration = 1, 1
+	changed := f.DeepCopy()
+	changed.Generation = 2
+	deleting := f.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: t0}
+	miss := fixtures.Claim(f, "ns", "m", "h", v1alpha1.CheckoutMiss, t0)
+	otherMiss := fixtures.Claim(fixtures.MakeFluentPVC("g").PoolSize(1).Obj(), "ns", "m", "h", v1alpha1.CheckoutMiss, t0)
+	type step struct {
+		at   time.Duration // after t0
+		want time.Duration
+	}
+	cases := map[string]struct {
+		f      *v1alpha1.FluentPVC
+		wait   time.Duration
+		quiet  bool // no pod starts
+		claims func(g *startGate, clk *clocktesting.FakePassiveClock)
+		steps  []step
+	}{
+		"pods start": {f: f, wait: 2 * time.Second, steps: []step{{0, startPoll}, {time.Second, startPoll}, {1950 * time.Millisecond, 50 * time.Millisecond}}},
+		"waits end after the wait in a row, then begin again": {f: f, wait: 2 * time.Second, steps: []step{
+			{0, startPoll}, {time.Second, startPoll}, {2 * time.Second, 0}, {2050 * time.Millisecond, startPoll},
+		}},
+		"nothing starts":   {f: f, wait: 2 * time.Second, quiet: true, steps: []step{{0, 0}}},
+		"its spec changed": {f: changed, wait: 2 * time.Second, steps: []step{{0, 0}}},
+		"being deleted":    {f: deleting, wait: 2 * time.Second, steps: []step{{0, 0}}},
+		"a pod missed its pool moments ago": {f: f, wait: 2 * time.Second, claims: func(g *startGate, clk *clocktesting.FakePassiveClock) {
+			clk.SetTime(t0.Add(-time.Second))
+			g.observeClaim(miss, false)
+		}, steps: []step{{0, 0}}},
+		"a pod missed its pool before the wait": {f: f, wait: 2 * time.Second, claims: func(g *startGate, clk *clocktesting.FakePassiveClock) {
+			clk.SetTime(t0.Add(-2 * time.Second))
+			g.observeClaim(miss, false)
+		}, steps: []step{{0, startPoll}}},
+		"a pod missed another FluentPVC's pool": {f: f, wait: 2 * time.Second, claims: func(g *startGate, clk *clocktesting.FakePassiveClock) {
+			clk.SetTime(t0.Add(-time.Second))
+			g.observeClaim(otherMiss, false)
+		}, steps: []step{{0, startPoll}}},
+		"a miss's claim listed as the informer starts": {f: f, wait: 2 * time.Second, claims: func(g *startGate, clk *clocktesting.FakePassiveClock) {
+			clk.SetTime(t0.Add(-time.Second))
+			g.observeClaim(miss, true)
+		}, steps: []step{{0, startPoll}}},
+		"no wait configured": {f: f, steps: []step{{0, 0}}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := fakeAPI(t, interceptor.Funcs{})
+			clk := clocktesting.NewFakePassiveClock(t0)
+			r := NewPoolReconciler(c, c, clk, Options{PodStartWait: tc.wait})
+			if tc.wait > 0 {
+				r.gate = newStartGate(c, clk)
+			}
+			if tc.claims != nil {
+				tc.claims(r.gate, clk)
+			}
+			for _, s := range tc.steps {
+				clk.SetTime(t0.Add(s.at))
+				if !tc.quiet && r.gate != nil {
+					// A pod created at every step keeps the gate busy.
+					r.gate.observe(nil, startPod("p", "c", corev1.PodPending, clk.Now(), false))
+				}
+				if got := r.Deferral(context.Background(), tc.f); got != s.want {
+					t.Fatalf("at t0+%s: Deferral = %s, want %s", s.at, got, s.want)
+				}
+			}
+		})
+	}
+}
+
 func TestSeenPods(t *testing.T) {
 	t0 := fixtures.Epoch
 	key := seenKey{claim: client.ObjectKey{Namespace: "ns", Name: "c"}, checkout: "co-2"}

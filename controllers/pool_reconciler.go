@@ -55,6 +55,9 @@ type PoolReconciler struct {
 	expect *pool.Expectations
 	// strandings times the warm PVCs' attachments to nodes that are gone.
 	strandings pool.Strandings
+	// deferredSince is, by FluentPVC name, when the reconciles that wait
+	// for starting pods began to wait (Deferral).
+	deferredSince sync.Map
 }
 
 // NewPoolReconciler returns a PoolReconciler that reads through c (cached)
@@ -116,6 +119,41 @@ func sooner(d *time.Duration, after time.Duration) {
 // Forget drops what r remembers of FluentPVC name, once it is gone.
 func (r *PoolReconciler) Forget(name string) {
 	r.expect.Forget(name)
+	r.deferredSince.Delete(name)
+	r.gate.forget(name)
+}
+
+// Deferral is how long f's reconcile waits for starting pods before it
+// looks again (poolDeferral); 0 to reconcile now. A FluentPVC whose spec
+// its status has not observed yet, that is being deleted, or whose pool a
+// pod missed within Options.PodStartWait does not wait; nor does any when
+// the cache cannot tell whether pods are starting.
+func (r *PoolReconciler) Deferral(ctx context.Context, f *v1alpha1.FluentPVC) time.Duration {
+	wait := r.opts.PodStartWait
+	if r.gate == nil || wait <= 0 {
+		return 0
+	}
+	now := r.clock.Now()
+	urgent := !f.DeletionTimestamp.IsZero() || f.Status.ObservedGeneration != f.Generation || r.gate.missedWithin(f.Name, wait)
+	busy := false
+	if !urgent {
+		var err error
+		if busy, err = r.gate.busy(ctx, now, wait); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "reading starting pods; the pool is reconciled now", "fluentPVC", klog.KObj(f))
+			busy = false
+		}
+	}
+	since := now
+	if v, ok := r.deferredSince.Load(f.Name); ok {
+		since = v.(time.Time)
+	}
+	after := poolDeferral(busy, urgent, since, now, wait)
+	if after == 0 {
+		r.deferredSince.Delete(f.Name)
+	} else {
+		r.deferredSince.LoadOrStore(f.Name, since)
+	}
+	return after
 }
 
 // poolObserved is a FluentPVC's pool as read from the cache. Its objects are

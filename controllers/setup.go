@@ -85,7 +85,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.PoolBindMode, "pool-bind-mode", PoolBindSelectNode, "How warm PVCs of WaitForFirstConsumer StorageClasses get their volumes: \""+PoolBindSelectNode+"\" names a Ready, untainted node (spread over zones) on the PVC so that the provisioner starts at once; \""+PoolBindBinderJob+"\" runs a binder Job per PVC and lets the scheduler choose, slower but aware of everything the scheduler checks (e.g. CSI storage capacity).")
 	fs.IntVar(&o.StagePerNode, "stage-per-node", pool.DefaultStagePerNode, "How many warm PVCs, of all FluentPVCs, a node keeps attached and staged at most, each with a holder pod. Holders also never take more than half of the attach slots that other volumes leave free on a node.")
 	fs.StringVar(&o.HolderPriorityClass, "holder-priority-class", DefaultHolderPriorityClass, "PriorityClass of the holder pods that keep warm PVCs staged: a low value that never preempts, so that real pods preempt holders. The operator creates it at start-up if it does not exist; \"\" gives holders no class.")
-	fs.DurationVar(&o.PodStartWait, "pod-start-wait", DefaultPodStartWait, "How long after a pod's creation, at most, the operator waits for the pod to be scheduled before it makes the pod's FluentPVCBinding, and, if the pod took a warm PVC, waits while labelled pods are starting before it refills the pool, so that these writes do not compete with starting pods for the API server; no refill waits in a namespace where a pod missed within the wait. 0 makes them at once; at most 1m.")
+	fs.DurationVar(&o.PodStartWait, "pod-start-wait", DefaultPodStartWait, "How long after a pod's creation, at most, the operator waits for the pod to be scheduled before it makes the pod's FluentPVCBinding, waits while the pod lives before it records the pod on its claim, and, if the pod took a warm PVC, waits while labelled pods are starting before it refills the pool, so that these writes do not compete with starting pods for the API server. The pools' reconciles also wait while labelled pods are starting, at most this long in a row. No refill waits in a namespace where a pod missed within the wait, nor a pool reconcile for a FluentPVC whose pool a pod missed. 0 makes them at once; at most 1m.")
 	fs.DurationVar(&o.StrandedAttachmentTimeout, "stranded-attachment-timeout", pool.StrandedAfter, "How long the volume of a warm PVC may stay attached to a node that is deleted before the pool deletes that warm PVC and makes a new one. Such a volume can be attached nowhere else until it is detached, which can take minutes or, when the CSI attacher no longer finds the node, never happen. 0 means the default.")
 	fs.DurationVar(&o.PoolIdleNamespaceTTL, "pool-idle-namespace-ttl", time.Hour, "How long a namespace learned from admissions keeps its warm pool without a new admission.")
 }
@@ -260,8 +260,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 }
 
 // setupStartGate registers what the start gate reads, the podStarting
-// index and the pod informer's handler, and returns the gate; nil, with
-// nothing registered, when Options.PodStartWait is 0.
+// index and the handlers of the pod and claim informers, and returns the
+// gate; nil, with nothing registered, when Options.PodStartWait is 0.
 func setupStartGate(ctx context.Context, mgr ctrl.Manager, opts Options) (*startGate, error) {
 	if opts.PodStartWait <= 0 {
 		return nil, nil
@@ -276,6 +276,13 @@ func setupStartGate(ctx context.Context, mgr ctrl.Manager, opts Options) (*start
 	}
 	if _, err := pods.AddEventHandler(gate.handler()); err != nil {
 		return nil, fmt.Errorf("watching pods: %w", err)
+	}
+	claims, err := mgr.GetCache().GetInformer(ctx, &corev1.PersistentVolumeClaim{})
+	if err != nil {
+		return nil, fmt.Errorf("watching claims: %w", err)
+	}
+	if _, err := claims.AddEventHandler(gate.claimHandler()); err != nil {
+		return nil, fmt.Errorf("watching claims: %w", err)
 	}
 	return gate, nil
 }
