@@ -260,7 +260,9 @@ func decideClaim(o observed, now time.Time, opts Options) plan {
 			seen = *p.recordPod
 		}
 		if !claim.Records(o.pvc, seen) && !isFinal(p.status.Phase) {
-			if wait := recordHeld(pod, now, opts.PodStartWait); wait > 0 {
+			// A pod admitted by an earlier version is released only once the
+			// claim records it.
+			if wait := recordHeld(pod, now, opts.PodStartWait); wait > 0 && !p.releasePod {
 				sooner(&p.requeueAfter, wait)
 			} else {
 				p.recordOnClaim = &seen

@@ -580,6 +580,8 @@ func TestDecideRecordHeld(t *testing.T) {
 		}
 		return p
 	}
+	legacy := pod(corev1.PodRunning, false)
+	legacy.Finalizers = []string{v1alpha1.PodProtectionFinalizer}
 	cases := map[string]struct {
 		obs           observed
 		wait          time.Duration
@@ -610,6 +612,10 @@ func TestDecideRecordHeld(t *testing.T) {
 		},
 		"a pod gone within the wait": {
 			obs: observed{binding: binding(true), fluentPVC: fpvc, pvc: fresh}, wait: 2 * time.Second,
+			now: created.Add(time.Second), recordOnClaim: true,
+		},
+		"a pod admitted by an earlier version, with the pod-protection finalizer: the claim records it before it is released": {
+			obs: observed{binding: binding(true), fluentPVC: fpvc, pvc: fresh, pod: legacy}, wait: 2 * time.Second,
 			now: created.Add(time.Second), recordOnClaim: true,
 		},
 		"no wait configured": {

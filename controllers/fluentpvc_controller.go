@@ -80,7 +80,9 @@ func (r *FluentPVCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 			return ctrl.Result{}, fmt.Errorf("adding the finalizer: %w", err)
 		}
 	}
-	return r.reconcile(ctx, f)
+	res, err := r.reconcile(ctx, f)
+	r.pool.Failed(f.Name, err)
+	return res, err
 }
 
 func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentPVC) (ctrl.Result, error) {

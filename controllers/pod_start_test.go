@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -340,6 +341,7 @@ func TestDeferral(t *testing.T) {
 		wait   time.Duration
 		quiet  bool // no pod starts
 		claims func(g *startGate, clk *clocktesting.FakePassiveClock)
+		failed bool // its last reconcile failed
 		steps  []step
 	}{
 		"pods start": {f: f, wait: 2 * time.Second, steps: []step{{0, startPoll}, {time.Second, startPoll}, {1950 * time.Millisecond, 50 * time.Millisecond}}},
@@ -365,7 +367,8 @@ func TestDeferral(t *testing.T) {
 			clk.SetTime(t0.Add(-time.Second))
 			g.observeClaim(miss, true)
 		}, steps: []step{{0, startPoll}}},
-		"no wait configured": {f: f, steps: []step{{0, 0}}},
+		"its last reconcile failed": {f: f, wait: 2 * time.Second, failed: true, steps: []step{{0, 0}}},
+		"no wait configured":        {f: f, steps: []step{{0, 0}}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -377,6 +380,9 @@ func TestDeferral(t *testing.T) {
 			}
 			if tc.claims != nil {
 				tc.claims(r.gate, clk)
+			}
+			if tc.failed {
+				r.Failed(tc.f.Name, errors.New("writing status: conflict"))
 			}
 			for _, s := range tc.steps {
 				clk.SetTime(t0.Add(s.at))

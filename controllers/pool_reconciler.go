@@ -55,9 +55,12 @@ type PoolReconciler struct {
 	expect *pool.Expectations
 	// strandings times the warm PVCs' attachments to nodes that are gone.
 	strandings pool.Strandings
-	// deferredSince is, by FluentPVC name, when the reconciles that wait
-	// for starting pods began to wait (Deferral).
+	// deferredSince is, by FluentPVC name, when (on the gate's clock) the
+	// reconciles that wait for starting pods began to wait (Deferral).
 	deferredSince sync.Map
+	// failing holds the names of the FluentPVCs whose last reconcile
+	// failed: they keep the workqueue's backoff instead of waiting.
+	failing sync.Map
 }
 
 // NewPoolReconciler returns a PoolReconciler that reads through c (cached)
@@ -120,29 +123,42 @@ func sooner(d *time.Duration, after time.Duration) {
 func (r *PoolReconciler) Forget(name string) {
 	r.expect.Forget(name)
 	r.deferredSince.Delete(name)
+	r.failing.Delete(name)
 	r.gate.forget(name)
+}
+
+// Failed records whether f's last reconcile failed (err).
+func (r *PoolReconciler) Failed(name string, err error) {
+	if err != nil {
+		r.failing.Store(name, true)
+	} else {
+		r.failing.Delete(name)
+	}
 }
 
 // Deferral is how long f's reconcile waits for starting pods before it
 // looks again (poolDeferral); 0 to reconcile now. A FluentPVC whose spec
-// its status has not observed yet, that is being deleted, or whose pool a
-// pod missed within Options.PodStartWait does not wait; nor does any when
-// the cache cannot tell whether pods are starting.
+// its status has not observed yet, that is being deleted, whose pool a
+// pod missed within Options.PodStartWait, or whose last reconcile failed
+// does not wait; nor does any when the cache cannot tell whether pods are
+// starting. The waits in a row are timed on the gate's clock, the local
+// one: the estimate of the API server's moves with every response.
 func (r *PoolReconciler) Deferral(ctx context.Context, f *v1alpha1.FluentPVC) time.Duration {
 	wait := r.opts.PodStartWait
 	if r.gate == nil || wait <= 0 {
 		return 0
 	}
-	now := r.clock.Now()
-	urgent := !f.DeletionTimestamp.IsZero() || f.Status.ObservedGeneration != f.Generation || r.gate.missedWithin(f.Name, wait)
+	_, failing := r.failing.Load(f.Name)
+	urgent := failing || !f.DeletionTimestamp.IsZero() || f.Status.ObservedGeneration != f.Generation || r.gate.missedWithin(f.Name, wait)
 	busy := false
 	if !urgent {
 		var err error
-		if busy, err = r.gate.busy(ctx, now, wait); err != nil {
+		if busy, err = r.gate.busy(ctx, r.clock.Now(), wait); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "reading starting pods; the pool is reconciled now", "fluentPVC", klog.KObj(f))
 			busy = false
 		}
 	}
+	now := r.gate.clock.Now()
 	since := now
 	if v, ok := r.deferredSince.Load(f.Name); ok {
 		since = v.(time.Time)
