@@ -40,7 +40,8 @@ import (
 // (poolDeferral): each checkout's event would start one while the pod
 // that took the PVC starts, and their CPU is taken from that start on a
 // busy node. They wait at most PodStartWait in a row, and not at all for
-// a FluentPVC whose spec changed, that is being deleted, or whose pool a
+// a FluentPVC whose spec changed, that is being deleted, whose last
+// reconcile failed (it keeps the workqueue's backoff), or whose pool a
 // pod missed within PodStartWait (the pool is short, and its refill is
 // what the pods to come need).
 
@@ -196,8 +197,8 @@ func (g *startGate) forget(name string) {
 // waits for starting pods (busy) before it looks again: startPoll, or
 // what is left of wait since the first reconcile that waited (since) if
 // less; 0 to reconcile now, as for a FluentPVC that must not wait
-// (urgent: its spec changed, it is being deleted, or a pod missed its
-// pool lately). Waits end after wait in a row, however many pods start.
+// (urgent: its spec changed, it is being deleted, its last reconcile
+// failed, or a pod missed its pool lately). Waits end after wait in a row, however many pods start.
 func poolDeferral(busy, urgent bool, since, now time.Time, wait time.Duration) time.Duration {
 	if !busy || urgent {
 		return 0
