@@ -16,7 +16,7 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
 
-// A hit's admission makes one API write, the checkout. Two writes follow
+// A hit's admission makes one API write, the checkout. Three writes follow
 // it that the pod's start does not need, and they wait while pods start,
 // so that a burst of pods meets the API server with little else:
 //
@@ -104,12 +104,15 @@ func holdFollowUp(start time.Time, starting bool, now time.Time, wait time.Durat
 const startQuiet = 250 * time.Millisecond
 
 // startGate tells whether pods with the opt-in label are starting, for
-// the refills that wait for them (refillHeld). A nil gate sees none.
+// the refills (refillHeld) and the pool's reconciles (poolDeferral) that
+// wait for them, and which pools pods missed lately. A nil gate sees
+// none.
 type startGate struct {
 	// reader is the cache, with podStartingIndex.
 	reader client.Reader
 	// clock is the local one (not the API server's, whose estimate moves
-	// with every response): it times startQuiet only.
+	// with every response): it times startQuiet, the misses and the pool
+	// reconciles' waits in a row.
 	clock clock.PassiveClock
 	// last is when (unix nanoseconds, on clock) the cache last showed a
 	// pod created or started.
