@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -536,6 +537,46 @@ func TestCreateBinding(t *testing.T) {
 			}
 			if want := (v1alpha1.ObjectIdentity{Name: own.Name, UID: own.UID}); b.Spec.Pod != want {
 				t.Errorf("the binding records pod %v, want %v", b.Spec.Pod, want)
+			}
+		})
+	}
+}
+
+// TestClaimHandler: the claims' informer tells the gate of a claim made on
+// a miss when it is created, not of one it lists as it starts, nor of a
+// hit's claim or a PVC of no FluentPVC.
+func TestClaimHandler(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+	miss := fixtures.Claim(f, "ns", "m", "h", v1alpha1.CheckoutMiss, now)
+	hit := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, now)
+	unowned := miss.DeepCopy()
+	delete(unowned.Labels, v1alpha1.FluentPVCNameLabelKey)
+	cases := map[string]struct {
+		pvc     *corev1.PersistentVolumeClaim
+		initial bool
+		want    bool
+	}{
+		"a miss's claim created":             {pvc: miss, want: true},
+		"a miss's claim listed at the start": {pvc: miss, initial: true},
+		"a hit's claim":                      {pvc: hit},
+		"a PVC of no FluentPVC":              {pvc: unowned},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			clk := clocktesting.NewFakePassiveClock(now)
+			g := newStartGate(fakeAPI(t, interceptor.Funcs{}), clk)
+			h, ok := g.claimHandler().(toolscache.ResourceEventHandlerDetailedFuncs)
+			if !ok {
+				t.Fatalf("claimHandler is a %T", g.claimHandler())
+			}
+			h.OnAdd(tc.pvc, tc.initial)
+			if got := g.missedWithin("f", time.Second); got != tc.want {
+				t.Errorf("missedWithin = %v, want %v", got, tc.want)
+			}
+			g.forget("f")
+			if g.missedWithin("f", time.Second) {
+				t.Error("a miss is remembered after forget")
 			}
 		})
 	}
