@@ -509,6 +509,7 @@ func (r *results) markdown(chart string) string {
 			times(r.Startup.ratio(pair[0], pair[1], true, p50)), times(r.Startup.ratio(pair[0], pair[1], true, p99)))
 	}
 	r.Startup.roundsMarkdown(w)
+	r.Startup.cpuMarkdown(w)
 	if r.PoolFillSeconds > 0 {
 		w("\nFilling the two warm pools of mode d (%d PVCs each, from nothing) took %.1fs.\n", r.Config.N, r.PoolFillSeconds)
 	}
@@ -801,4 +802,81 @@ func costByResource(cost []costResult) string {
 		w("- of a hit, received while one of its pods' create calls was in flight (the webhooks' and any controller's that fell into the same time): %s\n", list(t.AdmissionReads))
 	}
 	return b.String()
+}
+
+// cpuFloor is the CPU time per burst below which cpuMarkdown leaves a
+// process out of its rows (not out of the total).
+const cpuFloor = 0.01
+
+// cpuMarkdown writes the CPU time the machine's processes spent while the
+// bursts ran, per burst (the mean over the rounds), by process, for each
+// mode that has it, and d − e.
+func (rs startupRuns) cpuMarkdown(w func(string, ...any)) {
+	var modes []startupRun
+	for _, s := range rs {
+		if s.Burst && s.Error == "" && len(s.CPU) > 0 && len(s.RoundP50s) > 0 {
+			modes = append(modes, s)
+		}
+	}
+	if len(modes) == 0 {
+		return
+	}
+	per := func(s startupRun, name string) float64 { return s.CPU[name] / float64(len(s.RoundP50s)) }
+	totals := map[string]float64{}
+	for _, s := range modes {
+		for name := range s.CPU {
+			totals[name] += per(s, name)
+		}
+	}
+	var names []string
+	for name := range totals {
+		for _, s := range modes {
+			if per(s, name) >= cpuFloor {
+				names = append(names, name)
+				break
+			}
+		}
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if totals[names[i]] != totals[names[j]] {
+			return totals[names[i]] > totals[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	var d, e *startupRun
+	heads := make([]string, 0, len(modes)+1)
+	for i := range modes {
+		heads = append(heads, modes[i].Mode)
+		switch modes[i].Mode {
+		case modeHit:
+			d = &modes[i]
+		case modeOwnClaim:
+			e = &modes[i]
+		}
+	}
+	if d != nil && e != nil {
+		heads = append(heads, "d − e")
+	}
+	w("\nCPU time of the machine's processes while the bursts ran (from a round's first create call until its last pod was Running), per burst: the mean over the rounds, in seconds, by process name (`bench` is the bench itself; processes under %.2f s in every mode are left out of the rows, not out of the total):\n\n", cpuFloor)
+	w("| process | %s |\n|---|%s\n", strings.Join(heads, " | "), strings.Repeat("---|", len(heads)))
+	row := func(label string, v func(startupRun) float64) {
+		cells := make([]string, 0, len(heads))
+		for _, s := range modes {
+			cells = append(cells, fmt.Sprintf("%.2f", v(s)))
+		}
+		if d != nil && e != nil {
+			cells = append(cells, fmt.Sprintf("%+.2f", v(*d)-v(*e)))
+		}
+		w("| %s | %s |\n", label, strings.Join(cells, " | "))
+	}
+	for _, name := range names {
+		row(name, func(s startupRun) float64 { return per(s, name) })
+	}
+	row("all", func(s startupRun) float64 {
+		t := 0.0
+		for name := range s.CPU {
+			t += per(s, name)
+		}
+		return t
+	})
 }

@@ -97,6 +97,10 @@ type startupRun struct {
 	// RoundP50s are the p50s of a burst's rounds (burstRounds), whose
 	// pods the run pools.
 	RoundP50s []float64 `json:"roundP50s,omitempty"`
+	// CPU is, for a burst run, the CPU time of the machine's processes
+	// (cpuByProcess) from each round's first create call until its last
+	// pod was Running, summed over the rounds, by process; in seconds.
+	CPU map[string]float64 `json:"cpuSeconds,omitempty"`
 	// Wall is how long the whole run took (a burst's rounds, not their
 	// clean-ups).
 	Wall  float64 `json:"wallSeconds"`
@@ -505,6 +509,8 @@ func (e *env) startupPhase(ctx context.Context, res *results) error {
 			return errors.Join(append(errs, err)...)
 		}
 	}
+	// The CPU time of each mode's bursts, by process.
+	burstCPU := map[string]map[string]float64{}
 	bursts, err := burstRounds(ctx, fast, e.cfg.BurstRounds, roundSteps{
 		before: func(ctx context.Context, mode string, round int) error {
 			if mode == modeOwnClaim && round > 0 {
@@ -519,7 +525,17 @@ func (e *env) startupPhase(ctx context.Context, res *results) error {
 			return startW(mode)
 		},
 		burst: func(ctx context.Context, mode string) ([]podTiming, error) {
-			return e.startupTimings(ctx, mode, true, n, nil)
+			before, cpuErr := cpuByProcess()
+			ts, err := e.startupTimings(ctx, mode, true, n, nil)
+			if after, afterErr := cpuByProcess(); err == nil && cpuErr == nil && afterErr == nil {
+				if burstCPU[mode] == nil {
+					burstCPU[mode] = map[string]float64{}
+				}
+				addCPUDelta(burstCPU[mode], before, after)
+			} else if cpuErr = errors.Join(cpuErr, afterErr); cpuErr != nil {
+				e.progress("mode %s burst: reading the processes' CPU time: %v", mode, cpuErr)
+			}
+			return ts, err
 		},
 		checkouts: func(ctx context.Context, mode string) (int, int, error) {
 			return e.checkouts(ctx, mode, startupNamespace(mode, true))
@@ -530,6 +546,7 @@ func (e *env) startupPhase(ctx context.Context, res *results) error {
 		progress: e.progress,
 	})
 	for _, run := range bursts {
+		run.CPU = burstCPU[run.Mode]
 		record(run, errorOf(run.Error))
 	}
 	if err != nil {

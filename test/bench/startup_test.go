@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -281,6 +282,111 @@ func TestRoundsMarkdown(t *testing.T) {
 				t.Errorf("d/e row present = %v, want otherwise:\n%s", strings.Contains(got, "| d/e |"), got)
 			}
 		})
+	}
+}
+
+func TestCPUMarkdown(t *testing.T) {
+	burst := func(mode string, rounds int, cpu map[string]float64) startupRun {
+		return startupRun{Mode: mode, Burst: true, RoundP50s: make([]float64, rounds), CPU: cpu}
+	}
+	cases := map[string]struct {
+		runs startupRuns
+		want []string // lines, in order
+		not  []string
+		none bool
+	}{
+		"per burst, largest over the modes first, d − e, the small ones only in the total": {
+			runs: startupRuns{
+				burst(modePlain, 2, map[string]float64{"kube-apiserver": 1.0, "etcd": 0.2, "tiny": 0.004}),
+				burst(modeHit, 2, map[string]float64{"kube-apiserver": 2.0, "manager": 0.6, "etcd": 0.4, "tiny": 0.006}),
+				burst(modeOwnClaim, 2, map[string]float64{"kube-apiserver": 1.2, "manager": 0.1, "etcd": 0.2}),
+				{Mode: modeHit, CPU: map[string]float64{"kube-apiserver": 9}}, // sequential
+			},
+			want: []string{
+				"| process | a | d | e | d − e |",
+				"| kube-apiserver | 0.50 | 1.00 | 0.60 | +0.40 |",
+				"| etcd | 0.10 | 0.20 | 0.10 | +0.10 |",
+				"| manager | 0.00 | 0.30 | 0.05 | +0.25 |",
+				"| all | 0.60 | 1.50 | 0.75 | +0.75 |",
+			},
+			not: []string{"| tiny |"},
+		},
+		"without e, no difference": {
+			runs: startupRuns{burst(modeHit, 1, map[string]float64{"manager": 0.3})},
+			want: []string{"| process | d |", "| manager | 0.30 |", "| all | 0.30 |"},
+			not:  []string{"d − e"},
+		},
+		"a failed burst is left out": {
+			runs: startupRuns{burst(modeHit, 1, map[string]float64{"manager": 0.3}), {Mode: modeOwnClaim, Burst: true, Error: "timed out", RoundP50s: []float64{0.2}, CPU: map[string]float64{"manager": 0.1}}},
+			want: []string{"| process | d |"},
+			not:  []string{"| e |", "d − e"},
+		},
+		"no CPU read: nothing": {runs: startupRuns{burst(modeHit, 2, nil)}, none: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var b strings.Builder
+			tc.runs.cpuMarkdown(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) })
+			got := b.String()
+			if tc.none {
+				if got != "" {
+					t.Errorf("cpuMarkdown wrote %q, want nothing", got)
+				}
+				return
+			}
+			rest := got
+			for _, line := range tc.want {
+				i := strings.Index(rest, line)
+				if i < 0 {
+					t.Fatalf("cpuMarkdown is missing %q (in order) in:\n%s", line, got)
+				}
+				rest = rest[i+len(line):]
+			}
+			for _, s := range tc.not {
+				if strings.Contains(got, s) {
+					t.Errorf("cpuMarkdown has %q:\n%s", s, got)
+				}
+			}
+		})
+	}
+}
+
+func TestAddCPUDelta(t *testing.T) {
+	cases := map[string]struct {
+		sum, before, after, want map[string]float64
+	}{
+		"adds what each process spent": {
+			sum:    map[string]float64{"etcd": 0.5},
+			before: map[string]float64{"etcd": 10, "manager": 2},
+			after:  map[string]float64{"etcd": 10.25, "manager": 2.5},
+			want:   map[string]float64{"etcd": 0.75, "manager": 0.5},
+		},
+		"a process started meanwhile counts whole": {
+			sum: map[string]float64{}, before: map[string]float64{}, after: map[string]float64{"kwok": 0.25},
+			want: map[string]float64{"kwok": 0.25},
+		},
+		"one of a name ended: nothing, not less": {
+			sum: map[string]float64{}, before: map[string]float64{"sh": 3}, after: map[string]float64{"sh": 1},
+			want: map[string]float64{},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			addCPUDelta(tc.sum, tc.before, tc.after)
+			if !maps.Equal(tc.sum, tc.want) {
+				t.Errorf("sum %v, want %v", tc.sum, tc.want)
+			}
+		})
+	}
+}
+
+func TestCPUByProcess(t *testing.T) {
+	cpu, err := cpuByProcess()
+	if err != nil {
+		t.Skipf("no /proc here: %v", err)
+	}
+	if _, ok := cpu["bench"]; !ok {
+		t.Errorf("the test's own process is not named bench: %v", cpu)
 	}
 }
 
