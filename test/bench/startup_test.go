@@ -261,22 +261,9 @@ func TestRoundsMarkdown(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			var b strings.Builder
-			tc.runs.roundsMarkdown(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) })
-			got := b.String()
-			if tc.none {
-				if got != "" {
-					t.Errorf("roundsMarkdown wrote %q, want nothing", got)
-				}
+			got := writtenBy(tc.runs.roundsMarkdown)
+			if !wantWritten(t, "roundsMarkdown", got, tc.want, tc.none) {
 				return
-			}
-			rest := got
-			for _, line := range tc.want {
-				i := strings.Index(rest, line)
-				if i < 0 {
-					t.Fatalf("roundsMarkdown is missing %q (in order) in:\n%s", line, got)
-				}
-				rest = rest[i+len(line):]
 			}
 			if strings.Contains(got, "| d/e |") != slices.ContainsFunc(tc.want, func(l string) bool { return strings.HasPrefix(l, "| d/e") }) {
 				t.Errorf("d/e row present = %v, want otherwise:\n%s", strings.Contains(got, "| d/e |"), got)
@@ -325,22 +312,9 @@ func TestCPUMarkdown(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			var b strings.Builder
-			tc.runs.cpuMarkdown(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) })
-			got := b.String()
-			if tc.none {
-				if got != "" {
-					t.Errorf("cpuMarkdown wrote %q, want nothing", got)
-				}
+			got := writtenBy(tc.runs.cpuMarkdown)
+			if !wantWritten(t, "cpuMarkdown", got, tc.want, tc.none) {
 				return
-			}
-			rest := got
-			for _, line := range tc.want {
-				i := strings.Index(rest, line)
-				if i < 0 {
-					t.Fatalf("cpuMarkdown is missing %q (in order) in:\n%s", line, got)
-				}
-				rest = rest[i+len(line):]
 			}
 			for _, s := range tc.not {
 				if strings.Contains(got, s) {
@@ -349,6 +323,36 @@ func TestCPUMarkdown(t *testing.T) {
 			}
 		})
 	}
+}
+
+// writtenBy is what write writes through the writer it is given.
+func writtenBy(write func(w func(string, ...any))) string {
+	var b strings.Builder
+	write(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) })
+	return b.String()
+}
+
+// wantWritten fails t unless got, written by what, holds each of want in
+// that order, or, when none, is empty; it says whether got is worth
+// checking further.
+func wantWritten(t *testing.T, what, got string, want []string, none bool) bool {
+	t.Helper()
+	if none {
+		if got != "" {
+			t.Errorf("%s wrote %q, want nothing", what, got)
+		}
+		return false
+	}
+	rest := got
+	for _, line := range want {
+		i := strings.Index(rest, line)
+		if i < 0 {
+			t.Errorf("%s is missing %q (in order) in:\n%s", what, line, got)
+			return false
+		}
+		rest = rest[i+len(line):]
+	}
+	return true
 }
 
 func TestAddCPUDelta(t *testing.T) {
