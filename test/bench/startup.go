@@ -100,6 +100,8 @@ type startupRun struct {
 	// CPU is, for a burst run, the CPU time of the machine's processes
 	// (cpuByProcess) from each round's first create call until its last
 	// pod was Running, summed over the rounds, by process; in seconds.
+	// Rounds that failed are left out, as from RoundP50s; the whole of it
+	// when it could not be read in every other round.
 	CPU map[string]float64 `json:"cpuSeconds,omitempty"`
 	// Wall is how long the whole run took (a burst's rounds, not their
 	// clean-ups).
@@ -509,8 +511,9 @@ func (e *env) startupPhase(ctx context.Context, res *results) error {
 			return errors.Join(append(errs, err)...)
 		}
 	}
-	// The CPU time of each mode's bursts, by process.
-	burstCPU := map[string]map[string]float64{}
+	// The CPU time of each mode's bursts, by process, and the modes for
+	// which it could not be read in every round.
+	burstCPU, cpuUnread := map[string]map[string]float64{}, map[string]bool{}
 	bursts, err := burstRounds(ctx, fast, e.cfg.BurstRounds, roundSteps{
 		before: func(ctx context.Context, mode string, round int) error {
 			if mode == modeOwnClaim && round > 0 {
@@ -533,6 +536,7 @@ func (e *env) startupPhase(ctx context.Context, res *results) error {
 				}
 				addCPUDelta(burstCPU[mode], before, after)
 			} else if cpuErr = errors.Join(cpuErr, afterErr); cpuErr != nil {
+				cpuUnread[mode] = true
 				e.progress("mode %s burst: reading the processes' CPU time: %v", mode, cpuErr)
 			}
 			return ts, err
@@ -546,7 +550,9 @@ func (e *env) startupPhase(ctx context.Context, res *results) error {
 		progress: e.progress,
 	})
 	for _, run := range bursts {
-		run.CPU = burstCPU[run.Mode]
+		if !cpuUnread[run.Mode] {
+			run.CPU = burstCPU[run.Mode]
+		}
 		record(run, errorOf(run.Error))
 	}
 	if err != nil {
