@@ -176,7 +176,8 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 		return 0, fmt.Errorf("reading FluentPVC %s: %w", pvc.Labels[v1alpha1.FluentPVCNameLabelKey], err)
 	}
 	b := claim.Binding(pvc, fpvc.UID)
-	switch used, _ := claim.PodOf(pvc); {
+	used, _ := claim.PodOf(pvc)
+	switch {
 	case used.UID != "":
 		// Made again after it was lost: the claim remembers its pod.
 		b.Spec.Pod = used
@@ -186,7 +187,15 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 		b.Spec.Pod = seen
 	}
 	err := r.Create(ctx, b)
-	if err == nil {
+	switch {
+	case err != nil:
+	case b.Spec.Pod.UID != "" && used.UID == "":
+		// The claim records the pod up to PodStartWait later (recordHeld):
+		// a binding lost before then, with its pod gone or relabelled
+		// meanwhile, is made again with the pod all the same.
+		r.own.created(key, r.clock.Now())
+		r.seen.put(checkout, b.Spec.Pod, now)
+	default:
 		r.own.created(key, r.clock.Now())
 		r.seen.forget(checkout)
 	}

@@ -247,7 +247,9 @@ const seenTTL = time.Minute
 // binding waits for it to be scheduled (awaitScheduling), so that the
 // binding made once the wait is over records that pod even if it went
 // meanwhile: the API server deletes a pod with no node at once, and the
-// cache may show nothing but its absence. A warm PVC keeps its name from
+// cache may show nothing but its absence. It also remembers the pod a
+// binding recorded until the claim records it too, so that the binding,
+// lost meanwhile, is made again with it. A warm PVC keeps its name from
 // one checkout to the next, so a pod remembered for one checkout is never
 // taken for the next one's. It is lost with the process: a binding made
 // by a restarted operator without its pod takes the path of a pod deleted
@@ -255,7 +257,12 @@ const seenTTL = time.Minute
 type seenPods struct {
 	mu sync.Mutex
 	m  map[seenKey]seenPod
+	// pruned is when put last dropped what is older than seenTTL.
+	pruned time.Time
 }
+
+// seenPrune is how often put looks for what is older than seenTTL.
+const seenPrune = time.Second
 
 // seenKey is one checkout of a claim: its namespace and name, and the
 // checkout's ID (v1alpha1.CheckoutIDAnnotationKey; "" for a claim handed
@@ -276,17 +283,20 @@ type seenPod struct {
 }
 
 // put remembers pod id for checkout key at now, and forgets what is older
-// than seenTTL.
+// than seenTTL (at most once per seenPrune).
 func (s *seenPods) put(key seenKey, id v1alpha1.ObjectIdentity, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
 		s.m = map[seenKey]seenPod{}
 	}
-	for k, p := range s.m {
-		if now.Sub(p.at) >= seenTTL {
-			delete(s.m, k)
+	if now.Sub(s.pruned) >= seenPrune {
+		for k, p := range s.m {
+			if now.Sub(p.at) >= seenTTL {
+				delete(s.m, k)
+			}
 		}
+		s.pruned = now
 	}
 	s.m[key] = seenPod{id: id, at: now}
 }

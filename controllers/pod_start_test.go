@@ -429,11 +429,43 @@ func TestSeenPods(t *testing.T) {
 	}
 }
 
+// TestSeenPodsPrune: a put drops what is older than seenTTL, at most once
+// per seenPrune, so that the pods remembered stay those of the last minute.
+func TestSeenPodsPrune(t *testing.T) {
+	t0 := fixtures.Epoch
+	id := v1alpha1.ObjectIdentity{Name: "p", UID: "p-uid"}
+	key := func(name string) seenKey {
+		return seenKey{claim: client.ObjectKey{Namespace: "ns", Name: name}, checkout: "co"}
+	}
+	cases := map[string]struct {
+		puts []time.Duration // after t0, one claim each
+		want int
+	}{
+		"all within seenTTL":            {puts: []time.Duration{0, time.Second, 2 * time.Second}, want: 3},
+		"the first too old at the last": {puts: []time.Duration{0, time.Second, seenTTL}, want: 2},
+		"too old, but pruned moments ago": {
+			puts: []time.Duration{0, seenTTL - time.Second/2, seenTTL}, want: 3,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var s seenPods
+			for i, d := range tc.puts {
+				s.put(key(string(rune('a'+i))), id, t0.Add(d))
+			}
+			if len(s.m) != tc.want {
+				t.Errorf("%d pods remembered, want %d", len(s.m), tc.want)
+			}
+		})
+	}
+}
+
 // TestCreateBinding: the binding of a claim whose pod is scheduled is
 // made at once, whatever else starts. One whose pod has no node yet waits
 // for it to be scheduled, and records that pod once it is made, even if
 // the pod went meanwhile without the cache showing it deleted (as the API
-// server deletes a pod with no node).
+// server deletes a pod with no node). A binding lost before the claim
+// records its pod is made again with that pod, even if the pod went too.
 func TestCreateBinding(t *testing.T) {
 	admitted := fixtures.Epoch
 	now := admitted.Add(300 * time.Millisecond)
@@ -448,11 +480,15 @@ func TestCreateBinding(t *testing.T) {
 		// liveCheckout: the claim read live records this checkout, not
 		// the cached one.
 		liveCheckout string
+		// lostWithPod: once made, the binding is deleted, and so is the
+		// pod, before the claim records the pod.
+		lostWithPod bool
 	}{
-		"scheduled, with another pod starting":                        {node: "n"},
-		"gone before its node":                                        {goneWhileWaiting: true},
-		"gone before its node, the claim handed out again":            {goneWhileWaiting: true, handedOutAgain: true},
-		"scheduled, the claim handed out again since the cached copy": {node: "n", liveCheckout: "later"},
+		"scheduled, with another pod starting":                                 {node: "n"},
+		"gone before its node":                                                 {goneWhileWaiting: true},
+		"gone before its node, the claim handed out again":                     {goneWhileWaiting: true, handedOutAgain: true},
+		"scheduled, the claim handed out again since the cached copy":          {node: "n", liveCheckout: "later"},
+		"scheduled, the binding lost with the pod before the claim records it": {node: "n", lostWithPod: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -501,6 +537,21 @@ func TestCreateBinding(t *testing.T) {
 				if tc.handedOutAgain {
 					later = admitted.Add(bindingPodWait)
 				}
+				clk.SetTime(later)
+				if wait, err = r.createBinding(ctx, key, later); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.lostWithPod {
+				if wait != 0 {
+					t.Fatalf("createBinding = %s; want the binding made", wait)
+				}
+				for _, o := range []client.Object{&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, own} {
+					if err := c.Delete(ctx, o); err != nil {
+						t.Fatal(err)
+					}
+				}
+				later := now.Add(500 * time.Millisecond)
 				clk.SetTime(later)
 				if wait, err = r.createBinding(ctx, key, later); err != nil {
 					t.Fatal(err)
