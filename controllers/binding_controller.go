@@ -61,7 +61,8 @@ type BindingReconciler struct {
 	recorder  events.EventRecorder
 	clock     clock.PassiveClock
 	opts      Options
-	// seen are the pods whose bindings wait for them to be scheduled.
+	// seen are the pods whose bindings wait for them to be scheduled, and
+	// those a new binding recorded that the claim does not record yet.
 	seen seenPods
 	// history proves that no pod was created with an unrecorded claim.
 	history podHistory
@@ -157,9 +158,10 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 			}
 		}
 	}
-	// else its pod, seen while the binding waited for it to be scheduled,
-	// went meanwhile (the API server deletes a pod with no node at once):
-	// it is recorded all the same.
+	// else its pod, seen while the binding waited for it to be scheduled
+	// or recorded by a binding since lost, went meanwhile (the API server
+	// deletes a pod with no node at once) or lost its labels: it is
+	// recorded all the same.
 	// The cache may lag behind the end of a claim's life (drained, deleted,
 	// then the binding removed): only a live read may bring a binding back.
 	if err := r.apiReader.Get(ctx, key, pvc); err != nil || !claim.Held(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != key.Name {

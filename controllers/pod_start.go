@@ -247,9 +247,10 @@ const seenTTL = time.Minute
 // binding waits for it to be scheduled (awaitScheduling), so that the
 // binding made once the wait is over records that pod even if it went
 // meanwhile: the API server deletes a pod with no node at once, and the
-// cache may show nothing but its absence. It also remembers the pod a
-// binding recorded until the claim records it too, so that the binding,
-// lost meanwhile, is made again with it. A warm PVC keeps its name from
+// cache may show nothing but its absence. It also remembers, for
+// seenTTL, the pod a new binding recorded that the claim does not record
+// yet, so that the binding, lost before the claim's record, is made again
+// with it. A warm PVC keeps its name from
 // one checkout to the next, so a pod remembered for one checkout is never
 // taken for the next one's. It is lost with the process: a binding made
 // by a restarted operator without its pod takes the path of a pod deleted

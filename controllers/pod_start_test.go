@@ -489,6 +489,7 @@ func TestCreateBinding(t *testing.T) {
 		"gone before its node, the claim handed out again":                     {goneWhileWaiting: true, handedOutAgain: true},
 		"scheduled, the claim handed out again since the cached copy":          {node: "n", liveCheckout: "later"},
 		"scheduled, the binding lost with the pod before the claim records it": {node: "n", lostWithPod: true},
+		"scheduled, the binding lost with the pod, the claim handed out again": {node: "n", lostWithPod: true, handedOutAgain: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -524,14 +525,7 @@ func TestCreateBinding(t *testing.T) {
 					t.Fatal(err)
 				}
 				if tc.handedOutAgain {
-					again := &corev1.PersistentVolumeClaim{}
-					if err := c.Get(ctx, key, again); err != nil {
-						t.Fatal(err)
-					}
-					again.Annotations[v1alpha1.CheckoutIDAnnotationKey] = "again"
-					if err := c.Update(ctx, again); err != nil {
-						t.Fatal(err)
-					}
+					handOutAgain(ctx, t, c, key)
 				}
 				later := now.Add(100 * time.Millisecond)
 				if tc.handedOutAgain {
@@ -552,6 +546,10 @@ func TestCreateBinding(t *testing.T) {
 					}
 				}
 				later := now.Add(500 * time.Millisecond)
+				if tc.handedOutAgain {
+					handOutAgain(ctx, t, c, key)
+					later = admitted.Add(bindingPodWait)
+				}
 				clk.SetTime(later)
 				if wait, err = r.createBinding(ctx, key, later); err != nil {
 					t.Fatal(err)
@@ -590,6 +588,19 @@ func TestCreateBinding(t *testing.T) {
 				t.Errorf("the binding records pod %v, want %v", b.Spec.Pod, want)
 			}
 		})
+	}
+}
+
+// handOutAgain gives claim key another checkout's ID.
+func handOutAgain(ctx context.Context, t *testing.T, c client.Client, key client.ObjectKey) {
+	t.Helper()
+	again := &corev1.PersistentVolumeClaim{}
+	if err := c.Get(ctx, key, again); err != nil {
+		t.Fatal(err)
+	}
+	again.Annotations[v1alpha1.CheckoutIDAnnotationKey] = "again"
+	if err := c.Update(ctx, again); err != nil {
+		t.Fatal(err)
 	}
 }
 
