@@ -239,9 +239,15 @@ func podsStarting(ctx context.Context, r client.Reader, now time.Time, wait time
 	return false, nil
 }
 
-// seenTTL is how long seenPods remembers a pod: longer than any
-// Options.PodStartWait worth setting.
-const seenTTL = time.Minute
+// maxPodStartWait is the longest Options.PodStartWait.
+const maxPodStartWait = time.Minute
+
+// seenTTL is how long seenPods remembers a pod: the longest
+// Options.PodStartWait and a minute more, so that a pod seen as soon as
+// it was created is still remembered when the binding's wait for its
+// scheduling, or the claim's record of it, ends late (a requeue woken
+// late, a write retried).
+const seenTTL = maxPodStartWait + time.Minute
 
 // seenPods remembers, by checkout of a claim (seenKey), the pod whose
 // binding waits for it to be scheduled (awaitScheduling), so that the

@@ -430,7 +430,7 @@ func TestSeenPods(t *testing.T) {
 }
 
 // TestSeenPodsPrune: a put drops what is older than seenTTL, at most once
-// per seenPrune, so that the pods remembered stay those of the last minute.
+// per seenPrune, so that the pods remembered stay those of the last seenTTL.
 func TestSeenPodsPrune(t *testing.T) {
 	t0 := fixtures.Epoch
 	id := v1alpha1.ObjectIdentity{Name: "p", UID: "p-uid"}
@@ -483,9 +483,14 @@ func TestCreateBinding(t *testing.T) {
 		// lostWithPod: once made, the binding is deleted, and so is the
 		// pod, before the claim records the pod.
 		lostWithPod bool
+		// longestWait: PodStartWait is the longest allowed, and the next
+		// reconcile comes as late after the wait's end as the first came
+		// after the pod's creation.
+		longestWait bool
 	}{
 		"scheduled, with another pod starting":                                 {node: "n"},
 		"gone before its node":                                                 {goneWhileWaiting: true},
+		"gone before its node, at the longest wait":                            {goneWhileWaiting: true, longestWait: true},
 		"gone before its node, the claim handed out again":                     {goneWhileWaiting: true, handedOutAgain: true},
 		"scheduled, the claim handed out again since the cached copy":          {node: "n", liveCheckout: "later"},
 		"scheduled, the binding lost with the pod before the claim records it": {node: "n", lostWithPod: true},
@@ -506,7 +511,11 @@ func TestCreateBinding(t *testing.T) {
 				live = fakeAPI(t, interceptor.Funcs{}, again)
 			}
 			clk := clocktesting.NewFakePassiveClock(now)
-			r := NewBindingReconciler(c, live, events.NewFakeRecorder(10), clk, Options{PodStartWait: 2 * time.Second})
+			podStartWait := 2 * time.Second
+			if tc.longestWait {
+				podStartWait = maxPodStartWait
+			}
+			r := NewBindingReconciler(c, live, events.NewFakeRecorder(10), clk, Options{PodStartWait: podStartWait})
 			ctx := context.Background()
 			key := client.ObjectKeyFromObject(pvc)
 
@@ -528,8 +537,11 @@ func TestCreateBinding(t *testing.T) {
 					handOutAgain(ctx, t, c, key)
 				}
 				later := now.Add(100 * time.Millisecond)
-				if tc.handedOutAgain {
+				switch {
+				case tc.handedOutAgain:
 					later = admitted.Add(bindingPodWait)
+				case tc.longestWait:
+					later = now.Add(podStartWait)
 				}
 				clk.SetTime(later)
 				if wait, err = r.createBinding(ctx, key, later); err != nil {

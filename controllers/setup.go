@@ -116,8 +116,8 @@ func (o *Options) Validate() error {
 			"could go to another pod while that pod writes to it. Set it to at least %s (the timeout plus %s)",
 			o.OrphanGracePeriod, o.APIServerRequestTimeout, min, orphanGraceMargin)
 	}
-	if o.PodStartWait < 0 || o.PodStartWait > seenTTL {
-		return fmt.Errorf("--pod-start-wait=%s: must be between 0 (no wait) and %s", o.PodStartWait, seenTTL)
+	if o.PodStartWait < 0 || o.PodStartWait > maxPodStartWait {
+		return fmt.Errorf("--pod-start-wait=%s: must be between 0 (no wait) and %s", o.PodStartWait, maxPodStartWait)
 	}
 	if o.StrandedAttachmentTimeout < 0 {
 		return fmt.Errorf("--stranded-attachment-timeout=%s: must not be negative", o.StrandedAttachmentTimeout)
