@@ -189,17 +189,16 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 		b.Spec.Pod = seen
 	}
 	err := r.Create(ctx, b)
-	switch {
-	case err != nil:
-	case b.Spec.Pod.UID != "" && used.UID == "":
-		// The claim records the pod up to PodStartWait later (recordHeld):
-		// a binding lost before then, with its pod gone or relabelled
-		// meanwhile, is made again with the pod all the same.
+	if err == nil {
 		r.own.created(key, r.clock.Now())
-		r.seen.put(checkout, b.Spec.Pod, now)
-	default:
-		r.own.created(key, r.clock.Now())
-		r.seen.forget(checkout)
+		if b.Spec.Pod.UID != "" && used.UID == "" {
+			// The claim records the pod up to PodStartWait later (recordHeld):
+			// a binding lost before then, with its pod gone or relabelled
+			// meanwhile, is made again with the pod all the same.
+			r.seen.put(checkout, b.Spec.Pod, now)
+		} else {
+			r.seen.forget(checkout)
+		}
 	}
 	switch {
 	case apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause):
