@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"runtime/debug"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
@@ -83,7 +85,7 @@ func FuzzPodAdmission(f *testing.F) {
 		f.Add(raw, false, true)
 	}
 	f.Fuzz(func(t *testing.T, raw []byte, dryRun, warmPool bool) {
-		env.check(t, raw, dryRun, warmPool)
+		_ = env.check(t, raw, dryRun, warmPool)
 	})
 }
 
@@ -115,7 +117,7 @@ func (i *fieldIndexes) IndexField(_ context.Context, obj client.Object, field st
 	return nil
 }
 
-func newFuzzEnv(f *testing.F) *fuzzEnv {
+func newFuzzEnv(f testing.TB) *fuzzEnv {
 	f.Helper()
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
@@ -218,8 +220,9 @@ func (e *fuzzEnv) cluster(t *testing.T, warmPool bool) *fuzzCluster {
 	return &fuzzCluster{live: live, api: &struct{ client.Reader }{api}}
 }
 
-// check runs one fuzzed admission and its reinvocation.
-func (e *fuzzEnv) check(t *testing.T, raw []byte, dryRun, warmPool bool) {
+// check runs one fuzzed admission and its reinvocation, and returns the
+// pod patched, nil when the admission did not mutate it.
+func (e *fuzzEnv) check(t *testing.T, raw []byte, dryRun, warmPool bool) []byte {
 	c := e.cluster(t, warmPool)
 	m := webhook.NewPodMutator(c.live, c.api, c.live, e.decoder, clocktesting.NewFakePassiveClock(fixtures.Epoch))
 	ctx := log.IntoContext(context.Background(), logr.Discard())
@@ -235,7 +238,7 @@ func (e *fuzzEnv) check(t *testing.T, raw []byte, dryRun, warmPool bool) {
 	}
 	checkAnswer(t, resp, "the pod")
 	if !mutated {
-		return
+		return nil
 	}
 
 	patched, err := applyPatches(raw, resp)
@@ -278,6 +281,60 @@ func (e *fuzzEnv) check(t *testing.T, raw []byte, dryRun, warmPool bool) {
 	}
 	if w := changed(after, claimVersions(t, c.live)); len(w) > 0 {
 		t.Fatalf("admitting the webhook's own output again wrote claims %v", w)
+	}
+	return patched
+}
+
+// TestAdmissionKeepsUnknownFields: fields of a pod that the operator's API
+// types do not know, as a newer API server sends them, are in the pod as
+// patched, on a hit and on a miss: in its metadata, its spec, and the
+// container that the webhook adds the claim's mount to.
+func TestAdmissionKeepsUnknownFields(t *testing.T) {
+	env := newFuzzEnv(t)
+	sent := fixtures.MakePod("app", fuzzNS).FluentPVC(fuzzFPVC).Volume("data").Mount("data", "/data").Obj()
+	raw, err := json.Marshal(sent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	unknown := []string{"/metadata/futureField", "/spec/futureField", "/spec/containers/0/futureField"}
+	spec := doc["spec"].(map[string]any)
+	doc["metadata"].(map[string]any)["futureField"] = "kept"
+	spec["futureField"] = "kept"
+	spec["containers"].([]any)[0].(map[string]any)["futureField"] = "kept"
+	if raw, err = json.Marshal(doc); err != nil {
+		t.Fatal(err)
+	}
+	for name, warmPool := range map[string]bool{"hit": true, "miss": false} {
+		t.Run(name, func(t *testing.T) {
+			patched := env.check(t, raw, false, warmPool)
+			if patched == nil {
+				t.Fatal("the pod was not mutated")
+			}
+			var got any
+			if err := json.Unmarshal(patched, &got); err != nil {
+				t.Fatal(err)
+			}
+			for _, path := range unknown {
+				tokens := strings.Split(path[1:], "/")
+				v := got
+				for _, tok := range tokens {
+					switch n := v.(type) {
+					case map[string]any:
+						v = n[tok]
+					case []any:
+						i, _ := strconv.Atoi(tok)
+						v = n[i]
+					}
+				}
+				if v != "kept" {
+					t.Errorf("%s of the patched pod is %v, want \"kept\" as sent\npatched: %s", path, v, patched)
+				}
+			}
+		})
 	}
 }
 

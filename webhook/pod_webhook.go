@@ -202,7 +202,8 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	if name == "" {
 		return admission.Allowed("the pod does not opt into a FluentPVC"), resultSkipped, reasonNone
 	}
-	if pod.Namespace == "" {
+	unsetNamespace := pod.Namespace == ""
+	if unsetNamespace {
 		pod.Namespace = req.Namespace
 	}
 	if objects.IsHolder(pod) && m.Self != "" && req.UserInfo.Username == m.Self {
@@ -285,7 +286,8 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	// The API server sends JSON. The decoder would also take YAML, or
 	// numbers beyond float64, against which no JSON patch can be made once
 	// a claim was provisioned: refuse them before the claim is written.
-	// Only pods about to be mutated pay for this parse.
+	// Only pods about to be mutated pay for this parse, which podPatch
+	// reads too.
 	var doc map[string]any
 	if err := json.Unmarshal(req.Object.Raw, &doc); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the pod is not a JSON object: %w", err)), resultDenied, reasonUndecodable
@@ -327,11 +329,11 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	if stagedOn != "" {
 		objects.PreferNode(mutated, stagedOn)
 	}
-	raw, err := json.Marshal(mutated)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
+	resp := podPatch(req.Object.Raw, doc, pod, mutated, unsetNamespace)
+	if resp.Result != nil {
+		return resp, resultError, reasonNone
 	}
-	return admission.PatchResponseFromRaw(req.Object.Raw, raw), resultMutated, reasonNone
+	return resp, resultMutated, reasonNone
 }
 
 // copiedFinalizer names, for the denial of a copied manifest, the
