@@ -111,10 +111,15 @@ func pointerTokens(p string) ([]string, bool) {
 	}
 	tokens := strings.Split(p[1:], "/")
 	for i, t := range tokens {
-		tokens[i] = strings.NewReplacer("~1", "/", "~0", "~").Replace(t)
+		if strings.Contains(t, "~") {
+			tokens[i] = pointerUnescaper.Replace(t)
+		}
 	}
 	return tokens, true
 }
+
+// pointerUnescaper undoes the escapes of a JSON pointer's reference token.
+var pointerUnescaper = strings.NewReplacer("~1", "/", "~0", "~")
 
 // resolve is the value that tokens reach from doc, and whether they reach
 // one.
