@@ -287,10 +287,10 @@ func (e *fuzzEnv) check(t *testing.T, raw []byte, dryRun, warmPool bool) []byte 
 
 // TestAdmissionKeepsUnknownFields: fields of a pod that the operator's API
 // types do not know, as a newer API server sends them, are in the pod as
-// patched, on a hit and on a miss: in its metadata, its spec, and the
-// container that the webhook adds the claim's mount to.
+// patched, on a hit and on a miss, with the sidecar a native one or
+// appended to the containers: in its metadata, its spec, and the container
+// that the webhook adds the claim's mount to.
 func TestAdmissionKeepsUnknownFields(t *testing.T) {
-	env := newFuzzEnv(t)
 	sent := fixtures.MakePod("app", fuzzNS).FluentPVC(fuzzFPVC).Volume("data").Mount("data", "/data").Obj()
 	raw, err := json.Marshal(sent)
 	if err != nil {
@@ -308,33 +308,42 @@ func TestAdmissionKeepsUnknownFields(t *testing.T) {
 	if raw, err = json.Marshal(doc); err != nil {
 		t.Fatal(err)
 	}
-	for name, warmPool := range map[string]bool{"hit": true, "miss": false} {
-		t.Run(name, func(t *testing.T) {
-			patched := env.check(t, raw, false, warmPool)
-			if patched == nil {
-				t.Fatal("the pod was not mutated")
-			}
-			var got any
-			if err := json.Unmarshal(patched, &got); err != nil {
-				t.Fatal(err)
-			}
-			for _, path := range unknown {
-				tokens := strings.Split(path[1:], "/")
-				v := got
-				for _, tok := range tokens {
-					switch n := v.(type) {
-					case map[string]any:
-						v = n[tok]
-					case []any:
-						i, _ := strconv.Atoi(tok)
-						v = n[i]
+	for _, mode := range []v1alpha1.SidecarMode{v1alpha1.SidecarModeNative, v1alpha1.SidecarModeContainer} {
+		for name, warmPool := range map[string]bool{"hit": true, "miss": false} {
+			t.Run(string(mode)+", "+name, func(t *testing.T) {
+				env := newFuzzEnv(t)
+				env.fpvc.Spec.SidecarMode = mode
+				patched := env.check(t, raw, false, warmPool)
+				if patched == nil {
+					t.Fatal("the pod was not mutated")
+				}
+				var got any
+				if err := json.Unmarshal(patched, &got); err != nil {
+					t.Fatal(err)
+				}
+				for _, path := range unknown {
+					tokens := strings.Split(path[1:], "/")
+					v := got
+					for _, tok := range tokens {
+						switch n := v.(type) {
+						case map[string]any:
+							v = n[tok]
+						case []any:
+							if i, err := strconv.Atoi(tok); err == nil && i < len(n) {
+								v = n[i]
+							} else {
+								v = nil
+							}
+						default:
+							v = nil
+						}
+					}
+					if v != "kept" {
+						t.Errorf("%s of the patched pod is %v, want \"kept\" as sent\npatched: %s", path, v, patched)
 					}
 				}
-				if v != "kept" {
-					t.Errorf("%s of the patched pod is %v, want \"kept\" as sent\npatched: %s", path, v, patched)
-				}
-			}
-		})
+			})
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
@@ -16,11 +18,12 @@ import (
 // as this operator encodes pods, so it touches only what the webhook
 // changed: a field that the API server sends and this operator's API types
 // do not know (a newer Kubernetes' field) is kept, where a difference with
-// raw itself would remove it. When an operation of that patch would not
-// apply to raw (a pod not encoded as the API server encodes pods), the
-// patch is the difference with raw. unsetNamespace: the namespace of pod
-// was set from the request, raw has none.
-func podPatch(raw []byte, doc any, pod, mutated *corev1.Pod, unsetNamespace bool) admission.Response {
+// raw itself would remove it. When appliesTo cannot tell that every
+// operation of that patch applies to raw (a pod not encoded as the API
+// server encodes pods), the patch is the difference with raw, and a debug
+// log says so. unsetNamespace: the namespace of pod was set from the
+// request, raw has none.
+func podPatch(ctx context.Context, raw []byte, doc any, pod, mutated *corev1.Pod, unsetNamespace bool) admission.Response {
 	after, err := json.Marshal(mutated)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
@@ -36,6 +39,7 @@ func podPatch(raw []byte, doc any, pod, mutated *corev1.Pod, unsetNamespace bool
 	if resp := admission.PatchResponseFromRaw(before, after); resp.Result == nil && appliesTo(doc, resp.Patches) {
 		return resp
 	}
+	log.FromContext(ctx).V(1).Info("the pod's patch is made against the pod as sent, which it does not decode to: fields this operator does not know are removed")
 	return admission.PatchResponseFromRaw(raw, after)
 }
 
@@ -43,29 +47,34 @@ func podPatch(raw []byte, doc any, pod, mutated *corev1.Pod, unsetNamespace bool
 // parsed into Go values, as far as it can tell without applying it: every
 // "add" goes into an object or array that doc has, within an array at most
 // one past its end as earlier adds left it, and every "replace" or
-// "remove" finds its member in doc, in no array that an earlier operation
-// changed. Anything else, a "move" or "copy" for one, is a no: a yes is
+// "remove" finds its member in doc. No operation may reach below what an
+// earlier one set or removed, nor below an element of an array whose
+// elements an earlier one moved (an add before its end, a remove); adds
+// at an array's end move none, so its elements that doc has stay where
+// they are. Anything else, a "move" or "copy" for one, is a no: a yes is
 // never wrong.
 func appliesTo(doc any, ops []jsonpatch.Operation) bool {
-	// grown counts the elements earlier adds put into each array of doc,
-	// by path; shrunk are the arrays that earlier removes took one from.
-	grown, shrunk := map[string]int{}, map[string]bool{}
+	// grown counts the elements that earlier adds put at the end of each
+	// array of doc, by path; moved are the arrays whose elements earlier
+	// operations moved; set are the paths earlier operations set or removed.
+	grown, moved := map[string]int{}, map[string]bool{}
+	set := make([]string, 0, len(ops))
 	for _, op := range ops {
 		tokens, ok := pointerTokens(op.Path)
 		if !ok || len(tokens) == 0 {
 			return false
 		}
-		for path := range grown {
-			if strings.HasPrefix(op.Path, path+"/") && (op.Operation != "add" || len(tokens) != strings.Count(path, "/")+1) {
-				return false // below an element of an array that grew
-			}
-		}
-		for path := range shrunk {
-			if strings.HasPrefix(op.Path, path+"/") {
-				return false // in an array that shrank
-			}
-		}
 		parentPath := op.Path[:strings.LastIndex(op.Path, "/")]
+		for _, p := range set {
+			if strings.HasPrefix(op.Path, p+"/") {
+				return false // below what an earlier operation set or removed
+			}
+		}
+		for p := range moved {
+			if strings.HasPrefix(op.Path, p+"/") && (op.Operation != "add" || parentPath != p) {
+				return false // in an array whose elements moved
+			}
+		}
 		parent, ok := resolve(doc, tokens[:len(tokens)-1])
 		if !ok {
 			return false
@@ -76,11 +85,16 @@ func appliesTo(doc any, ops []jsonpatch.Operation) bool {
 			switch p := parent.(type) {
 			case map[string]any:
 			case []any:
+				n := len(p) + grown[parentPath]
+				i := n
 				if last != "-" {
-					i, err := strconv.Atoi(last)
-					if err != nil || i < 0 || i > len(p)+grown[parentPath] || last != strconv.Itoa(i) {
+					var err error
+					if i, err = strconv.Atoi(last); err != nil || i < 0 || i > n || last != strconv.Itoa(i) {
 						return false
 					}
+				}
+				if i < n {
+					moved[parentPath] = true
 				}
 				grown[parentPath]++
 			default:
@@ -91,11 +105,12 @@ func appliesTo(doc any, ops []jsonpatch.Operation) bool {
 				return false
 			}
 			if _, ok := parent.([]any); ok && op.Operation == "remove" {
-				shrunk[parentPath] = true
+				moved[parentPath] = true
 			}
 		default:
 			return false
 		}
+		set = append(set, op.Path)
 	}
 	return true
 }

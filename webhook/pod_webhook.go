@@ -329,7 +329,7 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	if stagedOn != "" {
 		objects.PreferNode(mutated, stagedOn)
 	}
-	resp := podPatch(req.Object.Raw, doc, pod, mutated, unsetNamespace)
+	resp := podPatch(ctx, req.Object.Raw, doc, pod, mutated, unsetNamespace)
 	if resp.Result != nil {
 		return resp, resultError, reasonNone
 	}
