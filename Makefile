@@ -267,7 +267,7 @@ bench: bins ## Measure pod start-up (modes a-e and the no-op webhook control w),
 	flock $(REAL_NODE_LOCK) go run ./test/bench $(BENCH_FLAGS)
 
 .PHONY: bench-smoke
-bench-smoke: bins ## Run the benchmark's reduced mode (a few pods per mode, every tier) to check that it still works (about 5 min).
+bench-smoke: bins ## Run the benchmark's reduced mode (a few pods per mode, every tier) to check that it still works (about 8 min).
 	@if hack/real-node-deps.sh; then $(MAKE) --no-print-directory real-node-bins images csi-bins || echo "bench: could not prepare the real node (see above)"; fi
 	flock $(REAL_NODE_LOCK) go run ./test/bench -smoke
 

@@ -112,6 +112,8 @@ func (c config) runs(tier string) bool {
 }
 
 // smokeDefaults replace the defaults of the flags not set under -smoke.
+// The timeout bounds a run that takes 7 to 8 minutes on two slow cores,
+// with room to spare: it catches a hang, not a slow machine.
 var smokeDefaults = map[string]string{
 	"name":           "bench-smoke",
 	"delay":          "2s",
@@ -127,7 +129,7 @@ var smokeDefaults = map[string]string{
 	"real-n":         "3",
 	"csi-n":          "1",
 	"extra-nodes":    "100",
-	"timeout":        "8m",
+	"timeout":        "15m",
 }
 
 func parseFlags(args []string) (config, error) {
@@ -137,7 +139,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.Name, "name", "bench", "name of the simulated cluster (state in .kwok/<name>)")
 	fs.IntVar(&c.N, "n", 40, "pods per start-up mode and run")
 	fs.DurationVar(&c.Delay, "delay", 5*time.Second, "the test provisioner's delay per volume (L)")
-	fs.BoolVar(&c.Smoke, "smoke", false, "a reduced run (about 3 minutes) that writes to a temp dir unless -out is set")
+	fs.BoolVar(&c.Smoke, "smoke", false, "a reduced run (about 8 minutes) that writes to a temp dir unless -out is set")
 	fs.StringVar(&c.Out, "out", "", "directory of the results (default test/bench/results, or a temp dir with -smoke)")
 	fs.StringVar(&levels, "levels", "1,10,50", "concurrency levels of the admission latency")
 	fs.IntVar(&c.AdmissionPods, "admission-pods", 100, "pods per admission level (and the hit pool's size)")
