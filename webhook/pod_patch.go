@@ -54,8 +54,8 @@ func podPatch(ctx context.Context, raw []byte, doc any, pod, mutated *corev1.Pod
 // they are. Anything else, a "move" or "copy" for one, is a no: a yes is
 // never wrong.
 func appliesTo(doc any, ops []jsonpatch.Operation) bool {
-	// grown counts the elements that earlier adds put at the end of each
-	// array of doc, by path; moved are the arrays whose elements earlier
+	// grown counts the elements that earlier adds put into each array of
+	// doc, less those earlier removes took, by path; moved are the arrays whose elements earlier
 	// operations moved; set are the paths earlier operations set or removed.
 	grown, moved := map[string]int{}, map[string]bool{}
 	set := make([]string, 0, len(ops))
@@ -106,6 +106,7 @@ func appliesTo(doc any, ops []jsonpatch.Operation) bool {
 			}
 			if _, ok := parent.([]any); ok && op.Operation == "remove" {
 				moved[parentPath] = true
+				grown[parentPath]--
 			}
 		default:
 			return false

@@ -42,6 +42,7 @@ func TestAppliesTo(t *testing.T) {
 		"removing what is not there":                 {ops: []jsonpatch.Operation{op("remove", "/spec/containers/1")}},
 		"removing an element":                        {ops: []jsonpatch.Operation{op("remove", "/spec/containers/0")}, want: true},
 		"into an array after a remove":               {ops: []jsonpatch.Operation{op("remove", "/spec/containers/0"), add("/spec/containers/0")}, want: true},
+		"past the end after a remove":                {ops: []jsonpatch.Operation{op("remove", "/spec/containers/0"), add("/spec/containers/1")}},
 		"into an element of an array after a remove": {ops: []jsonpatch.Operation{op("remove", "/spec/containers/0"), add("/spec/containers/0/env")}},
 		"the whole document":                         {ops: []jsonpatch.Operation{op("replace", "")}},
 		"not a pointer":                              {ops: []jsonpatch.Operation{add("spec")}},
