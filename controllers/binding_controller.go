@@ -146,14 +146,35 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 		pod = &pods.Items[0]
 	}
 	checkout := seenKeyOf(pvc)
+	if r.ownClaims.stale(key, pvc.ResourceVersion, now) {
+		// The cache has not seen this reconciler's record of the pod on
+		// the claim yet; the record's event reconciles it again.
+		return ownWriteTTL, nil
+	}
 	seen, wasSeen := r.seen.get(checkout, now)
 	if pod != nil || !wasSeen {
 		if wait := awaitPod(pvc, pod != nil, now); wait > 0 {
 			return wait, nil
 		}
-		if used, _ := claim.PodOf(pvc); used.UID == "" && pod != nil {
+		if used, _ := claim.PodOf(pvc); pod != nil && (used.UID == "" || used.UID == pod.UID) {
+			id := v1alpha1.ObjectIdentity{Name: pod.Name, UID: pod.UID}
 			if wait := awaitScheduling(pod, now, r.opts.PodStartWait); wait > 0 {
-				r.seen.put(checkout, v1alpha1.ObjectIdentity{Name: pod.Name, UID: pod.UID}, now)
+				r.seen.put(checkout, id, now)
+				return wait, nil
+			}
+			if wait := recordHeld(pod, now, r.opts.PodStartWait); wait > 0 {
+				// Scheduled and starting: the claim records the pod now, which
+				// refuses a copy of its manifest and proves the claim holds
+				// its data, and the binding waits (see pod_start.go).
+				if used.UID == "" {
+					before := pvc.ResourceVersion
+					if _, err := r.writeClaim(ctx, pvc, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
+						return claim.RecordPod(c, id)
+					}); err != nil {
+						return 0, fmt.Errorf("recording pod %s on claim %s: %w", pod.Name, key, err)
+					}
+					r.ownClaims.wrote(key, before, now)
+				}
 				return wait, nil
 			}
 		}

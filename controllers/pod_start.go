@@ -17,20 +17,24 @@ import (
 )
 
 // A hit's admission makes one API write, the checkout. Three writes follow
-// it that the pod's start does not need, and they wait while pods start,
-// so that a burst of pods meets the API server with little else:
+// it that the pod's start does not need, and each waits as long as the
+// pod's data allows, so that a burst of pods meets the API server with
+// little else:
 //
-//   - The binding waits while its own pod is not scheduled
-//     (awaitScheduling), up to Options.PodStartWait after the pod's
-//     creation. A pod with no node has run nothing, so it cannot have
-//     written to the claim, and the claim itself records the binding's
-//     name and the admission time meanwhile. Once the pod is scheduled its
-//     containers may write, and from then on the binding records it, so
-//     that a copy of the pod's manifest is refused even if the pod is
-//     force-deleted.
-//   - The claim's own record of the pod (claim.RecordPod), which outlives
-//     a lost binding, waits while the pod lives, up to PodStartWait after
-//     its creation (recordHeld). The binding records the pod meanwhile.
+//   - The claim's own record of the pod (claim.RecordPod) waits while the
+//     pod is not scheduled (awaitScheduling), up to Options.PodStartWait
+//     after the pod's creation. A pod with no node has run nothing, so it
+//     cannot have written to the claim, and the claim itself records the
+//     binding's name and the admission time meanwhile. Once the pod is
+//     scheduled its containers may write, and from then on the claim
+//     records it, so that a copy of the pod's manifest is refused and the
+//     claim is drained even if the pod is force-deleted. The record is a
+//     patch of a built-in object, which costs the API server a fraction of
+//     a custom resource's create.
+//   - The binding waits while its pod lives, up to PodStartWait after the
+//     pod's creation (recordHeld), and is made at once when the pod goes
+//     or finishes. The claim records the pod meanwhile; the binding is
+//     made from that record, as one lost is made again.
 //   - The pool's refill of the warm PVC taken waits while any pod with the
 //     opt-in label is starting (startGate), up to PodStartWait after the
 //     pod's creation (refillHeld). A refill has no part in any pod's data.
@@ -72,10 +76,12 @@ func awaitScheduling(pod *corev1.Pod, now time.Time, wait time.Duration) time.Du
 	return max(0, pod.CreationTimestamp.Add(wait).Sub(now))
 }
 
-// recordHeld is how long, at now, the claim's record of its pod, as
-// cached or read live (nil: gone), waits: up to wait after the pod's
+// recordHeld is how long, at now, the binding of a scheduled pod, as
+// cached or read live (nil: gone), waits, and a binding's record of its
+// pod on a claim that does not record it yet: up to wait after the pod's
 // creation while the pod lives; 0 to write it now, as for a pod being
-// deleted or finished, whose drain the record must precede.
+// deleted or finished, whose drain the binding and the record must
+// precede.
 func recordHeld(pod *corev1.Pod, now time.Time, wait time.Duration) time.Duration {
 	if pod == nil || wait <= 0 || !pod.DeletionTimestamp.IsZero() || podFinished(pod) {
 		return 0

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -471,6 +472,8 @@ func TestCreateBinding(t *testing.T) {
 	now := admitted.Add(300 * time.Millisecond)
 	cases := map[string]struct {
 		node string
+		// deleting: the pod is being deleted.
+		deleting bool
 		// goneWhileWaiting: the binding waits, and the pod goes meanwhile.
 		goneWhileWaiting bool
 		// handedOutAgain: then the claim records another checkout, and no
@@ -481,7 +484,7 @@ func TestCreateBinding(t *testing.T) {
 		// the cached one.
 		liveCheckout string
 		// lostWithPod: once made, the binding is deleted, and so is the
-		// pod, before the claim records the pod.
+		// pod.
 		lostWithPod bool
 		// longestWait: PodStartWait is the longest allowed, and the next
 		// reconcile comes as late after the wait's end as the first came
@@ -489,18 +492,21 @@ func TestCreateBinding(t *testing.T) {
 		longestWait bool
 	}{
 		"scheduled, with another pod starting":                                 {node: "n"},
+		"scheduled, then force-deleted before the binding":                     {node: "n", goneWhileWaiting: true},
+		"scheduled and being deleted":                                          {node: "n", deleting: true},
 		"gone before its node":                                                 {goneWhileWaiting: true},
 		"gone before its node, at the longest wait":                            {goneWhileWaiting: true, longestWait: true},
 		"gone before its node, the claim handed out again":                     {goneWhileWaiting: true, handedOutAgain: true},
 		"scheduled, the claim handed out again since the cached copy":          {node: "n", liveCheckout: "later"},
-		"scheduled, the binding lost with the pod before the claim records it": {node: "n", lostWithPod: true},
+		"scheduled, the binding lost with the pod":                             {node: "n", lostWithPod: true},
 		"scheduled, the binding lost with the pod, the claim handed out again": {node: "n", lostWithPod: true, handedOutAgain: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
 			pvc := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
-			own := startPod("p", "c", corev1.PodPending, admitted, false)
+			pvc.UID = "c-uid"
+			own := startPod("p", "c", corev1.PodPending, admitted, tc.deleting)
 			own.Spec.NodeName = tc.node
 			other := startPod("q", "d", corev1.PodPending, now, false)
 			c := fakeAPI(t, interceptor.Funcs{}, pvc, own, other)
@@ -518,21 +524,52 @@ func TestCreateBinding(t *testing.T) {
 			r := NewBindingReconciler(c, live, events.NewFakeRecorder(10), clk, Options{PodStartWait: podStartWait})
 			ctx := context.Background()
 			key := client.ObjectKeyFromObject(pvc)
+			ownID := v1alpha1.ObjectIdentity{Name: own.Name, UID: own.UID}
+			noBinding := func(why string) {
+				t.Helper()
+				if err := c.Get(ctx, key, &v1alpha1.FluentPVCBinding{}); !apierrors.IsNotFound(err) {
+					t.Fatalf("a binding was made %s (err %v)", why, err)
+				}
+			}
+			// deletePod deletes own, its test finalizer first.
+			deletePod := func() {
+				t.Helper()
+				if tc.deleting {
+					if err := c.Get(ctx, client.ObjectKeyFromObject(own), own); err != nil {
+						t.Fatal(err)
+					}
+					own.Finalizers = nil
+					if err := c.Update(ctx, own); err != nil && !apierrors.IsNotFound(err) {
+						t.Fatal(err)
+					}
+				}
+				if err := c.Delete(ctx, own); err != nil && !apierrors.IsNotFound(err) {
+					t.Fatal(err)
+				}
+			}
 
 			wait, err := r.createBinding(ctx, key, now)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tc.goneWhileWaiting {
+			scheduled := tc.node != "" && !tc.deleting
+			if tc.goneWhileWaiting || scheduled {
 				if wait == 0 {
-					t.Fatal("createBinding while its pod has no node made the binding; want a wait")
+					t.Fatal("createBinding for a starting pod made the binding; want a wait")
 				}
-				if err := c.Get(ctx, key, &v1alpha1.FluentPVCBinding{}); !apierrors.IsNotFound(err) {
-					t.Fatalf("a binding was made while its pod has no node (err %v)", err)
-				}
-				if err := c.Delete(ctx, own); err != nil {
+				noBinding("while its pod starts")
+				got := &corev1.PersistentVolumeClaim{}
+				if err := c.Get(ctx, key, got); err != nil {
 					t.Fatal(err)
 				}
+				if used, _ := claim.PodOf(got); scheduled && used != ownID {
+					t.Fatalf("the claim of a scheduled pod records pod %v, want %v", used, ownID)
+				} else if !scheduled && used.UID != "" {
+					t.Fatalf("the claim of a pod with no node records pod %v", used)
+				}
+			}
+			if tc.goneWhileWaiting {
+				deletePod()
 				if tc.handedOutAgain {
 					handOutAgain(ctx, t, c, key)
 				}
@@ -547,17 +584,23 @@ func TestCreateBinding(t *testing.T) {
 				if wait, err = r.createBinding(ctx, key, later); err != nil {
 					t.Fatal(err)
 				}
+			} else if scheduled {
+				// Once the pod's start is over, the binding is made.
+				later := admitted.Add(podStartWait)
+				clk.SetTime(later)
+				if wait, err = r.createBinding(ctx, key, later); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if tc.lostWithPod {
 				if wait != 0 {
 					t.Fatalf("createBinding = %s; want the binding made", wait)
 				}
-				for _, o := range []client.Object{&v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, own} {
-					if err := c.Delete(ctx, o); err != nil {
-						t.Fatal(err)
-					}
+				if err := c.Delete(ctx, &v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}); err != nil {
+					t.Fatal(err)
 				}
-				later := now.Add(500 * time.Millisecond)
+				deletePod()
+				later := admitted.Add(podStartWait + 500*time.Millisecond)
 				if tc.handedOutAgain {
 					handOutAgain(ctx, t, c, key)
 					later = admitted.Add(bindingPodWait)
@@ -572,9 +615,7 @@ func TestCreateBinding(t *testing.T) {
 				if wait == 0 {
 					t.Error("createBinding = 0; want a wait")
 				}
-				if err := c.Get(ctx, key, &v1alpha1.FluentPVCBinding{}); !apierrors.IsNotFound(err) {
-					t.Errorf("a binding was made for the later checkout with what was found for the cached one (err %v)", err)
-				}
+				noBinding("for the later checkout with what was found for the cached one")
 				return
 			case tc.handedOutAgain:
 				if wait != 0 {
@@ -596,20 +637,22 @@ func TestCreateBinding(t *testing.T) {
 			if err := c.Get(ctx, key, b); err != nil {
 				t.Fatal(err)
 			}
-			if want := (v1alpha1.ObjectIdentity{Name: own.Name, UID: own.UID}); b.Spec.Pod != want {
-				t.Errorf("the binding records pod %v, want %v", b.Spec.Pod, want)
+			if b.Spec.Pod != ownID {
+				t.Errorf("the binding records pod %v, want %v", b.Spec.Pod, ownID)
 			}
 		})
 	}
 }
 
-// handOutAgain gives claim key another checkout's ID.
+// handOutAgain gives claim key another checkout's ID, without a record of
+// the last checkout's pod, as a claim returned and handed out again has.
 func handOutAgain(ctx context.Context, t *testing.T, c client.Client, key client.ObjectKey) {
 	t.Helper()
 	again := &corev1.PersistentVolumeClaim{}
 	if err := c.Get(ctx, key, again); err != nil {
 		t.Fatal(err)
 	}
+	delete(again.Annotations, v1alpha1.UsedByPodAnnotationKey)
 	again.Annotations[v1alpha1.CheckoutIDAnnotationKey] = "again"
 	if err := c.Update(ctx, again); err != nil {
 		t.Fatal(err)
