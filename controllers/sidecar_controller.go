@@ -10,7 +10,9 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
@@ -113,10 +115,29 @@ func appsStopped(pod *corev1.Pod) bool {
 	return true
 }
 
-// SetupWithManager registers the reconciler; it sees only labelled pods.
+// sidecarMayHaveFailed is false for a pod whose sidecar, named at its
+// admission, did not fail (sidecarFailure), so that its reconcile would
+// read the FluentPVC for nothing: every labelled pod's every event, most
+// of them in its start, would. A pod admitted by an earlier version, whose
+// sidecar is named only by its FluentPVC, may have failed.
+func sidecarMayHaveFailed(obj client.Object) bool {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return true
+	}
+	name := objects.PodSidecar(pod, "")
+	if name == "" {
+		return true
+	}
+	_, failed := sidecarFailure(pod, name)
+	return failed
+}
+
+// SetupWithManager registers the reconciler; it sees only labelled pods,
+// and of those only the ones whose sidecar may have failed.
 func (r *SidecarReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("sidecar").
-		For(&corev1.Pod{}).
+		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(sidecarMayHaveFailed))).
 		Complete(quietConflicts(r))
 }

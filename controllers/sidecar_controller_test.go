@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -62,6 +63,39 @@ func TestSidecarFailure(t *testing.T) {
 			code, failed := sidecarFailure(pod, "sidecar")
 			if code != tc.wantCode || failed != tc.wantFailed {
 				t.Errorf("sidecarFailure = (%d, %v), want (%d, %v)", code, failed, tc.wantCode, tc.wantFailed)
+			}
+		})
+	}
+}
+
+func TestSidecarMayHaveFailed(t *testing.T) {
+	exited := func(name string, code int32) corev1.ContainerStatus {
+		return corev1.ContainerStatus{Name: name, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code}}}
+	}
+	running := corev1.ContainerStatus{Name: "app", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+	cases := map[string]struct {
+		sidecar    string
+		containers []corev1.ContainerStatus
+		want       bool
+	}{
+		"starting, no status yet":                 {sidecar: "sidecar"},
+		"running":                                 {sidecar: "sidecar", containers: []corev1.ContainerStatus{running, {Name: "sidecar"}}},
+		"the named sidecar exited 1":              {sidecar: "sidecar", containers: []corev1.ContainerStatus{running, exited("sidecar", 1)}, want: true},
+		"the app exited 1":                        {sidecar: "sidecar", containers: []corev1.ContainerStatus{exited("app", 1), {Name: "sidecar"}}},
+		"admitted by an earlier version, running": {containers: []corev1.ContainerStatus{running}, want: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "p"},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app"}, {Name: "sidecar"}}},
+				Status:     corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: tc.containers},
+			}
+			if tc.sidecar != "" {
+				pod.Annotations = map[string]string{v1alpha1.SidecarAnnotationKey: tc.sidecar}
+			}
+			if got := sidecarMayHaveFailed(pod); got != tc.want {
+				t.Errorf("sidecarMayHaveFailed = %v, want %v", got, tc.want)
 			}
 		})
 	}
