@@ -168,12 +168,15 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 				// its data, and the binding waits (see pod_start.go).
 				if used.UID == "" {
 					before := pvc.ResourceVersion
-					if _, err := r.writeClaim(ctx, pvc, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
+					written, err := r.writeClaim(ctx, pvc, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
 						return claim.RecordPod(c, id)
-					}); err != nil {
+					})
+					if err != nil {
 						return 0, fmt.Errorf("recording pod %s on claim %s: %w", pod.Name, key, err)
 					}
-					r.ownClaims.wrote(key, before, now)
+					if written != nil {
+						r.ownClaims.wrote(key, before, now)
+					}
 				}
 				return wait, nil
 			}

@@ -644,6 +644,36 @@ func TestCreateBinding(t *testing.T) {
 	}
 }
 
+// TestCreateBindingRecordLost: a record of the pod that finds the claim
+// gone (deleted after the cache's copy) leaves no own write behind, so
+// that the next reconcile, on a cache that still has the claim, is not
+// held back waiting for that write's event.
+func TestCreateBindingRecordLost(t *testing.T) {
+	admitted := fixtures.Epoch
+	now := admitted.Add(300 * time.Millisecond)
+	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+	pvc := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
+	pvc.UID = "c-uid"
+	own := startPod("p", "c", corev1.PodPending, admitted, false)
+	own.Spec.NodeName = "n"
+	gone := interceptor.Funcs{Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+		return apierrors.NewNotFound(corev1.Resource("persistentvolumeclaims"), "c")
+	}}
+	c := fakeAPI(t, gone, pvc, own)
+	podStartWait := 2 * time.Second
+	r := NewBindingReconciler(c, c, events.NewFakeRecorder(10), clocktesting.NewFakePassiveClock(now), Options{PodStartWait: podStartWait})
+	key := client.ObjectKeyFromObject(pvc)
+	for i := range 2 {
+		wait, err := r.createBinding(context.Background(), key, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wait <= 0 || wait > podStartWait {
+			t.Fatalf("createBinding #%d = %s; want a wait within the pod's start (%s)", i+1, wait, podStartWait)
+		}
+	}
+}
+
 // handOutAgain gives claim key another checkout's ID, without a record of
 // the last checkout's pod, as a claim returned and handed out again has.
 func handOutAgain(ctx context.Context, t *testing.T, c client.Client, key client.ObjectKey) {
