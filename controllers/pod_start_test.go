@@ -140,6 +140,10 @@ func TestRefillHeld(t *testing.T) {
 	deleting.DeletionTimestamp = &metav1.Time{Time: admitted}
 	noTime := hit.DeepCopy()
 	delete(noTime.Annotations, v1alpha1.AdmittedAtAnnotationKey)
+	recorded := hit.DeepCopy()
+	recorded.Annotations[v1alpha1.UsedByPodAnnotationKey] = "p/p-uid"
+	scheduled := startPod("p", "c", corev1.PodPending, admitted, false)
+	scheduled.Spec.NodeName = "n"
 	soon := admitted.Add(300 * time.Millisecond)
 	cases := map[string]struct {
 		pvc      *corev1.PersistentVolumeClaim
@@ -148,7 +152,10 @@ func TestRefillHeld(t *testing.T) {
 		now      time.Time
 		want     time.Duration
 	}{
-		"a hit while pods start":    {pvc: hit, starting: true, now: soon, want: startPoll},
+		"a hit while pods start": {pvc: hit, starting: true, now: soon, want: startPoll},
+		"a hit that records its scheduled pod, while pods start": {
+			pvc: recorded, pod: scheduled, starting: true, now: soon, want: startPoll,
+		},
 		"a hit once no pod starts":  {pvc: hit, now: soon},
 		"a hit after the wait":      {pvc: hit, starting: true, now: admitted.Add(time.Minute)},
 		"a miss took no warm PVC":   {pvc: miss, starting: true, now: soon},

@@ -390,9 +390,8 @@ func (r *PoolReconciler) observeStarting(ctx context.Context, claimed []corev1.P
 	var busy *bool // whether pods are starting, read once if needed
 	for i := range claimed {
 		c := &claimed[i]
-		// Of the recent hits, only those with no pod recorded have their
-		// pods looked up.
-		if missed[c.Namespace] || !recent(c) || !unrecordedHit(c) {
+		// Only the recent hits have their pods looked up.
+		if missed[c.Namespace] || !recent(c) || !heldHit(c) {
 			continue
 		}
 		var pods corev1.PodList
@@ -437,9 +436,11 @@ const admittedSkew = 5 * time.Second
 // was waits before it looks again (holdFollowUp), while pods are starting
 // (starting), up to wait after its pod's creation (pod, as cached; nil:
 // not cached yet, and the admission time stands for it); 0 for a claim
-// that was no warm PVC (a miss), records its pod, or is being deleted.
+// that was no warm PVC (a miss) or is being deleted. A claim records its
+// pod once the pod is scheduled, while it still starts: the record ends
+// no wait.
 func refillHeld(c *corev1.PersistentVolumeClaim, pod *corev1.Pod, starting bool, now time.Time, wait time.Duration) time.Duration {
-	if !unrecordedHit(c) {
+	if !heldHit(c) {
 		return 0
 	}
 	start, ok := claim.AdmittedAt(c.Annotations)
@@ -454,15 +455,11 @@ func refillHeld(c *corev1.PersistentVolumeClaim, pod *corev1.Pod, starting bool,
 	return holdFollowUp(start, starting, now, wait)
 }
 
-// unrecordedHit reports whether claim c was a warm PVC handed out on a
-// hit, records no pod yet and is not being deleted: the claims whose
-// refill may wait for starting pods.
-func unrecordedHit(c *corev1.PersistentVolumeClaim) bool {
-	if c.Annotations[v1alpha1.CheckoutAnnotationKey] != v1alpha1.CheckoutHit || !c.DeletionTimestamp.IsZero() {
-		return false
-	}
-	used, _ := claim.PodOf(c)
-	return used.UID == ""
+// heldHit reports whether claim c was a warm PVC handed out on a hit and
+// is not being deleted: the claims whose refill may wait for starting
+// pods.
+func heldHit(c *corev1.PersistentVolumeClaim) bool {
+	return c.Annotations[v1alpha1.CheckoutAnnotationKey] == v1alpha1.CheckoutHit && c.DeletionTimestamp.IsZero()
 }
 
 // storageClass is class name, or the default class when name is nil; nil
