@@ -51,9 +51,11 @@ func Execute(ctx context.Context, c client.Writer, w Write) error {
 var verbs = map[Op]string{OpCreate: "creating", OpUpdate: "updating", OpPatch: "patching", OpGuardedPatch: "patching", OpDelete: "deleting"}
 
 // guardedPatch is the JSON patch of GuardedPatch w: tests of the claim's
-// UID, its claim-role label as read and its checkout token, then an add
-// of each annotation (which replaces one present). The object as read has
-// annotations, the token among them.
+// UID, its claim-role label as read, its checkout token and each
+// annotation it writes that the object as read has, at its value as read
+// (so that of two writers that read one record, the second fails), then
+// an add of each annotation (which replaces one present). The object as
+// read has annotations, the token among them.
 func guardedPatch(w Write) ([]byte, error) {
 	role := w.From.Labels[v1alpha1.ClaimRoleLabelKey]
 	if w.Precondition.UID == "" || w.Precondition.CheckoutID == "" || role == "" {
@@ -69,6 +71,11 @@ func guardedPatch(w Write) ([]byte, error) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	for _, k := range keys {
+		if v, ok := w.From.Annotations[k]; ok {
+			ops = append(ops, map[string]any{"op": "test", "path": "/metadata/annotations/" + pointerEscape(k), "value": v})
+		}
+	}
 	for _, k := range keys {
 		ops = append(ops, map[string]any{"op": "add", "path": "/metadata/annotations/" + pointerEscape(k), "value": w.Annotations[k]})
 	}

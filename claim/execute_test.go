@@ -18,7 +18,8 @@ import (
 // others wrote it: the PV binder's annotation and the pvc-protection
 // finalizer, written just after a miss's claim is made, do not fail it
 // (they failed it on the version read, one write in two on a miss); a new
-// checkout of the claim, a role left, or another claim of the name do.
+// checkout of the claim, a role left, another pod recorded, or another
+// claim of the name do.
 func TestExecuteRecordPod(t *testing.T) {
 	read := newClaimed()
 	read.UID = "uid-1"
@@ -38,7 +39,10 @@ func TestExecuteRecordPod(t *testing.T) {
 		}},
 		"checked out again since":    {since: func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.CheckoutIDAnnotationKey] = "next" }, wantErr: true},
 		"returned to the pool since": {since: func(c *corev1.PersistentVolumeClaim) { c.Labels[v1alpha1.ClaimRoleLabelKey] = v1alpha1.ClaimRoleWarm }, wantErr: true},
-		"another claim of the name":  {since: func(*corev1.PersistentVolumeClaim) {}, wantErr: true},
+		"another pod recorded since": {since: func(c *corev1.PersistentVolumeClaim) {
+			c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "other/other-uid"
+		}, wantErr: true},
+		"another claim of the name": {since: func(*corev1.PersistentVolumeClaim) {}, wantErr: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

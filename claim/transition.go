@@ -30,10 +30,11 @@ const (
 	OpDelete Op = "delete"
 	// OpGuardedPatch sets Write.Annotations with a JSON patch that first
 	// tests what the transition was decided on, instead of the
-	// resourceVersion read: the object's UID, its claim-role label and its
-	// checkout token (Precondition). Other writers' changes in between (the
-	// PV binder's annotations, the pvc-protection finalizer) do not fail
-	// it; a new checkout, or a role left, does.
+	// resourceVersion read: the object's UID, its claim-role label, its
+	// checkout token (Precondition) and the annotations it writes, as read.
+	// Other writers' changes in between (the PV binder's annotations, the
+	// pvc-protection finalizer) do not fail it; a new checkout, a role
+	// left, or another record written since, does.
 	OpGuardedPatch Op = "guarded-patch"
 )
 
