@@ -130,7 +130,9 @@ const cacheBehindCheckout = time.Second
 // every binding is born, and how one lost by hand is remade, so that no
 // claim is ever left without the record that drains it. It returns how
 // long to wait instead when the claim's pod may come within moments
-// (awaitPod), or is not scheduled yet (awaitScheduling).
+// (awaitPod), is not scheduled yet (awaitScheduling), or is scheduled and
+// still within its start (recordHeld): then it records the pod on the
+// claim first, and the binding is made from that record.
 func (r *BindingReconciler) createBinding(ctx context.Context, key client.ObjectKey, now time.Time) (time.Duration, error) {
 	pvc := &corev1.PersistentVolumeClaim{}
 	if err := r.Get(ctx, key, pvc); err != nil || !claim.Held(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != key.Name {
@@ -167,6 +169,9 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 				// refuses a copy of its manifest and proves the claim holds
 				// its data, and the binding waits (see pod_start.go).
 				if used.UID == "" {
+					// Remembered first: should the record fail and the pod go
+					// before it is written, the binding records the pod.
+					r.seen.put(checkout, id, now)
 					before := pvc.ResourceVersion
 					written, err := r.writeClaim(ctx, pvc, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
 						return claim.RecordPod(c, id)

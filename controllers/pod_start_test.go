@@ -681,6 +681,45 @@ func TestCreateBindingRecordLost(t *testing.T) {
 	}
 }
 
+// TestCreateBindingRecordFailed: a scheduled pod whose record on the claim
+// fails, and that goes before the record is written again, is recorded
+// in its binding all the same.
+func TestCreateBindingRecordFailed(t *testing.T) {
+	admitted := fixtures.Epoch
+	now := admitted.Add(300 * time.Millisecond)
+	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+	pvc := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
+	pvc.UID = "c-uid"
+	own := startPod("p", "c", corev1.PodPending, admitted, false)
+	own.Spec.NodeName = "n"
+	failing := interceptor.Funcs{Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+		return apierrors.NewServiceUnavailable("etcd is down")
+	}}
+	c := fakeAPI(t, failing, pvc, own)
+	clk := clocktesting.NewFakePassiveClock(now)
+	r := NewBindingReconciler(c, c, events.NewFakeRecorder(10), clk, Options{PodStartWait: 2 * time.Second})
+	ctx := context.Background()
+	key := client.ObjectKeyFromObject(pvc)
+	if _, err := r.createBinding(ctx, key, now); err == nil {
+		t.Fatal("createBinding succeeded with the claim's record failing")
+	}
+	if err := c.Delete(ctx, own); err != nil {
+		t.Fatal(err)
+	}
+	later := admitted.Add(bindingPodWait)
+	clk.SetTime(later)
+	if wait, err := r.createBinding(ctx, key, later); err != nil || wait != 0 {
+		t.Fatalf("createBinding = %s, %v; want the binding made", wait, err)
+	}
+	b := &v1alpha1.FluentPVCBinding{}
+	if err := c.Get(ctx, key, b); err != nil {
+		t.Fatal(err)
+	}
+	if want := (v1alpha1.ObjectIdentity{Name: own.Name, UID: own.UID}); b.Spec.Pod != want {
+		t.Errorf("the binding records pod %v, want %v", b.Spec.Pod, want)
+	}
+}
+
 // handOutAgain gives claim key another checkout's ID, without a record of
 // the last checkout's pod, as a claim returned and handed out again has.
 func handOutAgain(ctx context.Context, t *testing.T, c client.Client, key client.ObjectKey) {
