@@ -172,15 +172,8 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 					// Remembered first: should the record fail and the pod go
 					// before it is written, the binding records the pod.
 					r.seen.put(checkout, id, now)
-					before := pvc.ResourceVersion
-					written, err := r.writeClaim(ctx, pvc, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
-						return claim.RecordPod(c, id)
-					})
-					if err != nil {
+					if _, err := r.recordPod(ctx, pvc, id, now); err != nil {
 						return 0, fmt.Errorf("recording pod %s on claim %s: %w", pod.Name, key, err)
-					}
-					if written != nil {
-						r.ownClaims.wrote(key, before, now)
 					}
 				}
 				return wait, nil
@@ -700,14 +693,10 @@ func (r *BindingReconciler) apply(ctx context.Context, o *observed, p plan, now 
 	if p.recordOnClaim != nil && o.pvc != nil {
 		// Before the pod is let go: this record is what proves, should
 		// the binding be lost, that the claim holds a pod's data.
-		before := o.pvc.ResourceVersion
-		pvc, err := r.writeClaim(ctx, o.pvc, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
-			return claim.RecordPod(c, *p.recordOnClaim)
-		})
+		pvc, err := r.recordPod(ctx, o.pvc, *p.recordOnClaim, now)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		r.ownClaims.wrote(client.ObjectKeyFromObject(o.pvc), before, now)
 		o.pvc = pvc
 	}
 	if p.releasePod {
@@ -830,6 +819,24 @@ func (r *BindingReconciler) finish(ctx context.Context, b *v1alpha1.FluentPVCBin
 		}
 	}
 	return nil
+}
+
+// recordPod records pod on claim pvc and notes the write as this
+// reconciler's own, so that a cache still behind it is not acted on. It
+// returns the claim as written, nil once it is gone, which leaves no own
+// write to wait for.
+func (r *BindingReconciler) recordPod(ctx context.Context, pvc *corev1.PersistentVolumeClaim, pod v1alpha1.ObjectIdentity, now time.Time) (*corev1.PersistentVolumeClaim, error) {
+	before := pvc.ResourceVersion
+	written, err := r.writeClaim(ctx, pvc, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
+		return claim.RecordPod(c, pod)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if written != nil {
+		r.ownClaims.wrote(client.ObjectKeyFromObject(pvc), before, now)
+	}
+	return written, nil
 }
 
 // writeClaim executes the write that transition makes of pvc, and

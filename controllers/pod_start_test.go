@@ -651,72 +651,79 @@ func TestCreateBinding(t *testing.T) {
 	}
 }
 
-// TestCreateBindingRecordLost: a record of the pod that finds the claim
-// gone (deleted after the cache's copy) leaves no own write behind, so
-// that the next reconcile, on a cache that still has the claim, is not
-// held back waiting for that write's event.
-func TestCreateBindingRecordLost(t *testing.T) {
-	admitted := fixtures.Epoch
-	now := admitted.Add(300 * time.Millisecond)
-	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
-	pvc := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
-	pvc.UID = "c-uid"
-	own := startPod("p", "c", corev1.PodPending, admitted, false)
-	own.Spec.NodeName = "n"
-	gone := interceptor.Funcs{Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
-		return apierrors.NewNotFound(corev1.Resource("persistentvolumeclaims"), "c")
-	}}
-	c := fakeAPI(t, gone, pvc, own)
-	podStartWait := 2 * time.Second
-	r := NewBindingReconciler(c, c, events.NewFakeRecorder(10), clocktesting.NewFakePassiveClock(now), Options{PodStartWait: podStartWait})
-	key := client.ObjectKeyFromObject(pvc)
-	for i := range 2 {
-		wait, err := r.createBinding(context.Background(), key, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if wait <= 0 || wait > podStartWait {
-			t.Fatalf("createBinding #%d = %s; want a wait within the pod's start (%s)", i+1, wait, podStartWait)
-		}
+// TestCreateBindingRecordFails: a scheduled pod's record on its claim
+// that fails leaves the reconciler as it would be had the write not been
+// tried.
+//   - The claim is gone (deleted after the cache's copy): no own write is
+//     left behind, so that the next reconcile, on a cache that still has
+//     the claim, is not held back waiting for that write's event.
+//   - The API server refuses the write, and the pod goes before the record
+//     is written again: the pod is recorded in its binding all the same.
+func TestCreateBindingRecordFails(t *testing.T) {
+	cases := map[string]struct {
+		err func() error
+		// podGoes deletes the pod after the first reconcile and reconciles
+		// again once the binding no longer waits for it; otherwise the
+		// claim is reconciled again at once.
+		podGoes bool
+	}{
+		"the claim is gone": {
+			err: func() error { return apierrors.NewNotFound(corev1.Resource("persistentvolumeclaims"), "c") },
+		},
+		"the write is refused and the pod goes": {
+			err:     func() error { return apierrors.NewServiceUnavailable("etcd is down") },
+			podGoes: true,
+		},
 	}
-}
-
-// TestCreateBindingRecordFailed: a scheduled pod whose record on the claim
-// fails, and that goes before the record is written again, is recorded
-// in its binding all the same.
-func TestCreateBindingRecordFailed(t *testing.T) {
-	admitted := fixtures.Epoch
-	now := admitted.Add(300 * time.Millisecond)
-	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
-	pvc := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
-	pvc.UID = "c-uid"
-	own := startPod("p", "c", corev1.PodPending, admitted, false)
-	own.Spec.NodeName = "n"
-	failing := interceptor.Funcs{Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
-		return apierrors.NewServiceUnavailable("etcd is down")
-	}}
-	c := fakeAPI(t, failing, pvc, own)
-	clk := clocktesting.NewFakePassiveClock(now)
-	r := NewBindingReconciler(c, c, events.NewFakeRecorder(10), clk, Options{PodStartWait: 2 * time.Second})
-	ctx := context.Background()
-	key := client.ObjectKeyFromObject(pvc)
-	if _, err := r.createBinding(ctx, key, now); err == nil {
-		t.Fatal("createBinding succeeded with the claim's record failing")
-	}
-	if err := c.Delete(ctx, own); err != nil {
-		t.Fatal(err)
-	}
-	later := admitted.Add(bindingPodWait)
-	clk.SetTime(later)
-	if wait, err := r.createBinding(ctx, key, later); err != nil || wait != 0 {
-		t.Fatalf("createBinding = %s, %v; want the binding made", wait, err)
-	}
-	b := &v1alpha1.FluentPVCBinding{}
-	if err := c.Get(ctx, key, b); err != nil {
-		t.Fatal(err)
-	}
-	if want := (v1alpha1.ObjectIdentity{Name: own.Name, UID: own.UID}); b.Spec.Pod != want {
-		t.Errorf("the binding records pod %v, want %v", b.Spec.Pod, want)
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			admitted := fixtures.Epoch
+			now := admitted.Add(300 * time.Millisecond)
+			f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+			pvc := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
+			pvc.UID = "c-uid"
+			own := startPod("p", "c", corev1.PodPending, admitted, false)
+			own.Spec.NodeName = "n"
+			failing := interceptor.Funcs{Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+				return tc.err()
+			}}
+			c := fakeAPI(t, failing, pvc, own)
+			clk := clocktesting.NewFakePassiveClock(now)
+			podStartWait := 2 * time.Second
+			r := NewBindingReconciler(c, c, events.NewFakeRecorder(10), clk, Options{PodStartWait: podStartWait})
+			ctx := context.Background()
+			key := client.ObjectKeyFromObject(pvc)
+			if !tc.podGoes {
+				for i := range 2 {
+					wait, err := r.createBinding(ctx, key, now)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if wait <= 0 || wait > podStartWait {
+						t.Fatalf("createBinding #%d = %s; want a wait within the pod's start (%s)", i+1, wait, podStartWait)
+					}
+				}
+				return
+			}
+			if _, err := r.createBinding(ctx, key, now); err == nil {
+				t.Fatal("createBinding succeeded with the claim's record failing")
+			}
+			if err := c.Delete(ctx, own); err != nil {
+				t.Fatal(err)
+			}
+			later := admitted.Add(bindingPodWait)
+			clk.SetTime(later)
+			if wait, err := r.createBinding(ctx, key, later); err != nil || wait != 0 {
+				t.Fatalf("createBinding = %s, %v; want the binding made", wait, err)
+			}
+			b := &v1alpha1.FluentPVCBinding{}
+			if err := c.Get(ctx, key, b); err != nil {
+				t.Fatal(err)
+			}
+			if want := (v1alpha1.ObjectIdentity{Name: own.Name, UID: own.UID}); b.Spec.Pod != want {
+				t.Errorf("the binding records pod %v, want %v", b.Spec.Pod, want)
+			}
+		})
 	}
 }
 
