@@ -229,30 +229,46 @@ func preferOnNode(found *corev1.Pod, pods []corev1.Pod, h *corev1.Pod, claim str
 // PVCs are handed to (by their binding label, which names the PVC of a
 // hit), and their PVCs once handed out or being deleted.
 func (r *HolderReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	holderOf := func(claim, namespace string) []reconcile.Request {
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: namespace, Name: objects.HolderName(claim)}}}
-	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("holder").
 		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetLabels()[v1alpha1.ComponentLabelKey] == v1alpha1.ComponentHolder
 		}))).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			if b := o.GetLabels()[v1alpha1.BindingNameLabelKey]; b != "" && o.GetLabels()[v1alpha1.ComponentLabelKey] == "" {
-				return holderOf(b, o.GetNamespace())
-			}
-			return nil
-		})).
-		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			// A PVC handed out; or one being deleted, which its holder keeps
-			// from going (a PVC in use by a pod is deleted once the pod is
-			// gone, and the garbage collector deletes the holder only once
-			// the PVC is gone).
-			handedOut := o.GetLabels()[v1alpha1.ClaimRoleLabelKey] == v1alpha1.ClaimRoleClaimed && o.GetAnnotations()[v1alpha1.CheckoutAnnotationKey] == v1alpha1.CheckoutHit
-			if handedOut || (!o.GetDeletionTimestamp().IsZero() && o.GetLabels()[v1alpha1.ClaimRoleLabelKey] == v1alpha1.ClaimRoleWarm) {
-				return holderOf(o.GetName(), o.GetNamespace())
-			}
-			return nil
-		})).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.holderOfPod)).
+		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(r.holderOfClaim)).
 		Complete(r)
+}
+
+// holderOfPod is the holder of the claim that pod o was handed (its
+// binding label), unless o is a holder or another pod of the operator's.
+func (r *HolderReconciler) holderOfPod(ctx context.Context, o client.Object) []reconcile.Request {
+	if b := o.GetLabels()[v1alpha1.BindingNameLabelKey]; b != "" && o.GetLabels()[v1alpha1.ComponentLabelKey] == "" {
+		return r.cachedHolder(ctx, b, o.GetNamespace())
+	}
+	return nil
+}
+
+// holderOfClaim is the holder of PVC o once it is handed out on a hit, or
+// being deleted while warm: its holder keeps it from going (a PVC in use
+// by a pod is deleted once the pod is gone, and the garbage collector
+// deletes the holder only once the PVC is gone).
+func (r *HolderReconciler) holderOfClaim(ctx context.Context, o client.Object) []reconcile.Request {
+	role := o.GetLabels()[v1alpha1.ClaimRoleLabelKey]
+	handedOut := role == v1alpha1.ClaimRoleClaimed && o.GetAnnotations()[v1alpha1.CheckoutAnnotationKey] == v1alpha1.CheckoutHit
+	if handedOut || (!o.GetDeletionTimestamp().IsZero() && role == v1alpha1.ClaimRoleWarm) {
+		return r.cachedHolder(ctx, o.GetName(), o.GetNamespace())
+	}
+	return nil
+}
+
+// cachedHolder is the holder of claim in namespace, unless the cache has
+// none. Most claims have none (no holder is staged where volumes need no
+// attachment), and their pods' and claims' events need no reconcile; a
+// holder the cache gets later is reconciled by its own event.
+func (r *HolderReconciler) cachedHolder(ctx context.Context, claim, namespace string) []reconcile.Request {
+	key := types.NamespacedName{Namespace: namespace, Name: objects.HolderName(claim)}
+	if err := r.Get(ctx, key, &corev1.Pod{}, client.UnsafeDisableDeepCopy); apierrors.IsNotFound(err) {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: key}}
 }

@@ -7,12 +7,15 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
@@ -172,5 +175,56 @@ func TestHolderReconcileWithdrawsAnEvictedHoldersRequest(t *testing.T) {
 	after := getPVC(t, api, warm)
 	if req, ok := after.Annotations[v1alpha1.HolderRequestAnnotationKey]; ok {
 		t.Errorf("the evicted holder's request %q is left on the PVC", req)
+	}
+}
+
+// TestHolderEvents: a pod handed a claim, and a claim handed out or being
+// deleted while warm, reconcile the claim's holder only when the cache
+// has one; a holder the cache has not yet is reconciled by its own event.
+func TestHolderEvents(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	f := fixtures.MakeFluentPVC("f").Obj()
+	warm := fixtures.Returned(fixtures.Claim(f, "ns", "f-abc", "h", v1alpha1.CheckoutHit, now))
+	handedOut := fixtures.CheckedOut(warm, now.Add(-time.Second))
+	deleting := warm.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: now}
+	holder := objects.HolderPod(f.Name, warm, "n1", "pause", "")
+	app := fixtures.MakePod("app", "ns").FluentPVC(f.Name).Claim(warm.Name).Label(v1alpha1.BindingNameLabelKey, warm.Name).Obj()
+	drain := app.DeepCopy()
+	drain.Labels[v1alpha1.ComponentLabelKey] = v1alpha1.ComponentDrain
+	want := []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(holder)}}
+	cases := map[string]struct {
+		obj       client.Object
+		holderSet bool
+		want      []reconcile.Request
+	}{
+		"a pod handed the claim, its holder cached":       {obj: app, holderSet: true, want: want},
+		"a pod handed the claim, no holder":               {obj: app},
+		"a drain pod of the claim":                        {obj: drain, holderSet: true},
+		"the claim handed out, its holder cached":         {obj: handedOut, holderSet: true, want: want},
+		"the claim handed out, no holder":                 {obj: handedOut},
+		"the claim deleted while warm, its holder cached": {obj: deleting, holderSet: true, want: want},
+		"the claim deleted while warm, no holder":         {obj: deleting},
+		"the claim warm":                                  {obj: warm, holderSet: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var objs []client.Object
+			if tc.holderSet {
+				objs = append(objs, holder)
+			}
+			api := fakeAPI(t, interceptor.Funcs{}, objs...)
+			r := NewHolderReconciler(api, api, clocktesting.NewFakePassiveClock(now))
+			var got []reconcile.Request
+			switch tc.obj.(type) {
+			case *corev1.Pod:
+				got = r.holderOfPod(context.Background(), tc.obj)
+			default:
+				got = r.holderOfClaim(context.Background(), tc.obj)
+			}
+			if !equality.Semantic.DeepEqual(got, tc.want) {
+				t.Errorf("requests = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
