@@ -3,11 +3,15 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
 	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -16,14 +20,24 @@ import (
 // podPatch is the answer that turns pod, as decoded from raw (doc: raw
 // parsed), into mutated. Its JSON patch is the difference between the two
 // as this operator encodes pods, so it touches only what the webhook
-// changed: a field that the API server sends and this operator's API types
-// do not know (a newer Kubernetes' field) is kept, where a difference with
-// raw itself would remove it. When appliesTo cannot tell that every
-// operation of that patch applies to raw (a pod not encoded as the API
-// server encodes pods), the patch is the difference with raw, and a debug
-// log says so. unsetNamespace: the namespace of pod was set from the
-// request, raw has none.
+// changed: a field that the API server sends and this operator's API
+// types do not know (a newer Kubernetes' field) is kept, where a
+// difference with raw itself would remove it. injectedPatch makes it from
+// the parts of the pod that the webhook changes; for a pod that differs
+// elsewhere, wholePatch compares the whole pods. When appliesTo cannot
+// tell that every operation of that patch applies to raw (a pod not
+// encoded as the API server encodes pods), the patch is the difference
+// with raw, and a debug log says so. unsetNamespace: the namespace of pod
+// was set from the request, raw has none.
 func podPatch(ctx context.Context, raw []byte, doc any, pod, mutated *corev1.Pod, unsetNamespace bool) admission.Response {
+	if ops, ok := injectedPatch(pod, mutated, unsetNamespace); ok && appliesTo(doc, ops) {
+		return patchResponse(ops)
+	}
+	return wholePatch(ctx, raw, doc, pod, mutated, unsetNamespace)
+}
+
+// wholePatch is podPatch's answer made from the whole pods, encoded.
+func wholePatch(ctx context.Context, raw []byte, doc any, pod, mutated *corev1.Pod, unsetNamespace bool) admission.Response {
 	after, err := json.Marshal(mutated)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, err)
@@ -160,3 +174,156 @@ func resolve(doc any, tokens []string) (any, bool) {
 	}
 	return v, true
 }
+
+// patchResponse allows a pod with JSON patch ops.
+func patchResponse(ops []jsonpatch.Operation) admission.Response {
+	resp := admission.Response{Patches: ops, AdmissionResponse: admissionv1.AdmissionResponse{Allowed: true}}
+	if len(ops) > 0 {
+		pt := admissionv1.PatchTypeJSONPatch
+		resp.PatchType = &pt
+	}
+	return resp
+}
+
+// injectedPatch is the JSON patch that turns pod into mutated, as the
+// difference of their encodings would make it, made from the parts of a
+// pod that InjectPod and PreferNode change only: its labels, annotations,
+// volumes, containers, init containers and affinity. Encoding and parsing
+// two whole pods costs an admission most of its time. Within a list, an
+// element that changed is compared as encoded, and those appended are
+// added whole. unsetNamespace: pod's namespace is not encoded, and the
+// patch sets it. false when the pods differ elsewhere, or a list lost
+// elements: the whole pods are compared then.
+func injectedPatch(pod, mutated *corev1.Pod, unsetNamespace bool) ([]jsonpatch.Operation, bool) {
+	rest := *mutated
+	rest.Labels, rest.Annotations, rest.Spec.Affinity = pod.Labels, pod.Annotations, pod.Spec.Affinity
+	rest.Spec.Volumes, rest.Spec.Containers, rest.Spec.InitContainers = pod.Spec.Volumes, pod.Spec.Containers, pod.Spec.InitContainers
+	if !reflect.DeepEqual(&rest, pod) {
+		return nil, false
+	}
+	var ops []jsonpatch.Operation
+	if unsetNamespace && mutated.Namespace != "" {
+		ops = append(ops, jsonpatch.NewOperation("add", "/metadata/namespace", mutated.Namespace))
+	}
+	ops = mapPatch(ops, "/metadata/labels", pod.Labels, mutated.Labels)
+	ops = mapPatch(ops, "/metadata/annotations", pod.Annotations, mutated.Annotations)
+	ops, ok := listPatch(ops, "/spec/volumes", pod.Spec.Volumes, mutated.Spec.Volumes, encodedPatch)
+	if !ok {
+		return nil, false
+	}
+	if ops, ok = listPatch(ops, "/spec/initContainers", pod.Spec.InitContainers, mutated.Spec.InitContainers, containerPatch); !ok {
+		return nil, false
+	}
+	if ops, ok = listPatch(ops, "/spec/containers", pod.Spec.Containers, mutated.Spec.Containers, containerPatch); !ok {
+		return nil, false
+	}
+	if pod.Spec.Affinity == nil && mutated.Spec.Affinity != nil {
+		return append(ops, jsonpatch.NewOperation("add", "/spec/affinity", mutated.Spec.Affinity)), true
+	}
+	return encodedPatch(ops, "/spec/affinity", pod.Spec.Affinity, mutated.Spec.Affinity)
+}
+
+// containerPatch appends to ops what turns container before, at JSON
+// pointer path, into after: the changes of its environment and volume
+// mounts (injectContainer's), else the difference of their encodings.
+func containerPatch(ops []jsonpatch.Operation, path string, before, after *corev1.Container) ([]jsonpatch.Operation, bool) {
+	rest := *after
+	rest.Env, rest.VolumeMounts = before.Env, before.VolumeMounts
+	if !reflect.DeepEqual(&rest, before) {
+		return encodedPatch(ops, path, before, after)
+	}
+	ops, ok := listPatch(ops, path+"/env", before.Env, after.Env, encodedPatch)
+	if !ok {
+		return encodedPatch(ops, path, before, after)
+	}
+	if ops, ok = listPatch(ops, path+"/volumeMounts", before.VolumeMounts, after.VolumeMounts, encodedPatch); !ok {
+		return encodedPatch(ops, path, before, after)
+	}
+	return ops, true
+}
+
+// mapPatch appends to ops what turns map before, at JSON pointer path,
+// into after: the whole map when before is empty (and so not encoded),
+// else each key added, changed or removed.
+func mapPatch(ops []jsonpatch.Operation, path string, before, after map[string]string) []jsonpatch.Operation {
+	switch {
+	case len(before) == 0 && len(after) == 0:
+		return ops
+	case len(before) == 0:
+		return append(ops, jsonpatch.NewOperation("add", path, after))
+	case len(after) == 0:
+		return append(ops, jsonpatch.NewOperation("remove", path, nil))
+	}
+	for _, k := range slices.Sorted(maps.Keys(after)) {
+		if v, ok := before[k]; !ok {
+			ops = append(ops, jsonpatch.NewOperation("add", path+"/"+pointerEscaper.Replace(k), after[k]))
+		} else if v != after[k] {
+			ops = append(ops, jsonpatch.NewOperation("replace", path+"/"+pointerEscaper.Replace(k), after[k]))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(before)) {
+		if _, ok := after[k]; !ok {
+			ops = append(ops, jsonpatch.NewOperation("remove", path+"/"+pointerEscaper.Replace(k), nil))
+		}
+	}
+	return ops
+}
+
+// listPatch appends to ops what turns list before, at JSON pointer path,
+// into after, which keeps before's elements in place and may append
+// others: the whole list when before is empty, else what elem makes of
+// each element that changed, and each appended one. false when after is
+// shorter.
+func listPatch[T any](ops []jsonpatch.Operation, path string, before, after []T, elem func([]jsonpatch.Operation, string, *T, *T) ([]jsonpatch.Operation, bool)) ([]jsonpatch.Operation, bool) {
+	switch {
+	case len(after) < len(before):
+		return nil, false
+	case len(before) == 0:
+		if len(after) > 0 {
+			ops = append(ops, jsonpatch.NewOperation("add", path, after))
+		}
+		return ops, true
+	}
+	for i := range before {
+		if reflect.DeepEqual(&before[i], &after[i]) {
+			continue
+		}
+		var ok bool
+		if ops, ok = elem(ops, path+"/"+strconv.Itoa(i), &before[i], &after[i]); !ok {
+			return nil, false
+		}
+	}
+	for i := len(before); i < len(after); i++ {
+		ops = append(ops, jsonpatch.NewOperation("add", path+"/"+strconv.Itoa(i), after[i]))
+	}
+	return ops, true
+}
+
+// encodedPatch appends to ops what turns before, at JSON pointer path,
+// into after: nothing when they are equal, else the difference of their
+// encodings.
+func encodedPatch[T any](ops []jsonpatch.Operation, path string, before, after *T) ([]jsonpatch.Operation, bool) {
+	if reflect.DeepEqual(before, after) {
+		return ops, true
+	}
+	b, err := json.Marshal(before)
+	if err != nil {
+		return nil, false
+	}
+	a, err := json.Marshal(after)
+	if err != nil {
+		return nil, false
+	}
+	diff, err := jsonpatch.CreatePatch(b, a)
+	if err != nil {
+		return nil, false
+	}
+	for _, op := range diff {
+		op.Path = path + op.Path
+		ops = append(ops, op)
+	}
+	return ops, true
+}
+
+// pointerEscaper escapes a key as a JSON pointer's reference token.
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
