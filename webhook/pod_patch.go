@@ -232,14 +232,15 @@ func containerPatch(ops []jsonpatch.Operation, path string, before, after *corev
 	if !reflect.DeepEqual(&rest, before) {
 		return encodedPatch(ops, path, before, after)
 	}
-	ops, ok := listPatch(ops, path+"/env", before.Env, after.Env, encodedPatch)
+	withEnv, ok := listPatch(ops, path+"/env", before.Env, after.Env, encodedPatch)
 	if !ok {
 		return encodedPatch(ops, path, before, after)
 	}
-	if ops, ok = listPatch(ops, path+"/volumeMounts", before.VolumeMounts, after.VolumeMounts, encodedPatch); !ok {
+	withMounts, ok := listPatch(withEnv, path+"/volumeMounts", before.VolumeMounts, after.VolumeMounts, encodedPatch)
+	if !ok {
 		return encodedPatch(ops, path, before, after)
 	}
-	return ops, true
+	return withMounts, true
 }
 
 // mapPatch appends to ops what turns map before, at JSON pointer path,

@@ -114,6 +114,8 @@ func TestInjectedPatch(t *testing.T) {
 	annotated.Annotations = map[string]string{"a~b/c": "1"}
 	withEnv := fixtures.MakePod("app", "ns").FluentPVC(f.Name).Env("A", "own").Env("B", "1").Volume("data").Mount("data", "/data").Obj()
 	envTwice := fixtures.MakePod("app", "ns").FluentPVC(f.Name).Env("A", "1").Env("B", "1").Env("A", "2").Obj()
+	// Made one, its env gets shorter: the container is compared encoded.
+	envThrice := fixtures.MakePod("app", "ns").FluentPVC(f.Name).Env("A", "1").Env("A", "2").Env("A", "3").Obj()
 	withToken := plain.DeepCopy()
 	withToken.Spec.Volumes = append(withToken.Spec.Volumes, corev1.Volume{Name: "kube-api-access-x1"})
 	withInit := plain.DeepCopy()
@@ -134,6 +136,7 @@ func TestInjectedPatch(t *testing.T) {
 		"an env replaced, volumes, mounts": {pod: withEnv, mutate: inject(&f.Spec, "")},
 		"the service account's token":      {pod: withToken, mutate: inject(&f.Spec, "")},
 		"an env named twice, made one":     {pod: envTwice, mutate: inject(&f.Spec, "")},
+		"an env shorter":                   {pod: envThrice, mutate: inject(&f.Spec, "")},
 		"a container changed elsewhere": {pod: withEnv, mutate: func(p *corev1.Pod) {
 			inject(&f.Spec, "")(p)
 			p.Spec.Containers[0].Image = "other"
