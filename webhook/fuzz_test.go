@@ -1,6 +1,7 @@
 package webhook_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/validate/content"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -253,6 +255,26 @@ func (e *fuzzEnv) check(t *testing.T, raw []byte, dryRun, warmPool bool) []byte 
 	if claimName == "" {
 		t.Fatalf("the patched pod has no label %s\npatched: %s", v1alpha1.BindingNameLabelKey, patched)
 	}
+	// The patch adds what InjectPod adds to the pod sent, and changes
+	// nothing else of what the operator's API types know. A document that
+	// repeats a member, which the API server never sends (it sends the pod
+	// as it encodes it), decodes to a merge of the repeats, which its
+	// patched copy need not be.
+	sent, injected := &corev1.Pod{}, &corev1.Pod{}
+	if err := e.decoder.DecodeRaw(runtime.RawExtension{Raw: raw}, sent); err != nil {
+		t.Fatalf("decoding the pod sent: %v", err)
+	}
+	if err := e.decoder.DecodeRaw(runtime.RawExtension{Raw: patched}, injected); err != nil {
+		t.Fatalf("decoding the patched pod: %v\npatched: %s", err, patched)
+	}
+	if sent.Namespace == "" {
+		sent.Namespace = fuzzNS
+	}
+	objects.InjectPod(sent, &e.fpvc.Spec, claimName)
+	if !repeatsMember(raw) && !equality.Semantic.DeepEqual(sent, injected) {
+		want, _ := json.Marshal(sent)
+		t.Fatalf("the patched pod is not the pod sent with the injection\npatched: %s\nwant: %s\npatches: %s", patched, want, patchJSON(resp))
+	}
 	if !dryRun {
 		ns := pod.Namespace
 		if ns == "" {
@@ -446,4 +468,45 @@ func changed(before, after map[string]string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// repeatsMember says whether JSON document raw has an object with a
+// member named twice.
+func repeatsMember(raw []byte) bool {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	// names holds, for each object open, the names of its members seen;
+	// arrays open hold nil. inObject tells a name from a value.
+	var names []map[string]bool
+	expectName := false
+	for {
+		tok, err := d.Token()
+		if err != nil {
+			return false
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			switch v {
+			case '{':
+				names = append(names, map[string]bool{})
+				expectName = true
+				continue
+			case '[':
+				names = append(names, nil)
+			case '}', ']':
+				names = names[:len(names)-1]
+			}
+		case string:
+			if expectName {
+				top := names[len(names)-1]
+				if top[v] {
+					return true
+				}
+				top[v] = true
+				expectName = false
+				continue
+			}
+		}
+		// A value ended: the next token of an object is a name.
+		expectName = len(names) > 0 && names[len(names)-1] != nil
+	}
 }
