@@ -66,9 +66,10 @@ const (
 //  3. only an allowance with patches writes, and only when not a dry run:
 //     exactly one claim, the one the patched pod names, handed out for
 //     FluentPVC "fpvc" (no write on a dry run or on any other answer);
-//  4. the patches apply to the pod sent, and admitting the patched pod again
-//     before it exists, as the API server does when it reinvokes the
-//     webhook, allows it unchanged and writes nothing.
+//  4. the patches apply to the pod sent and make it, decoded, the pod sent
+//     with what InjectPod adds; admitting the patched pod again before it
+//     exists, as the API server does when it reinvokes the webhook, allows
+//     it unchanged and writes nothing.
 //
 // The seed corpus is in testdata/fuzz/FuzzPodAdmission. While fuzzing, Go
 // minimises each new interesting input for up to a minute, and reports no
