@@ -61,11 +61,12 @@ func wholePatch(ctx context.Context, raw []byte, doc any, pod, mutated *corev1.P
 // parsed into Go values, as far as it can tell without applying it: every
 // "add" goes into an object or array that doc has, within an array at most
 // one past its end as earlier adds left it, and every "replace" or
-// "remove" finds its member in doc. No operation may reach below what an
-// earlier one set or removed, nor below an element of an array whose
-// elements an earlier one moved (an add before its end, a remove); adds
-// at an array's end move none, so its elements that doc has stay where
-// they are. Anything else, a "move" or "copy" for one, is a no: a yes is
+// "remove" finds its member in doc, and in an array, among the elements
+// that earlier removes left. No operation may reach below what an earlier
+// one set or removed, nor below an element of an array whose elements an
+// earlier one moved (an add before its end, a remove before its last
+// element); adds at an array's end and removes of its last element move
+// none, so its elements that doc has stay where they are. Anything else, a "move" or "copy" for one, is a no: a yes is
 // never wrong.
 func appliesTo(doc any, ops []jsonpatch.Operation) bool {
 	// grown counts the elements that earlier adds put into each array of
@@ -118,9 +119,18 @@ func appliesTo(doc any, ops []jsonpatch.Operation) bool {
 			if _, ok := resolve(parent, tokens[len(tokens)-1:]); !ok {
 				return false
 			}
-			if _, ok := parent.([]any); ok && op.Operation == "remove" {
-				moved[parentPath] = true
-				grown[parentPath]--
+			if p, ok := parent.([]any); ok {
+				n := len(p) + grown[parentPath]
+				i, _ := strconv.Atoi(last) // resolve read it
+				if i >= n {
+					return false // an element earlier removes took
+				}
+				if op.Operation == "remove" {
+					if i < n-1 {
+						moved[parentPath] = true
+					}
+					grown[parentPath]--
+				}
 			}
 		default:
 			return false
