@@ -823,8 +823,9 @@ func (r *BindingReconciler) finish(ctx context.Context, b *v1alpha1.FluentPVCBin
 
 // recordPod records pod on claim pvc and notes the write as this
 // reconciler's own, so that a cache still behind it is not acted on. It
-// returns the claim as written, nil once it is gone, which leaves no own
-// write to wait for.
+// returns the claim as written, nil once it is gone. A claim gone, or one
+// that records the pod already (nothing written), leaves no own write to
+// wait for.
 func (r *BindingReconciler) recordPod(ctx context.Context, pvc *corev1.PersistentVolumeClaim, pod v1alpha1.ObjectIdentity, now time.Time) (*corev1.PersistentVolumeClaim, error) {
 	before := pvc.ResourceVersion
 	written, err := r.writeClaim(ctx, pvc, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
@@ -833,7 +834,7 @@ func (r *BindingReconciler) recordPod(ctx context.Context, pvc *corev1.Persisten
 	if err != nil {
 		return nil, err
 	}
-	if written != nil {
+	if written != nil && written.ResourceVersion != before {
 		r.ownClaims.wrote(client.ObjectKeyFromObject(pvc), before, now)
 	}
 	return written, nil

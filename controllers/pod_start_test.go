@@ -781,3 +781,56 @@ func TestClaimHandler(t *testing.T) {
 		})
 	}
 }
+
+// TestRecordPodOwnWrite: a record of a pod on its claim is this
+// reconciler's own write, to wait for in the cache, only when it wrote:
+// not when the claim records the pod already, nor once the claim is gone.
+func TestRecordPodOwnWrite(t *testing.T) {
+	admitted := fixtures.Epoch
+	now := admitted.Add(time.Second)
+	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+	pvc := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
+	pvc.UID = "c-uid"
+	id := v1alpha1.ObjectIdentity{Name: "p", UID: "p-uid"}
+	rec, err := claim.RecordPod(pvc, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := rec.Object
+	cases := map[string]struct {
+		pvc      *corev1.PersistentVolumeClaim
+		gone     bool
+		wantOwn  bool
+		wantGone bool
+	}{
+		"the record written":          {pvc: pvc, wantOwn: true},
+		"the claim records the pod":   {pvc: recorded},
+		"the claim is gone meanwhile": {pvc: pvc, gone: true, wantGone: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var objs []client.Object
+			if !tc.gone {
+				objs = append(objs, tc.pvc)
+			}
+			c := fakeAPI(t, interceptor.Funcs{}, objs...)
+			read := tc.pvc.DeepCopy()
+			if !tc.gone {
+				if err := c.Get(context.Background(), client.ObjectKeyFromObject(read), read); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := NewBindingReconciler(c, c, events.NewFakeRecorder(10), clocktesting.NewFakePassiveClock(now), Options{PodStartWait: 2 * time.Second})
+			written, err := r.recordPod(context.Background(), read, id, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (written == nil) != tc.wantGone {
+				t.Fatalf("recordPod = %v, want the claim gone: %t", written, tc.wantGone)
+			}
+			if got := r.ownClaims.stale(client.ObjectKeyFromObject(read), read.ResourceVersion, now); got != tc.wantOwn {
+				t.Errorf("the version read is behind an own write: %t, want %t", got, tc.wantOwn)
+			}
+		})
+	}
+}
