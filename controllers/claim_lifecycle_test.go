@@ -103,19 +103,24 @@ var _ = Describe("Claim lifecycle", func() {
 	admit := func(name string) (*corev1.Pod, string) {
 		pod := fixtures.MakePod(name, ns).FluentPVC(fpvc.Name).Obj()
 		Expect(k8sClient.Create(ctx, pod)).To(Succeed())
-		claim := pod.Labels[v1alpha1.BindingNameLabelKey]
-		Expect(claim).NotTo(BeEmpty())
+		claimName := pod.Labels[v1alpha1.BindingNameLabelKey]
+		Expect(claimName).NotTo(BeEmpty())
 		Eventually(func(g Gomega) {
-			// In use: the binding records the pod and writes no status.
-			b := binding(claim)(g)
+			// In use: the binding records the pod and writes no status,
+			// and the claim records the pod too.
+			b := binding(claimName)(g)
 			g.Expect(b.Spec.Pod.UID).To(Equal(pod.UID))
 			g.Expect(b.Status.Phase).To(BeEmpty())
+			pvc := &corev1.PersistentVolumeClaim{}
+			g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: claimName}, pvc)).To(Succeed())
+			used, _ := claim.PodOf(pvc)
+			g.Expect(used.UID).To(Equal(pod.UID), "the claim records the pod")
 			p := &corev1.Pod{}
 			g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), p)).To(Succeed())
 			g.Expect(p.Finalizers).NotTo(ContainElement(v1alpha1.PodProtectionFinalizer), "released once recorded")
 			pod = p
 		}).Should(Succeed())
-		return pod, claim
+		return pod, claimName
 	}
 	// drainJob waits for the binding's attempt-th finalizer Job.
 	drainJob := func(claim string, attempt int32) *batchv1.Job {
