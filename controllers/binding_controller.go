@@ -160,11 +160,12 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 		}
 		if used, _ := claim.PodOf(pvc); pod != nil && (used.UID == "" || used.UID == pod.UID) {
 			id := v1alpha1.ObjectIdentity{Name: pod.Name, UID: pod.UID}
-			if wait := awaitScheduling(pod, now, r.opts.PodStartWait); wait > 0 {
+			created := podCreated(pod, pvc.Annotations)
+			if wait := awaitScheduling(pod, created, now, r.opts.PodStartWait); wait > 0 {
 				r.seen.put(checkout, id, now)
 				return wait, nil
 			}
-			if wait := recordHeld(pod, now, r.opts.PodStartWait); wait > 0 {
+			if wait := recordHeld(pod, created, now, r.opts.PodStartWait); wait > 0 {
 				// Scheduled and starting: the claim records the pod now, which
 				// refuses a copy of its manifest and proves the claim holds
 				// its data, and the binding waits (see pod_start.go).

@@ -14,6 +14,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 )
 
 // A hit's admission makes one API write, the checkout. Three writes follow
@@ -65,28 +66,50 @@ func startingKey(obj client.Object) []string {
 // startPoll is how often a write held back for starting pods looks again.
 const startPoll = 100 * time.Millisecond
 
+// podCreated is when pod was created, for the waits timed from it: its
+// creationTimestamp, which the API server keeps in whole seconds, made
+// precise by the admission time that its claim or binding records
+// (annotations), when that falls within the same second. The admission
+// precedes the creation by moments. An admission time outside that
+// second, stamped by a replica whose clock is off, is not used: the
+// creationTimestamp alone is on the API server's clock, as the waits'
+// now is. Without this, a wait timed from the creationTimestamp ends up
+// to a second early: a binding meant to wait 2 s for its pod's start
+// waited 1 to 2 s. The zero time for no pod.
+func podCreated(pod *corev1.Pod, annotations map[string]string) time.Time {
+	if pod == nil {
+		return time.Time{}
+	}
+	created := pod.CreationTimestamp.Time
+	if at, ok := claim.AdmittedAt(annotations); ok && !at.Before(created) && at.Before(created.Add(time.Second)) {
+		return at
+	}
+	return created
+}
+
 // awaitScheduling is how long, at now, the binding of a claim waits for
-// its pod, as cached, to be scheduled: while the pod starts with no node,
-// up to wait after its creation; 0 to make the binding now. The pod's
-// scheduling wakes the binding's reconciler sooner.
-func awaitScheduling(pod *corev1.Pod, now time.Time, wait time.Duration) time.Duration {
+// its pod, as cached and created at created (podCreated), to be
+// scheduled: while the pod starts with no node, up to wait after its
+// creation; 0 to make the binding now. The pod's scheduling wakes the
+// binding's reconciler sooner.
+func awaitScheduling(pod *corev1.Pod, created, now time.Time, wait time.Duration) time.Duration {
 	if wait <= 0 || !objects.PodStarting(pod) || pod.Spec.NodeName != "" {
 		return 0
 	}
-	return max(0, pod.CreationTimestamp.Add(wait).Sub(now))
+	return max(0, created.Add(wait).Sub(now))
 }
 
 // recordHeld is how long, at now, the binding of a scheduled pod, as
-// cached or read live (nil: gone), waits, and a binding's record of its
-// pod on a claim that does not record it yet: up to wait after the pod's
-// creation while the pod lives; 0 to write it now, as for a pod being
-// deleted or finished, whose drain the binding and the record must
-// precede.
-func recordHeld(pod *corev1.Pod, now time.Time, wait time.Duration) time.Duration {
+// cached or read live (nil: gone) and created at created (podCreated),
+// waits, and a binding's record of its pod on a claim that does not
+// record it yet: up to wait after the pod's creation while the pod lives;
+// 0 to write it now, as for a pod being deleted or finished, whose drain
+// the binding and the record must precede.
+func recordHeld(pod *corev1.Pod, created, now time.Time, wait time.Duration) time.Duration {
 	if pod == nil || wait <= 0 || !pod.DeletionTimestamp.IsZero() || podFinished(pod) {
 		return 0
 	}
-	return max(0, pod.CreationTimestamp.Add(wait).Sub(now))
+	return max(0, created.Add(wait).Sub(now))
 }
 
 // holdFollowUp is how long, at now, a write that waits for starting pods

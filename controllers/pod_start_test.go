@@ -105,6 +105,37 @@ func TestPodsStarting(t *testing.T) {
 	}
 }
 
+// TestPodCreated: a pod's creationTimestamp is in whole seconds; the
+// admission time its claim records places the creation within that
+// second, unless it lies outside it.
+func TestPodCreated(t *testing.T) {
+	second := fixtures.Epoch.Add(time.Hour)
+	pod := startPod("p", "c", corev1.PodPending, second, false)
+	admitted := func(at time.Time) map[string]string {
+		return map[string]string{v1alpha1.AdmittedAtAnnotationKey: at.UTC().Format(time.RFC3339Nano)}
+	}
+	cases := map[string]struct {
+		pod         *corev1.Pod
+		annotations map[string]string
+		want        time.Time
+	}{
+		"no admission time":                                     {pod: pod, want: second},
+		"a malformed admission time":                            {pod: pod, annotations: map[string]string{v1alpha1.AdmittedAtAnnotationKey: "soon"}, want: second},
+		"admitted within the creation's second":                 {pod: pod, annotations: admitted(second.Add(700 * time.Millisecond)), want: second.Add(700 * time.Millisecond)},
+		"admitted at the second's start":                        {pod: pod, annotations: admitted(second), want: second},
+		"admitted in the second before":                         {pod: pod, annotations: admitted(second.Add(-300 * time.Millisecond)), want: second},
+		"admitted a second later: the replica's clock is ahead": {pod: pod, annotations: admitted(second.Add(time.Second)), want: second},
+		"no pod": {annotations: admitted(second)},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := podCreated(tc.pod, tc.annotations); !got.Equal(tc.want) {
+				t.Errorf("podCreated = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestAwaitScheduling(t *testing.T) {
 	created := fixtures.Epoch
 	soon := created.Add(300 * time.Millisecond)
@@ -124,7 +155,7 @@ func TestAwaitScheduling(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if got := awaitScheduling(tc.pod, tc.now, tc.wait); got != tc.want {
+			if got := awaitScheduling(tc.pod, tc.pod.CreationTimestamp.Time, tc.now, tc.wait); got != tc.want {
 				t.Errorf("awaitScheduling = %s, want %s", got, tc.want)
 			}
 		})
@@ -161,6 +192,10 @@ func TestRefillHeld(t *testing.T) {
 		"a miss took no warm PVC":   {pvc: miss, starting: true, now: soon},
 		"a claim being deleted":     {pvc: deleting, starting: true, now: soon},
 		"no admission time, no pod": {pvc: noTime, starting: true, now: soon},
+		"timed from the admission within its pod's creation second": {
+			pvc: fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted.Add(time.Minute+800*time.Millisecond)),
+			pod: startPod("p", "c", corev1.PodPending, admitted.Add(time.Minute), false), starting: true, now: admitted.Add(time.Minute + 2500*time.Millisecond), want: startPoll,
+		},
 		"timed from its pod's creation, not the admission": {
 			pvc: hit, pod: startPod("p", "c", corev1.PodPending, admitted.Add(time.Minute), false), starting: true, now: admitted.Add(time.Minute + 1950*time.Millisecond), want: 50 * time.Millisecond,
 		},

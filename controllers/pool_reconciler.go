@@ -445,9 +445,8 @@ func refillHeld(c *corev1.PersistentVolumeClaim, pod *corev1.Pod, starting bool,
 	}
 	start, ok := claim.AdmittedAt(c.Annotations)
 	if pod != nil {
-		// On the API server's clock, as now is; the admission time is on
-		// the admitting replica's.
-		start, ok = pod.CreationTimestamp.Time, true
+		// On the API server's clock, as now is (podCreated).
+		start, ok = podCreated(pod, c.Annotations), true
 	}
 	if !ok {
 		return 0
