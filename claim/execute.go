@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -32,6 +33,16 @@ func Execute(ctx context.Context, c client.Writer, w Write) error {
 		}
 		err = c.Patch(ctx, w.Object, patch)
 	case OpGuardedPatch:
+		// When the claim has not changed since it was read, an update
+		// conditioned on the version read writes the same claim as the
+		// patch, and costs the API server less; once the claim changed,
+		// the patch tests what the write was decided on.
+		if v := w.From.ResourceVersion; v != "" && w.Object.ResourceVersion == v {
+			if err = c.Update(ctx, w.Object); err == nil || !apierrors.IsConflict(err) {
+				break
+			}
+			w.Object.ResourceVersion = v
+		}
 		var raw []byte
 		if raw, err = guardedPatch(w); err == nil {
 			err = c.Patch(ctx, w.Object, client.RawPatch(types.JSONPatchType, raw))

@@ -2,12 +2,14 @@ package claim_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
@@ -28,34 +30,51 @@ func TestExecuteRecordPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := v1alpha1.ObjectIdentity{Name: "app", UID: "pod-uid"}
+	// calls are the writes Execute sends: an update while the claim is
+	// as read (the same write, cheaper for the API server), the patch
+	// after an update that found it changed.
 	cases := map[string]struct {
 		since   func(*corev1.PersistentVolumeClaim)
 		wantErr bool
+		calls   []string
 	}{
-		"unchanged": {since: func(*corev1.PersistentVolumeClaim) {}},
+		"as read":                 {calls: []string{"update"}},
+		"written unchanged since": {since: func(*corev1.PersistentVolumeClaim) {}, calls: []string{"update", "patch"}},
 		"bound and protected since": {since: func(c *corev1.PersistentVolumeClaim) {
 			c.Annotations["pv.kubernetes.io/bind-completed"] = "yes"
 			c.Finalizers = append(c.Finalizers, "kubernetes.io/pvc-protection")
-		}},
-		"checked out again since":    {since: func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.CheckoutIDAnnotationKey] = "next" }, wantErr: true},
-		"returned to the pool since": {since: func(c *corev1.PersistentVolumeClaim) { c.Labels[v1alpha1.ClaimRoleLabelKey] = v1alpha1.ClaimRoleWarm }, wantErr: true},
+		}, calls: []string{"update", "patch"}},
+		"checked out again since":    {since: func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.CheckoutIDAnnotationKey] = "next" }, wantErr: true, calls: []string{"update", "patch"}},
+		"returned to the pool since": {since: func(c *corev1.PersistentVolumeClaim) { c.Labels[v1alpha1.ClaimRoleLabelKey] = v1alpha1.ClaimRoleWarm }, wantErr: true, calls: []string{"update", "patch"}},
 		"another pod recorded since": {since: func(c *corev1.PersistentVolumeClaim) {
 			c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "other/other-uid"
-		}, wantErr: true},
-		"another claim of the name": {since: func(*corev1.PersistentVolumeClaim) {}, wantErr: true},
+		}, wantErr: true, calls: []string{"update", "patch"}},
+		"another claim of the name": {since: func(*corev1.PersistentVolumeClaim) {}, wantErr: true, calls: []string{"update", "patch"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(read.DeepCopy()).Build()
+			var calls []string
+			api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(read.DeepCopy()).WithInterceptorFuncs(interceptor.Funcs{
+				Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+					calls = append(calls, "update")
+					return c.Update(ctx, obj, opts...)
+				},
+				Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+					calls = append(calls, "patch")
+					return c.Patch(ctx, obj, patch, opts...)
+				},
+			}).Build()
 			ctx := context.Background()
 			stored := &corev1.PersistentVolumeClaim{}
 			if err := api.Get(ctx, client.ObjectKeyFromObject(read), stored); err != nil {
 				t.Fatal(err)
 			}
 			as := stored.DeepCopy()
-			tc.since(stored)
-			if err := api.Update(ctx, stored); err != nil {
-				t.Fatal(err)
+			if tc.since != nil {
+				tc.since(stored)
+				if err := api.Update(ctx, stored); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if name == "another claim of the name" {
 				as.UID = "read-uid" // the claim read was deleted and made again since
@@ -64,7 +83,11 @@ func TestExecuteRecordPod(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			calls = nil
 			err = claim.Execute(ctx, api, w)
+			if !slices.Equal(calls, tc.calls) {
+				t.Errorf("writes %v, want %v", calls, tc.calls)
+			}
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("Execute: %v, want an error: %v", err, tc.wantErr)
 			}

@@ -34,7 +34,10 @@ const (
 	// checkout token (Precondition) and the annotations it writes, as read.
 	// Other writers' changes in between (the PV binder's annotations, the
 	// pvc-protection finalizer) do not fail it; a new checkout, a role
-	// left, or another record written since, does.
+	// left, or another record written since, does. Execute first tries
+	// the same write as an update conditioned on the resourceVersion read
+	// (Write.From's), which costs the API server less, and sends the patch
+	// only when that update finds the claim changed.
 	OpGuardedPatch Op = "guarded-patch"
 )
 

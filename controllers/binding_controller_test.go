@@ -801,13 +801,21 @@ func TestReconcileRecordsPodOnClaimOnce(t *testing.T) {
 	pod.UID, pod.Status.Phase = "pod-uid", corev1.PodRunning
 	b := fixtures.Binding(pvc, fpvc.UID)
 	b.Spec.Pod = v1alpha1.ObjectIdentity{Name: pod.Name, UID: pod.UID}
-	patches := 0
-	live := fakeAPI(t, interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-		if _, ok := obj.(*corev1.PersistentVolumeClaim); ok {
-			patches++
-		}
-		return c.Patch(ctx, obj, patch, opts...)
-	}}, fpvc, pvc, b, pod)
+	writes := 0
+	live := fakeAPI(t, interceptor.Funcs{
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if _, ok := obj.(*corev1.PersistentVolumeClaim); ok {
+				writes++
+			}
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*corev1.PersistentVolumeClaim); ok {
+				writes++
+			}
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	}, fpvc, pvc, b, pod)
 	// The cache still has the claim as the webhook handed it out.
 	stale := pvc.DeepCopy()
 	if err := live.Get(context.Background(), client.ObjectKeyFromObject(pvc), stale); err != nil {
@@ -835,8 +843,8 @@ func TestReconcileRecordsPodOnClaimOnce(t *testing.T) {
 	if !claim.Records(got, b.Spec.Pod) {
 		t.Errorf("the claim does not record pod %s", b.Spec.Pod.Name)
 	}
-	if patches != 1 {
-		t.Errorf("%d patches of the claim, want 1", patches)
+	if writes != 1 {
+		t.Errorf("%d writes of the claim, want 1", writes)
 	}
 }
 

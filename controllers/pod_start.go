@@ -30,8 +30,8 @@ import (
 //     scheduled its containers may write, and from then on the claim
 //     records it, so that a copy of the pod's manifest is refused and the
 //     claim is drained even if the pod is force-deleted. The record is a
-//     patch of a built-in object, which costs the API server a fraction of
-//     a custom resource's create.
+//     write of a built-in object (claim.OpGuardedPatch), which costs the
+//     API server a fraction of a custom resource's create.
 //   - The binding waits while its pod lives, up to PodStartWait after the
 //     pod's creation (recordHeld), and is made at once when the pod goes
 //     or finishes. The claim records the pod meanwhile; the binding is

@@ -719,9 +719,12 @@ func TestCreateBindingRecordFails(t *testing.T) {
 			pvc.UID = "c-uid"
 			own := startPod("p", "c", corev1.PodPending, admitted, false)
 			own.Spec.NodeName = "n"
-			failing := interceptor.Funcs{Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
-				return tc.err()
-			}}
+			failing := interceptor.Funcs{
+				Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error { return tc.err() },
+				Patch: func(context.Context, client.WithWatch, client.Object, client.Patch, ...client.PatchOption) error {
+					return tc.err()
+				},
+			}
 			c := fakeAPI(t, failing, pvc, own)
 			clk := clocktesting.NewFakePassiveClock(now)
 			podStartWait := 2 * time.Second
