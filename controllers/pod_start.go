@@ -73,9 +73,9 @@ const startPoll = 100 * time.Millisecond
 // precedes the creation by moments. An admission time outside that
 // second, stamped by a replica whose clock is off, is not used: the
 // creationTimestamp alone is on the API server's clock, as the waits'
-// now is. Without this, a wait timed from the creationTimestamp ends up
-// to a second early: a binding meant to wait 2 s for its pod's start
-// waited 1 to 2 s. The zero time for no pod.
+// now is. A wait timed from the creationTimestamp alone would end up to
+// a second early: a binding meant to wait 2 s for its pod's start would
+// wait 1 to 2 s. The zero time for no pod.
 func podCreated(pod *corev1.Pod, annotations map[string]string) time.Time {
 	if pod == nil {
 		return time.Time{}
