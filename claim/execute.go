@@ -35,10 +35,12 @@ func Execute(ctx context.Context, c client.Writer, w Write) error {
 	case OpGuardedPatch:
 		// When the claim has not changed since it was read, an update
 		// conditioned on the version read writes the same claim as the
-		// patch, and costs the API server less; once the claim changed,
-		// the patch tests what the write was decided on.
+		// patch, and costs the API server less. Once the claim changed, or
+		// the update fails for another reason (a field of the claim this
+		// client's types do not know, say), the patch tests what the write
+		// was decided on; a claim that is gone needs no patch.
 		if v := w.From.ResourceVersion; v != "" && w.Object.ResourceVersion == v {
-			if err = c.Update(ctx, w.Object); err == nil || !apierrors.IsConflict(err) {
+			if err = c.Update(ctx, w.Object); err == nil || apierrors.IsNotFound(err) {
 				break
 			}
 			w.Object.ResourceVersion = v
@@ -59,7 +61,7 @@ func Execute(ctx context.Context, c client.Writer, w Write) error {
 	return nil
 }
 
-var verbs = map[Op]string{OpCreate: "creating", OpUpdate: "updating", OpPatch: "patching", OpGuardedPatch: "patching", OpDelete: "deleting"}
+var verbs = map[Op]string{OpCreate: "creating", OpUpdate: "updating", OpPatch: "patching", OpGuardedPatch: "writing", OpDelete: "deleting"}
 
 // guardedPatch is the JSON patch of GuardedPatch w: tests of the claim's
 // UID, its claim-role label as read, its checkout token and each

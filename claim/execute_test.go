@@ -6,7 +6,10 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -37,8 +40,14 @@ func TestExecuteRecordPod(t *testing.T) {
 		since   func(*corev1.PersistentVolumeClaim)
 		wantErr bool
 		calls   []string
+		// updateErr, when set, is what the API server answers the update.
+		updateErr error
 	}{
-		"as read":                 {calls: []string{"update"}},
+		"as read": {calls: []string{"update"}},
+		"as read, the update refused": {calls: []string{"update", "patch"},
+			updateErr: apierrors.NewInvalid(schema.GroupKind{Kind: "PersistentVolumeClaim"}, "c", field.ErrorList{field.Forbidden(field.NewPath("spec"), "immutable")})},
+		"gone": {calls: []string{"update"}, wantErr: true,
+			updateErr: apierrors.NewNotFound(schema.GroupResource{Resource: "persistentvolumeclaims"}, "c")},
 		"written unchanged since": {since: func(*corev1.PersistentVolumeClaim) {}, calls: []string{"update", "patch"}},
 		"bound and protected since": {since: func(c *corev1.PersistentVolumeClaim) {
 			c.Annotations["pv.kubernetes.io/bind-completed"] = "yes"
@@ -57,6 +66,9 @@ func TestExecuteRecordPod(t *testing.T) {
 			api := fake.NewClientBuilder().WithScheme(scheme).WithObjects(read.DeepCopy()).WithInterceptorFuncs(interceptor.Funcs{
 				Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
 					calls = append(calls, "update")
+					if tc.updateErr != nil {
+						return tc.updateErr
+					}
 					return c.Update(ctx, obj, opts...)
 				},
 				Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {

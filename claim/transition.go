@@ -37,7 +37,7 @@ const (
 	// left, or another record written since, does. Execute first tries
 	// the same write as an update conditioned on the resourceVersion read
 	// (Write.From's), which costs the API server less, and sends the patch
-	// only when that update finds the claim changed.
+	// when that update fails, unless the claim is gone.
 	OpGuardedPatch Op = "guarded-patch"
 )
 

@@ -445,7 +445,8 @@ func refillHeld(c *corev1.PersistentVolumeClaim, pod *corev1.Pod, starting bool,
 	}
 	start, ok := claim.AdmittedAt(c.Annotations)
 	if pod != nil {
-		// On the API server's clock, as now is (podCreated).
+		// On the API server's clock, as now is, to within the
+		// creationTimestamp's second (podCreated).
 		start, ok = podCreated(pod, c.Annotations), true
 	}
 	if !ok {
