@@ -35,7 +35,7 @@ func TestExecuteRecordPod(t *testing.T) {
 	pod := v1alpha1.ObjectIdentity{Name: "app", UID: "pod-uid"}
 	// calls are the writes Execute sends: an update while the claim is
 	// as read (the same write, cheaper for the API server), the patch
-	// after an update that found it changed.
+	// after an update that failed for any reason but the claim being gone.
 	cases := map[string]struct {
 		since   func(*corev1.PersistentVolumeClaim)
 		wantErr bool
