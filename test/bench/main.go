@@ -294,7 +294,8 @@ func run(ctx context.Context, cfg config, stdout, progress io.Writer) (err error
 func runKwok(ctx context.Context, cfg config, res *results, progress io.Writer) (err error) {
 	started := time.Now()
 	e := &env{cfg: cfg, out: progress}
-	opts := cluster.Options{Name: cfg.Name, ProvisionerDelay: cfg.Delay, Out: progress}
+	// The start-up phase reads kube-apiserver's garbage collections.
+	opts := cluster.Options{Name: cfg.Name, ProvisionerDelay: cfg.Delay, Out: progress, TraceGC: true}
 	if slices.Contains(cfg.Phases, "cost") {
 		// The cost phase reads the operator's requests from the audit log.
 		opts.AuditPolicy = []byte(auditPolicy)

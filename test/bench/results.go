@@ -172,10 +172,15 @@ func (rs startupRuns) roundsMarkdown(w func(string, ...any)) {
 	}
 	w("\nThe bursts of %s ran in %d rounds of %d pods each, the modes interleaved in every round in that order, each burst cleaned up (and d's pool refilled, e's claims made again) before the next; a burst row above pools its rounds' pods. The p50 of each round:\n\n", strings.Join(names, ", "), rounds, modes[0].Stats.N/len(modes[0].RoundP50s))
 	w("| | %s |\n|---|%s\n", strings.Join(roundHeads(rounds), " | "), strings.Repeat("---|", rounds))
+	gc := false
 	for _, s := range modes {
 		cells := make([]string, rounds)
 		for i, v := range s.RoundP50s {
 			cells[i] = dur(v)
+			if i < len(s.RoundAPIServerGC) && s.RoundAPIServerGC[i] >= 0.005 {
+				cells[i] += fmt.Sprintf(" (GC %.2f s)", s.RoundAPIServerGC[i])
+				gc = true
+			}
 		}
 		w("| %s | %s |\n", s.Mode, strings.Join(cells, " | "))
 	}
@@ -186,6 +191,9 @@ func (rs startupRuns) roundsMarkdown(w func(string, ...any)) {
 			cells[i] = times(ratio(d.RoundP50s[i], e.RoundP50s[i]))
 		}
 		w("| d/e | %s |\n", strings.Join(cells, " | "))
+	}
+	if gc {
+		w("\n(GC x s): kube-apiserver collected garbage during that burst, which took x s of its CPU there (its `GODEBUG=gctrace=1` log: stop-the-world, assist and mark workers' time, idle marking left out; a cycle that ran past the burst counts by its share of wall clock inside it). Which burst a cycle falls in is chance; a mode that allocates more in the API server meets cycles more often.\n")
 	}
 }
 

@@ -97,6 +97,13 @@ type startupRun struct {
 	// RoundP50s are the p50s of a burst's rounds (burstRounds), whose
 	// pods the run pools.
 	RoundP50s []float64 `json:"roundP50s,omitempty"`
+	// RoundAPIServerGC is, for each of RoundP50s, the CPU time that
+	// kube-apiserver's garbage collections took during that round's burst,
+	// in seconds (apiServerGC); nil when they could not be read.
+	RoundAPIServerGC []float64 `json:"roundApiserverGCSeconds,omitempty"`
+	// windows are the rounds' bursts, as RoundP50s: from the first create
+	// call to the last pod Running.
+	windows []window
 	// CPU is, for a burst run, the CPU time of the machine's processes
 	// (cpuByProcess) from each round's first create call until its last
 	// pod was Running, summed over the rounds, by process; in seconds.
@@ -401,6 +408,7 @@ func burstRounds(ctx context.Context, modes []string, rounds int, steps roundSte
 				var one startupRun
 				summarizeStartup(&one, ts)
 				runs[i].RoundP50s = append(runs[i].RoundP50s, one.Stats.P50)
+				runs[i].windows = append(runs[i].windows, burstWindow(ts))
 				hits, misses, err := steps.checkouts(ctx, mode)
 				if err != nil {
 					return runs, fmt.Errorf("mode %s burst, round %d: counting checkouts: %w", mode, round+1, err)
@@ -417,6 +425,61 @@ func burstRounds(ctx context.Context, modes []string, rounds int, steps roundSte
 		}
 	}
 	return runs, nil
+}
+
+// window is a span of wall-clock time.
+type window struct{ from, to time.Time }
+
+// burstWindow spans a burst's pods, from the first create call to the last
+// pod Running.
+func burstWindow(ts []podTiming) window {
+	var w window
+	for i, t := range ts {
+		if i == 0 || t.created.Before(w.from) {
+			w.from = t.created
+		}
+		if t.running.After(w.to) {
+			w.to = t.running
+		}
+	}
+	return w
+}
+
+// apiServerGC is, for each window, the CPU time of the garbage
+// collections in cycles that ran in it, in seconds: a cycle's CPU counts in
+// the share of its wall-clock span inside the window (the whole of it for a
+// cycle of no span that starts inside).
+func apiServerGC(cycles []cluster.GCCycle, windows []window) []float64 {
+	out := make([]float64, len(windows))
+	for i, w := range windows {
+		for _, c := range cycles {
+			span := c.End.Sub(c.Start)
+			from, to := maxTime(c.Start, w.from), minTime(c.End, w.to)
+			switch {
+			case span <= 0:
+				if !c.Start.Before(w.from) && !c.Start.After(w.to) {
+					out[i] += c.CPU.Seconds()
+				}
+			case to.After(from):
+				out[i] += c.CPU.Seconds() * float64(to.Sub(from)) / float64(span)
+			}
+		}
+	}
+	return out
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // errorOf is msg as an error, nil for "".
@@ -549,6 +612,15 @@ func (e *env) startupPhase(ctx context.Context, res *results) error {
 		},
 		progress: e.progress,
 	})
+	// The API server's garbage collections, which take a burst's CPU in
+	// whichever round they fall.
+	if cycles, gcErr := e.kc.APIServerGCs(); gcErr != nil {
+		e.progress("reading kube-apiserver's garbage collections: %v", gcErr)
+	} else {
+		for i := range bursts {
+			bursts[i].RoundAPIServerGC = apiServerGC(cycles, bursts[i].windows)
+		}
+	}
 	for _, run := range bursts {
 		if !cpuUnread[run.Mode] {
 			run.CPU = burstCPU[run.Mode]

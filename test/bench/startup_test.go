@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/test/cluster"
 )
 
 func TestStartupRatios(t *testing.T) {
@@ -253,6 +254,19 @@ func TestRoundsMarkdown(t *testing.T) {
 				"| d/e | 2.00× | 1.50× |",
 			},
 		},
+		"a round with the API server's garbage collection": {
+			runs: func() startupRuns {
+				d, e := burst(modeHit, 0.4, 0.3), burst(modeOwnClaim, 0.2, 0.2)
+				d.RoundAPIServerGC, e.RoundAPIServerGC = []float64{0, 0.52}, []float64{0.001, 0}
+				return startupRuns{d, e}
+			}(),
+			want: []string{
+				"| d | 400 ms | 300 ms (GC 0.52 s) |",
+				"| e | 200 ms | 200 ms |",
+				"| d/e | 2.00× | 1.50× |",
+				"(GC x s): kube-apiserver collected garbage during that burst",
+			},
+		},
 		"one round: nothing to add": {runs: startupRuns{burst(modeHit, 0.4), burst(modeOwnClaim, 0.2)}, none: true},
 		"a failed burst is left out": {
 			runs: startupRuns{burst(modeHit, 0.4, 0.3), {Mode: modeOwnClaim, Burst: true, Error: "timed out", RoundP50s: []float64{0.2, 0.2}}},
@@ -264,6 +278,9 @@ func TestRoundsMarkdown(t *testing.T) {
 			got := writtenBy(tc.runs.roundsMarkdown)
 			if !wantWritten(t, "roundsMarkdown", got, tc.want, tc.none) {
 				return
+			}
+			if strings.Contains(got, "(GC x s)") != slices.ContainsFunc(tc.want, func(l string) bool { return strings.HasPrefix(l, "(GC x s)") }) {
+				t.Errorf("GC note present = %v, want otherwise:\n%s", strings.Contains(got, "(GC x s)"), got)
 			}
 			if strings.Contains(got, "| d/e |") != slices.ContainsFunc(tc.want, func(l string) bool { return strings.HasPrefix(l, "| d/e") }) {
 				t.Errorf("d/e row present = %v, want otherwise:\n%s", strings.Contains(got, "| d/e |"), got)
@@ -504,9 +521,45 @@ func TestBurstRounds(t *testing.T) {
 				if want := tc.wantRunErr[run.Mode]; (want == "") != (run.Error == "") || !strings.Contains(run.Error, want) {
 					t.Errorf("mode %s error %q, want %q", run.Mode, run.Error, want)
 				}
+				if len(run.windows) != len(run.RoundP50s) {
+					t.Errorf("mode %s has %d burst windows for %d rounds", run.Mode, len(run.windows), len(run.RoundP50s))
+				}
+				for _, w := range run.windows {
+					if want := time.Duration(run.Stats.P50 * float64(time.Second)); !w.from.Equal(t0) || w.to.Sub(w.from) != want {
+						t.Errorf("mode %s burst window %v–%v, want from %v for %v", run.Mode, w.from, w.to, t0, want)
+					}
+				}
 				if math.IsNaN(run.Stats.P50) {
 					t.Errorf("mode %s p50 is NaN, which JSON cannot carry", run.Mode)
 				}
+			}
+		})
+	}
+}
+
+func TestAPIServerGC(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	cycle := func(from, to int, cpu time.Duration) cluster.GCCycle {
+		return cluster.GCCycle{Start: at(from), End: at(to), CPU: cpu}
+	}
+	burst := window{from: at(1000), to: at(2000)}
+	cases := map[string]struct {
+		cycles []cluster.GCCycle
+		want   float64
+	}{
+		"inside":             {cycles: []cluster.GCCycle{cycle(1200, 1500, 300*time.Millisecond)}, want: 0.3},
+		"half past the end":  {cycles: []cluster.GCCycle{cycle(1800, 2200, 400*time.Millisecond)}, want: 0.2},
+		"across the burst":   {cycles: []cluster.GCCycle{cycle(500, 2500, 400*time.Millisecond)}, want: 0.2},
+		"before and after":   {cycles: []cluster.GCCycle{cycle(100, 900, time.Second), cycle(2100, 2300, time.Second)}},
+		"of no span, inside": {cycles: []cluster.GCCycle{cycle(1500, 1500, 10*time.Millisecond)}, want: 0.01},
+		"two":                {cycles: []cluster.GCCycle{cycle(1000, 1100, 100*time.Millisecond), cycle(1900, 2000, 50*time.Millisecond)}, want: 0.15},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := apiServerGC(tc.cycles, []window{burst, {from: at(5000), to: at(6000)}})
+			if len(got) != 2 || math.Abs(got[0]-tc.want) > 1e-9 || got[1] != 0 {
+				t.Errorf("apiServerGC = %v, want [%v 0]", got, tc.want)
 			}
 		})
 	}

@@ -74,6 +74,10 @@ type Options struct {
 	// which are then tainted (FakeNodeTaintKey); see RealNodeUnavailable
 	// for what it needs.
 	RealNode bool
+	// TraceGC runs kube-apiserver with GODEBUG=gctrace=1: each of its
+	// garbage collections writes a line to its log, which
+	// Cluster.APIServerGCs reads.
+	TraceGC bool
 }
 
 func (o Options) withDefaults() Options {
@@ -206,7 +210,7 @@ func (c *Cluster) up(ctx context.Context, o Options, start time.Time) error {
 	createStart := time.Now()
 	configPath := filepath.Join(c.Dir, "kwokctl.yaml")
 	stages := append(DefaultStages(), o.ExtraStages...)
-	if err := os.WriteFile(configPath, []byte(kwokctlConfig(c.bin("kubectl"), stages, o.RealNode)), 0o644); err != nil {
+	if err := os.WriteFile(configPath, []byte(kwokctlConfig(c.bin("kubectl"), stages, o.RealNode, o.TraceGC)), 0o644); err != nil {
 		return err
 	}
 	var audit []string

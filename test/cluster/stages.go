@@ -82,7 +82,7 @@ func E2EStages() []string {
 }
 
 // kwokctlConfig is the multi-document --config of kwokctl create cluster.
-func kwokctlConfig(kubectl string, stages []string, realNode bool) string {
+func kwokctlConfig(kubectl string, stages []string, realNode, traceGC bool) string {
 	var b strings.Builder
 	b.WriteString("apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokctlConfiguration\noptions:\n")
 	b.WriteString("  kubectlBinary: " + quote(kubectl) + "\n")
@@ -104,6 +104,12 @@ func kwokctlConfig(kubectl string, stages []string, realNode bool) string {
 		// Webhooks are called at their Service's endpoints (pod IPs on the
 		// node's bridge), as there is no kube-proxy.
 		b.WriteString("  - key: enable-aggregator-routing\n    value: \"true\"\n")
+	}
+	if traceGC {
+		// One line per garbage collection (Cluster.APIServerGCs).
+		b.WriteString("  extraEnvs:\n  - name: GODEBUG\n    value: gctrace=1\n")
+	}
+	if realNode {
 		b.WriteString("- name: kwok-controller\n  extraArgs:\n")
 		b.WriteString("  - key: manage-all-nodes\n    value: \"false\"\n")
 		b.WriteString("  - key: manage-nodes-with-label-selector\n    value: " + NodeTypeLabelKey + "=kwok\n")
