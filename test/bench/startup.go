@@ -614,9 +614,12 @@ func (e *env) startupPhase(ctx context.Context, res *results) error {
 	})
 	// The API server's garbage collections, which take a burst's CPU in
 	// whichever round they fall.
-	if cycles, gcErr := e.kc.APIServerGCs(); gcErr != nil {
+	if cycles, unread, gcErr := e.kc.APIServerGCs(); gcErr != nil {
 		e.progress("reading kube-apiserver's garbage collections: %v", gcErr)
 	} else {
+		if unread > 0 {
+			e.progress("kube-apiserver's log has %d garbage collections whose line is unreadable (split by another); the rounds table leaves them out", unread)
+		}
 		for i := range bursts {
 			bursts[i].RoundAPIServerGC = apiServerGC(cycles, bursts[i].windows)
 		}

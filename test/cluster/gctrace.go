@@ -31,10 +31,12 @@ type GCCycle struct {
 var gcLine = regexp.MustCompile(`^gc (\d+) @([0-9.]+)s [0-9]+%: ([0-9.]+)\+([0-9.]+)\+([0-9.]+) ms clock, ([0-9.]+)\+([0-9.]+)/([0-9.]+)/([0-9.]+)\+([0-9.]+) ms cpu`)
 
 // ParseGCTrace reads the gctrace lines among a log's other lines, of a
-// process that started at start. A log appended to by several processes
-// in turn holds several runs of numbered cycles; only the last run's, the
-// one started at start, are returned.
-func ParseGCTrace(r io.Reader, start time.Time) ([]GCCycle, error) {
+// process that started at start, and counts the cycles whose line it could
+// not read: the runtime writes a line in several writes, and another line
+// of the process's log can land in between. Should the log hold the lines
+// of several processes in turn (kwokctl truncates it at each start), only
+// the last run of numbered cycles, the one started at start, is returned.
+func ParseGCTrace(r io.Reader, start time.Time) (cycles []GCCycle, unread int, err error) {
 	var out []GCCycle
 	last := 0
 	sc := bufio.NewScanner(r)
@@ -48,12 +50,15 @@ func ParseGCTrace(r io.Reader, start time.Time) ([]GCCycle, error) {
 		for i := 1; i < len(m); i++ {
 			v, err := strconv.ParseFloat(m[i], 64)
 			if err != nil {
-				return nil, fmt.Errorf("parsing %q: %w", m[0], err)
+				return nil, 0, fmt.Errorf("parsing %q: %w", m[0], err)
 			}
 			f[i] = v
 		}
-		if n := int(f[1]); n <= last {
-			out = out[:0] // a later process's cycles, numbered from 1 again
+		switch n := int(f[1]); {
+		case n <= last:
+			out, unread = out[:0], n-1 // a later process's cycles, numbered from 1 again
+		default:
+			unread += n - last - 1
 		}
 		last = int(f[1])
 		begin := start.Add(seconds(f[2]))
@@ -63,30 +68,31 @@ func ParseGCTrace(r io.Reader, start time.Time) ([]GCCycle, error) {
 			CPU:   seconds((f[6] + f[7] + f[8] + f[10]) / 1000),
 		})
 	}
-	return out, sc.Err()
+	return out, unread, sc.Err()
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // APIServerGCs are the garbage collections of the cluster's kube-apiserver
-// so far, read from its log; it logs them when the cluster was brought
-// up with Options.TraceGC.
-func (c *Cluster) APIServerGCs() ([]GCCycle, error) {
+// so far, read from its log, and how many of them had a line it could not
+// read (ParseGCTrace); it logs them when the cluster was brought up with
+// Options.TraceGC.
+func (c *Cluster) APIServerGCs() ([]GCCycle, int, error) {
 	raw, err := os.ReadFile(filepath.Join(c.KwokctlDir(), "pids", "kube-apiserver.pid"))
 	if err != nil {
-		return nil, fmt.Errorf("reading kube-apiserver's PID: %w", err)
+		return nil, 0, fmt.Errorf("reading kube-apiserver's PID: %w", err)
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
 	if err != nil {
-		return nil, fmt.Errorf("reading kube-apiserver's PID: %w", err)
+		return nil, 0, fmt.Errorf("reading kube-apiserver's PID: %w", err)
 	}
 	start, err := processStart(pid)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	f, err := os.Open(filepath.Join(c.KwokctlDir(), "logs", "kube-apiserver.log"))
 	if err != nil {
-		return nil, fmt.Errorf("opening kube-apiserver's log: %w", err)
+		return nil, 0, fmt.Errorf("opening kube-apiserver's log: %w", err)
 	}
 	defer func() { _ = f.Close() }()
 	return ParseGCTrace(f, start)
