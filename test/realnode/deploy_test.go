@@ -173,6 +173,15 @@ echo "$me $n" >> ` + claimMount + `/buffer; echo "$me $n" >> /e2e/written/$me; s
 				g.Expect(c.Annotations).To(HaveKey(v1alpha1.NodeAffinityAnnotationKey))
 				warm = append(warm, c.Name)
 			}
+			if csiUnavailable != "" {
+				return
+			}
+			// The driver attaches, so the pool stages both on the real node. Until
+			// a PVC's holder is created, a checkout passes it over (its holder's
+			// admission may have read it warm), and the pod would miss.
+			f := &v1alpha1.FluentPVC{}
+			g.Expect(k8s.Get(ctx, client.ObjectKey{Name: fpvc.Name}, f)).To(Succeed())
+			g.Expect(f.Status.Pool).To(ContainElement(And(HaveField("Namespace", ns), HaveField("Staged", int32(2)))))
 		}).WithTimeout(longTimeout).Should(Succeed())
 
 		start := time.Now()
