@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
-// TestCoalesced: the events of many objects within fluentPVCCoalesce (a
+// TestCoalesced: the events of many objects within the window (a
 // scale-up's new nodes, say) enqueue the FluentPVCs they map to once, at
 // the end of the window, not once each at once.
 func TestCoalesced(t *testing.T) {
@@ -23,14 +23,17 @@ func TestCoalesced(t *testing.T) {
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: "a"}}, {NamespacedName: client.ObjectKey{Name: "b"}}}
 	}
 	for name, tc := range map[string]struct {
+		window  time.Duration
 		events  int
 		advance time.Duration
 		want    int
 	}{
-		"no event":                              {advance: fluentPVCCoalesce},
-		"within the window: nothing yet":        {events: 100, advance: fluentPVCCoalesce / 2},
-		"after the window: each pool once":      {events: 100, advance: fluentPVCCoalesce, want: 2},
-		"one event after the window: each once": {events: 1, advance: fluentPVCCoalesce, want: 2},
+		"no event":                                    {advance: fluentPVCCoalesce},
+		"within the window: nothing yet":              {events: 100, advance: fluentPVCCoalesce / 2},
+		"after the window: each pool once":            {events: 100, advance: fluentPVCCoalesce, want: 2},
+		"one event after the window: each once":       {events: 1, advance: fluentPVCCoalesce, want: 2},
+		"nodes: past the claims' window, nothing yet": {window: nodeCoalesce, events: 100, advance: fluentPVCCoalesce},
+		"nodes: after their window, each pool once":   {window: nodeCoalesce, events: 100, advance: nodeCoalesce, want: 2},
 	} {
 		t.Run(name, func(t *testing.T) {
 			clk := clocktesting.NewFakeClock(time.Unix(0, 0))
@@ -38,6 +41,9 @@ func TestCoalesced(t *testing.T) {
 				workqueue.TypedRateLimitingQueueConfig[reconcile.Request]{Clock: clk})
 			defer q.ShutDown()
 			h := coalesced(pools)
+			if tc.window > 0 {
+				h = coalescedAfter(tc.window, pools)
+			}
 			for i := range tc.events {
 				node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n" + string(rune('0'+i%10))}}
 				h.Create(context.Background(), event.CreateEvent{Object: node}, q)

@@ -240,10 +240,10 @@ func (r *FluentPVCReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}))).
 		// A node that comes, goes or changes whether it qualifies may be
 		// what a pool's pending PVCs wait for (see observePool).
-		// Coalesced like the rest: a cluster that gains or loses many nodes
-		// at once (a scale-up) makes one reconcile per window, not one per
-		// node.
-		Watches(&corev1.Node{}, coalesced(r.pools), builder.WithPredicates(nodeEligibilityChanged)).
+		// Coalesced over nodeCoalesce: a cluster that gains or loses many
+		// nodes at once (a scale-up) makes one reconcile of each pool a
+		// second, not one per node.
+		Watches(&corev1.Node{}, coalescedAfter(nodeCoalesce, r.pools), builder.WithPredicates(nodeEligibilityChanged)).
 		// An attachment that comes or goes changes how many holders its
 		// node may keep (pool.NodeRoom): other volumes take slots from
 		// holders, and slots freed are staged again.
@@ -270,13 +270,24 @@ func (r *FluentPVCReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // runs.
 const fluentPVCCoalesce = 100 * time.Millisecond
 
+// nodeCoalesce is how long after a node's event the pools are reconciled.
+// Every pool reads every node, so a reconcile costs CPU in proportion to
+// the cluster's size, and a node that comes or goes is what a pending PVC
+// or a holder waits for seconds at least, never a pod's start.
+const nodeCoalesce = time.Second
+
 // coalesced enqueues the FluentPVCs that m maps an event's object to,
 // fluentPVCCoalesce after the event; a FluentPVC already waiting keeps
 // its earlier time.
 func coalesced(m handler.MapFunc) handler.EventHandler {
+	return coalescedAfter(fluentPVCCoalesce, m)
+}
+
+// coalescedAfter is coalesced with a window of its own.
+func coalescedAfter(window time.Duration, m handler.MapFunc) handler.EventHandler {
 	add := func(ctx context.Context, obj client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		for _, req := range m(ctx, obj) {
-			q.AddAfter(req, fluentPVCCoalesce)
+			q.AddAfter(req, window)
 		}
 	}
 	return handler.Funcs{
