@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
@@ -195,11 +196,18 @@ func run(ctx context.Context, args []string) error {
 	}
 	// The webhook is registered once certificates exist, so that the server
 	// never starts without them.
+	caches, err := webhook.Watch(mgr)
+	if err != nil {
+		return fmt.Errorf("setting up the webhooks' caches: %w", err)
+	}
 	webhookSetupErr := make(chan error, 1)
+	var webhooksRegistered atomic.Bool
 	go func() {
 		select {
 		case <-certsReady:
-			webhookSetupErr <- webhook.Setup(mgr, webhook.Options{NativeSidecarsUnsupported: nativeUnsupported, Namespace: opts.namespace, Self: self, ServerClock: serverClock})
+			err := webhook.Setup(mgr, webhook.Options{NativeSidecarsUnsupported: nativeUnsupported, Namespace: opts.namespace, Self: self, ServerClock: serverClock}, caches)
+			webhooksRegistered.Store(err == nil)
+			webhookSetupErr <- err
 		case <-ctx.Done():
 			webhookSetupErr <- nil
 		}
@@ -208,13 +216,21 @@ func run(ctx context.Context, args []string) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding health check: %w", err)
 	}
+	// The manager starts the rotator and the webhook server only once its
+	// caches have synced, so a cache that cannot sync is named first.
 	if err := mgr.AddReadyzCheck("readyz", func(req *http.Request) error {
+		if err := caches.Synced(req); err != nil {
+			return err
+		}
 		select {
 		case <-certsReady:
-			return mgr.GetWebhookServer().StartedChecker()(req)
 		default:
 			return errors.New("webhook certificates are not ready")
 		}
+		if !webhooksRegistered.Load() {
+			return errors.New("the webhooks are not registered yet")
+		}
+		return mgr.GetWebhookServer().StartedChecker()(req)
 	}); err != nil {
 		return fmt.Errorf("adding readiness check: %w", err)
 	}

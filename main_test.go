@@ -8,12 +8,14 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +26,11 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
@@ -36,6 +43,8 @@ var (
 	managerBin string // the manager built from this package
 	kubeconfig string // a cluster-admin kubeconfig for the envtest API server
 	certDir    string // a self-signed tls.crt and tls.key for the webhook server
+	testEnv    *envtest.Environment
+	admin      kubernetes.Interface // cluster-admin, for the specs' RBAC
 )
 
 func TestIntegration(t *testing.T) {
@@ -54,8 +63,10 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	Eventually(build, fixtures.LongTimeout).Should(gexec.Exit(0), "go build failed: %s", build.Err.Contents())
 
-	testEnv := fixtures.NewEnvtest()
-	_, err = testEnv.Start()
+	testEnv = fixtures.NewEnvtest()
+	cfg, err := testEnv.Start()
+	Expect(err).NotTo(HaveOccurred())
+	admin, err = kubernetes.NewForConfig(cfg)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(testEnv.Stop)
 	kubeconfig, err = fixtures.WriteKubeconfig(testEnv, dir)
@@ -118,6 +129,63 @@ var _ = Describe("manager", func() {
 		Eventually(session, gracefulShutdownTimeout).Should(gexec.Exit(0))
 	})
 
+	It("is not ready while a cache the webhooks read cannot sync, says which, and is ready once it can", func(ctx SpecContext) {
+		const user = "manager-readiness"
+		role := managerClusterRole()
+		var withheld []rbacv1.PolicyRule
+		role.Rules = slices.DeleteFunc(role.Rules, func(r rbacv1.PolicyRule) bool {
+			if slices.Contains(r.Resources, "fluentpvcbindings") {
+				withheld = append(withheld, r)
+				return true
+			}
+			return false
+		})
+		Expect(withheld).NotTo(BeEmpty(), "config/rbac/role.yaml grants the bindings")
+		role.Name = user
+		_, err := admin.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(admin.RbacV1().ClusterRoles().Delete(ctx, user, metav1.DeleteOptions{})).To(Succeed())
+		})
+		_, err = admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: user},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+		}, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(func(ctx SpecContext) {
+			Expect(admin.RbacV1().ClusterRoleBindings().Delete(ctx, user, metav1.DeleteOptions{})).To(Succeed())
+		})
+		u, err := testEnv.AddUser(envtest.User{Name: user}, nil)
+		Expect(err).NotTo(HaveOccurred())
+		raw, err := u.KubeConfig()
+		Expect(err).NotTo(HaveOccurred())
+		limited := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
+		Expect(os.WriteFile(limited, raw, 0o600)).To(Succeed())
+
+		probe := freePort()
+		startManagerWithEnv(managerEnv("KUBECONFIG="+limited),
+			"--leader-elect=false",
+			"--cert-management=external",
+			"--cert-dir", certDir,
+			"--health-probe-bind-address", probe,
+			"--metrics-bind-address", "0",
+			"--webhook-port", strings.TrimPrefix(freePort(), "127.0.0.1:"),
+		)
+		Eventually(statusOf).WithArguments("http://" + probe + "/healthz").Should(Equal(http.StatusOK))
+		By("reading the readiness check's reason while the bindings cannot be listed")
+		Eventually(bodyOf).WithArguments("http://" + probe + "/readyz/readyz").
+			Should(ContainSubstring("the webhooks' cache has not synced FluentPVCBinding yet"))
+		Expect(statusOf("http://" + probe + "/readyz")).To(Equal(http.StatusInternalServerError))
+
+		By("granting them: ready without a restart")
+		role.Rules = append(role.Rules, withheld...)
+		_, err = admin.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		// The informer lists again after its backoff, at most 30 s.
+		Eventually(statusOf).WithArguments("http://" + probe + "/readyz").WithTimeout(fixtures.LongTimeout).Should(Equal(http.StatusOK))
+	})
+
 	It("exits non-zero and says why when --cert-management is unknown", func() {
 		session := startManager("--cert-management=bogus", "--leader-elect=false")
 		Eventually(session).Should(gexec.Exit())
@@ -154,6 +222,34 @@ func startManagerWithEnv(env []string, args ...string) *gexec.Session {
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() { session.Kill().Wait() })
 	return session
+}
+
+// managerClusterRole is the operator's ClusterRole, as config/rbac/role.yaml
+// has it.
+func managerClusterRole() *rbacv1.ClusterRole {
+	GinkgoHelper()
+	raw, err := os.ReadFile(fixtures.Path("config", "rbac", "role.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	for doc := range strings.SplitSeq(string(raw), "\n---\n") {
+		role := &rbacv1.ClusterRole{}
+		Expect(yaml.Unmarshal([]byte(doc), role)).To(Succeed())
+		if role.Kind == "ClusterRole" {
+			return role
+		}
+	}
+	Fail("config/rbac/role.yaml has no ClusterRole")
+	return nil
+}
+
+// bodyOf is the body of a GET of url, or "" if it failed.
+func bodyOf(url string) string {
+	resp, err := http.Get(url)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 // labelsOf is a metric's labels as a map.

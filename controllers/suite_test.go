@@ -62,7 +62,9 @@ func startOperator() (manager.Manager, func()) {
 	mgr, err := ctrl.NewManager(cfg, opts)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(controllers.Setup(mgr, testOptions)).To(Succeed())
-	Expect(webhook.Setup(mgr, webhook.Options{Namespace: "default"})).To(Succeed())
+	caches, err := webhook.Watch(mgr)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(webhook.Setup(mgr, webhook.Options{Namespace: "default"}, caches)).To(Succeed())
 	return mgr, fixtures.StartManager(mgr)
 }
 

@@ -13,6 +13,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -69,29 +71,61 @@ func NativeSidecarSupport(gitVersion string) string {
 	return fmt.Sprintf("the API server is %s and native sidecars need Kubernetes 1.29 or later", gitVersion)
 }
 
+// Caches are the informers of every kind an admission reads from the
+// manager's cache, by kind.
+type Caches struct {
+	informers map[string]cache.Informer
+}
+
+// Watch has mgr's cache watch every kind the webhooks read (and index the
+// warm PVCs), from the cache's start rather than from the first admission.
+// Call it before the manager starts: it never waits for a list.
+func Watch(mgr ctrl.Manager) (*Caches, error) {
+	if err := pool.IndexWarm(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return nil, fmt.Errorf("indexing warm PVCs: %w", err)
+	}
+	read := map[string]client.Object{
+		"Pod": &corev1.Pod{}, "PersistentVolumeClaim": &corev1.PersistentVolumeClaim{}, "Node": &corev1.Node{},
+		"Namespace": namespaceMeta(), "VolumeAttachment": &storagev1.VolumeAttachment{},
+		"FluentPVC": &v1alpha1.FluentPVC{}, "FluentPVCBinding": &v1alpha1.FluentPVCBinding{},
+	}
+	c := &Caches{informers: make(map[string]cache.Informer, len(read))}
+	for kind, obj := range read {
+		i, err := mgr.GetCache().GetInformer(context.Background(), obj, cache.BlockUntilSynced(false))
+		if err != nil {
+			return nil, fmt.Errorf("watching %s: %w", kind, err)
+		}
+		c.informers[kind] = i
+	}
+	return c, nil
+}
+
+// Synced is a readiness check that fails, naming them, while any of the
+// kinds the webhooks read has not synced: a replica is not sent admissions
+// that would wait for its first lists (or for good, where a list is
+// forbidden).
+func (c *Caches) Synced(*http.Request) error {
+	var waiting []string
+	for kind, i := range c.informers {
+		if !i.HasSynced() {
+			waiting = append(waiting, kind)
+		}
+	}
+	if len(waiting) == 0 {
+		return nil
+	}
+	slices.Sort(waiting)
+	return fmt.Errorf("the webhooks' cache has not synced %s yet", strings.Join(waiting, ", "))
+}
+
 // Setup registers the pod webhook, the FluentPVC validating webhook, the
-// claim deletion webhook and the mount webhook with mgr's webhook server.
-func Setup(mgr ctrl.Manager, opts Options) error {
+// claim deletion webhook and the mount webhook with mgr's webhook server;
+// caches are mgr's (Watch).
+func Setup(mgr ctrl.Manager, opts Options, caches *Caches) error {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	if err := pool.IndexWarm(context.Background(), mgr.GetFieldIndexer()); err != nil {
-		return fmt.Errorf("indexing warm PVCs: %w", err)
-	}
-	// Checkouts place pods on the cached nodes: start watching them with
-	// the cache, not at the first admission.
-	nodes, err := mgr.GetCache().GetInformer(context.Background(), &corev1.Node{})
-	if err != nil {
-		return fmt.Errorf("watching nodes: %w", err)
-	}
-	// And namespaces' labels, for FluentPVCs' namespaceSelector.
-	if _, err := mgr.GetCache().GetInformer(context.Background(), namespaceMeta()); err != nil {
-		return fmt.Errorf("watching namespaces: %w", err)
-	}
-	claims, err := mgr.GetCache().GetInformer(context.Background(), &corev1.PersistentVolumeClaim{})
-	if err != nil {
-		return fmt.Errorf("watching claims: %w", err)
-	}
+	nodes, claims := caches.informers["Node"], caches.informers["PersistentVolumeClaim"]
 	// The webhooks' own requests carry their own user agent, so that the API
 	// server's audit log tells what an admission costs from what the
 	// controllers do meanwhile.

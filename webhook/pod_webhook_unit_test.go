@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 )
 
 func TestNativeSidecarSupport(t *testing.T) {
@@ -25,6 +26,40 @@ func TestNativeSidecarSupport(t *testing.T) {
 			why := NativeSidecarSupport(tc.gitVersion)
 			if (why == "") != tc.supported {
 				t.Errorf("NativeSidecarSupport(%q) = %q, want supported=%v", tc.gitVersion, why, tc.supported)
+			}
+		})
+	}
+}
+
+// informerState is an informer that has synced or not.
+type informerState struct {
+	cache.Informer
+	synced bool
+}
+
+func (s informerState) HasSynced() bool { return s.synced }
+
+func TestCachesSynced(t *testing.T) {
+	cases := map[string]struct {
+		synced map[string]bool
+		want   string
+	}{
+		"all synced":     {synced: map[string]bool{"Pod": true, "Node": true}},
+		"one not, named": {synced: map[string]bool{"Pod": true, "FluentPVCBinding": false}, want: "the webhooks' cache has not synced FluentPVCBinding yet"},
+		"several not, in order": {
+			synced: map[string]bool{"Pod": false, "Node": false, "FluentPVC": true},
+			want:   "the webhooks' cache has not synced Node, Pod yet",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := &Caches{informers: map[string]cache.Informer{}}
+			for kind, synced := range tc.synced {
+				c.informers[kind] = informerState{synced: synced}
+			}
+			err := c.Synced(nil)
+			if (err == nil) != (tc.want == "") || (err != nil && err.Error() != tc.want) {
+				t.Errorf("Synced() = %v, want %q", err, tc.want)
 			}
 		})
 	}

@@ -54,7 +54,9 @@ var _ = BeforeSuite(func() {
 	Expect(k8sClient.Create(context.Background(), review)).To(Succeed())
 	self = review.Status.UserInfo.Username
 	Expect(self).NotTo(BeEmpty())
-	Expect(webhook.Setup(mgr, webhook.Options{Namespace: "default", Self: self})).To(Succeed())
+	caches, err := webhook.Watch(mgr)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(webhook.Setup(mgr, webhook.Options{Namespace: "default", Self: self}, caches)).To(Succeed())
 	mgrClient = mgr.GetClient()
 	mutator = webhook.NewPodMutator(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetClient(), admission.NewDecoder(scheme), clock.RealClock{})
 	DeferCleanup(fixtures.StartManager(mgr))
