@@ -18,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -167,19 +166,12 @@ func busyAttachments(vas []storagev1.VolumeAttachment, warm []corev1.PersistentV
 	return busy
 }
 
-// stagingStall is how long waitPoolStaged waits without progress before
-// it touches the FluentPVC.
-const stagingStall = 30 * time.Second
-
 // waitPoolStaged waits until FluentPVC name's pool in ns has want warm PVCs,
 // all staged (its status.pool[].staged) and their volumes attached to node.
-// If that stalls for stagingStall, it touches the FluentPVC (an annotation)
-// so that the operator plans its pool again, and notes it: the operator
-// does not plan again when attach slots free up on a node (it does not
-// watch VolumeAttachments).
+// The operator plans the pool again by itself when a node, an attachment or
+// a holder changes, so the bench only waits.
 func (e *env) waitPoolStaged(ctx context.Context, name, ns string, want int, node string) error {
-	var state, last string
-	lastChange := time.Now()
+	var state string
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, drainTimeout, true, func(ctx context.Context) (bool, error) {
 		var f v1alpha1.FluentPVC
 		if err := e.cache.Get(ctx, client.ObjectKey{Name: name}, &f); err != nil {
@@ -202,39 +194,13 @@ func (e *env) waitPoolStaged(ctx context.Context, name, ns string, want int, nod
 		}
 		warm, attached := attachedTo(vas.Items, pvcs.Items, node)
 		state = fmt.Sprintf("%d staged, %d of %d warm PVCs attached to %s, %d VolumeAttachments", staged, attached, warm, node, len(vas.Items))
-		if int(staged) == want && warm == want && attached == want {
-			return true, nil
-		}
-		if state != last {
-			last, lastChange = state, time.Now()
-			return false, nil
-		}
-		if time.Since(lastChange) < stagingStall {
-			return false, nil
-		}
-		e.note("the pool of FluentPVC %s in %s stalled at %s for %s; the bench touched the FluentPVC to have it planned again", name, ns, state, stagingStall)
-		lastChange = time.Now()
-		return false, e.touch(ctx, name)
+		return int(staged) == want && warm == want && attached == want, nil
 	})
 	if err != nil {
 		return fmt.Errorf("waiting for the pool of FluentPVC %s in %s to be staged on %s (%s): %w", name, ns, node, state, err)
 	}
 	return nil
 }
-
-// touch sets an annotation of the bench's on FluentPVC name, which changes
-// nothing but makes the operator reconcile it.
-func (e *env) touch(ctx context.Context, name string) error {
-	f := &v1alpha1.FluentPVC{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, touchAnnotationKey, time.Now().Format(time.RFC3339Nano))
-	if err := e.cl.Patch(ctx, f, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return fmt.Errorf("touching FluentPVC %s: %w", name, err)
-	}
-	return nil
-}
-
-// touchAnnotationKey is the annotation touch sets.
-const touchAnnotationKey = "bench.fluent-pvc-operator/touched"
 
 // attachedTo counts the PVCs of pvcs not being deleted, and those of them
 // whose volume is attached to node.
@@ -811,12 +777,6 @@ func (r *results) csiMarkdown(w func(string, ...any)) {
 	for _, s := range runs {
 		if s.SplitError != "" {
 			w("\nMode %s's split is short: %s\n", s.Mode, strings.ReplaceAll(s.SplitError, "\n", " "))
-		}
-	}
-	if len(c.Notes) > 0 {
-		w("\nNotes:\n\n")
-		for _, n := range c.Notes {
-			w("- %s\n", n)
 		}
 	}
 }

@@ -459,7 +459,7 @@ func TestCSIMarkdown(t *testing.T) {
 		sp.Elsewhere = 8
 		return &sp
 	}()
-	measured := &realNodeResult{N: 8, CSI: delaysOf(csiOptions), AttachSlots: 16, PoolFillSeconds: 6.1, PoolStagedSeconds: 16.2, Notes: []string{"the pool stalled"}, Startup: startupRuns{
+	measured := &realNodeResult{N: 8, CSI: delaysOf(csiOptions), AttachSlots: 16, PoolFillSeconds: 6.1, PoolStagedSeconds: 16.2, Startup: startupRuns{
 		run(modePlain, 0.5, 0.6), run(modeEphemeral, 17.3, 17.9), run(modeMiss, 16.8, 18.6), hit, run(modeOwnClaim, 11, 11.6), unstaged, moved,
 	}}
 	cases := map[string]struct {
@@ -475,7 +475,6 @@ func TestCSIMarkdown(t *testing.T) {
 				"filled in 6.1s and staged on real-0 16.2s after its creation",
 				"which takes 16 of the driver's, and the scheduler does not preempt a holder for an attach slot",
 				"the node has room for 8 more volumes, and b beside c need 16",
-				"Notes:\n\n- the pool stalled\n",
 				"| d/a | staged hit / no volume | 1.20× | 1.33× | n/a |",
 				"| b/d | generic ephemeral / staged hit | 28.83× | 22.37× | n/a |",
 				"| e/d | own Bound PVC / staged hit | 18.33× | 14.50× | n/a |",

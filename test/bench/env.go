@@ -68,18 +68,6 @@ type env struct {
 	pvcs    *pvcTimeline
 	// attachments are the VolumeAttachments' times (CSI tier only).
 	attachments *attachTimeline
-	// notes are facts worth a look that do not void a measurement.
-	notesMu sync.Mutex
-	notes   []string
-}
-
-// note records a fact worth a look in the tier's results, and says it.
-func (e *env) note(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	e.progress("note: %s", msg)
-	e.notesMu.Lock()
-	defer e.notesMu.Unlock()
-	e.notes = append(e.notes, msg)
 }
 
 // storageClass is the class of the tier's claims: StorageClassCSI on the

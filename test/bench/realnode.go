@@ -50,8 +50,6 @@ type realNodeResult struct {
 	// AttachSlots is how many of the CSI driver's volumes the real node
 	// takes (its CSINode's allocatable count), on the CSI tier.
 	AttachSlots int `json:"attachSlots,omitempty"`
-	// Notes are facts worth a look that do not void a measurement.
-	Notes []string `json:"notes,omitempty"`
 }
 
 // runRealNode runs the real-node tier into res.RealNode: its own cluster
@@ -131,7 +129,6 @@ func runRealTier(ctx context.Context, cfg config, r *realNodeResult, e *env, suf
 	if err := e.startInformers(informerCtx); err != nil {
 		return err
 	}
-	defer func() { r.Notes = e.notes }()
 	return e.realStartup(ctx, r, modes)
 }
 
