@@ -194,17 +194,23 @@ func run(ctx context.Context, args []string) error {
 	if err := controllers.Setup(mgr, opts.controllers); err != nil {
 		return fmt.Errorf("setting up controllers: %w", err)
 	}
-	// The webhook is registered once certificates exist, so that the server
-	// never starts without them.
 	caches, err := webhook.Watch(mgr)
 	if err != nil {
 		return fmt.Errorf("setting up the webhooks' caches: %w", err)
 	}
+	// The webhook is registered once certificates exist, so that the server
+	// never starts without them, and once the caches have synced: the
+	// manager holds its lock until then, and registering adds the server
+	// to the manager, which fails (a panic) once the manager has stopped.
 	webhookSetupErr := make(chan error, 1)
 	var webhooksRegistered atomic.Bool
 	go func() {
 		select {
 		case <-certsReady:
+			if !mgr.GetCache().WaitForCacheSync(ctx) {
+				webhookSetupErr <- nil // stopping
+				return
+			}
 			err := webhook.Setup(mgr, webhook.Options{NativeSidecarsUnsupported: nativeUnsupported, Namespace: opts.namespace, Self: self, ServerClock: serverClock}, caches)
 			webhooksRegistered.Store(err == nil)
 			webhookSetupErr <- err
@@ -216,8 +222,10 @@ func run(ctx context.Context, args []string) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding health check: %w", err)
 	}
-	// The manager starts the rotator and the webhook server only once its
-	// caches have synced, so a cache that cannot sync is named first.
+	// The webhooks are registered, and so served, only once the caches have
+	// synced (and, with --cert-management=self, the rotator that makes the
+	// certificates starts only then), so a cache that cannot sync is named
+	// first.
 	if err := mgr.AddReadyzCheck("readyz", func(req *http.Request) error {
 		if err := caches.Synced(req); err != nil {
 			return err

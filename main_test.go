@@ -182,7 +182,8 @@ var _ = Describe("manager", func() {
 		role.Rules = append(role.Rules, withheld...)
 		_, err = admin.RbacV1().ClusterRoles().Update(ctx, role, metav1.UpdateOptions{})
 		Expect(err).NotTo(HaveOccurred())
-		// The informer lists again after its backoff, at most 30 s.
+		// The informer lists again after its backoff, which grows from under
+		// a second while the list is refused, so is short this soon.
 		Eventually(statusOf).WithArguments("http://" + probe + "/readyz").WithTimeout(fixtures.LongTimeout).Should(Equal(http.StatusOK))
 	})
 

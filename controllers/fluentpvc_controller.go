@@ -263,7 +263,7 @@ func (r *FluentPVCReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // fluentPVCCoalesce is how long after an event of one of its PVCs, Jobs,
-// holders or bindings, or of a node or VolumeAttachment, a FluentPVC is
+// holders or bindings, or of a VolumeAttachment, a FluentPVC is
 // reconciled. The events of a burst of admissions (a checkout, then the
 // binding, each) come within it and make one reconcile, and the pool's
 // refill is written after the admission that took the PVC, not while it

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -77,6 +78,11 @@ type Caches struct {
 	informers map[string]cache.Informer
 }
 
+// +kubebuilder:rbac:groups="",resources=pods;persistentvolumeclaims;nodes;namespaces,verbs=list;watch
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=volumeattachments,verbs=list;watch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=list;watch
+// +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcs;fluentpvcbindings,verbs=list;watch
+
 // Watch has mgr's cache watch every kind the webhooks read (and index the
 // warm PVCs), from the cache's start rather than from the first admission.
 // Call it before the manager starts: it never waits for a list.
@@ -87,7 +93,7 @@ func Watch(mgr ctrl.Manager) (*Caches, error) {
 	read := map[string]client.Object{
 		"Pod": &corev1.Pod{}, "PersistentVolumeClaim": &corev1.PersistentVolumeClaim{}, "Node": &corev1.Node{},
 		"Namespace": namespaceMeta(), "VolumeAttachment": &storagev1.VolumeAttachment{},
-		"FluentPVC": &v1alpha1.FluentPVC{}, "FluentPVCBinding": &v1alpha1.FluentPVCBinding{},
+		"FluentPVC": &v1alpha1.FluentPVC{}, "FluentPVCBinding": &v1alpha1.FluentPVCBinding{}, "Job": &batchv1.Job{},
 	}
 	c := &Caches{informers: make(map[string]cache.Informer, len(read))}
 	for kind, obj := range read {

@@ -181,7 +181,8 @@ echo "$me $n" >> ` + claimMount + `/buffer; echo "$me $n" >> /e2e/written/$me; s
 			// admission may have read it warm), and the pod would miss.
 			f := &v1alpha1.FluentPVC{}
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Name: fpvc.Name}, f)).To(Succeed())
-			g.Expect(f.Status.Pool).To(ContainElement(And(HaveField("Namespace", ns), HaveField("Staged", int32(2)))))
+			g.Expect(f.Status.Pool).To(ContainElement(And(HaveField("Namespace", ns), HaveField("Staged", int32(2)))),
+				"status.pool of %s: both warm PVCs staged (a holder Running on the real node, which needs room for two more attachments)", f.Name)
 		}).WithTimeout(longTimeout).Should(Succeed())
 
 		start := time.Now()
