@@ -115,15 +115,7 @@ var _ = Describe("manager", func() {
 
 	It("reads the kubeconfig given with --kubeconfig", func() {
 		probe := freePort()
-		session := startManagerWithEnv(managerEnv(),
-			"--kubeconfig", kubeconfig,
-			"--leader-elect=false",
-			"--cert-management=external",
-			"--cert-dir", certDir,
-			"--health-probe-bind-address", probe,
-			"--metrics-bind-address", "0",
-			"--webhook-port", strings.TrimPrefix(freePort(), "127.0.0.1:"),
-		)
+		session := startManagerWithEnv(managerEnv(), append([]string{"--kubeconfig", kubeconfig}, standaloneArgs(probe)...)...)
 		Eventually(statusOf).WithArguments("http://" + probe + "/readyz").Should(Equal(http.StatusOK))
 		session.Terminate()
 		Eventually(session, gracefulShutdownTimeout).Should(gexec.Exit(0))
@@ -156,22 +148,11 @@ var _ = Describe("manager", func() {
 		DeferCleanup(func(ctx SpecContext) {
 			Expect(admin.RbacV1().ClusterRoleBindings().Delete(ctx, user, metav1.DeleteOptions{})).To(Succeed())
 		})
-		u, err := testEnv.AddUser(envtest.User{Name: user}, nil)
+		limited, err := fixtures.WriteUserKubeconfig(testEnv, envtest.User{Name: user}, GinkgoT().TempDir())
 		Expect(err).NotTo(HaveOccurred())
-		raw, err := u.KubeConfig()
-		Expect(err).NotTo(HaveOccurred())
-		limited := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
-		Expect(os.WriteFile(limited, raw, 0o600)).To(Succeed())
 
 		probe := freePort()
-		startManagerWithEnv(managerEnv("KUBECONFIG="+limited),
-			"--leader-elect=false",
-			"--cert-management=external",
-			"--cert-dir", certDir,
-			"--health-probe-bind-address", probe,
-			"--metrics-bind-address", "0",
-			"--webhook-port", strings.TrimPrefix(freePort(), "127.0.0.1:"),
-		)
+		startManagerWithEnv(managerEnv("KUBECONFIG="+limited), standaloneArgs(probe)...)
 		Eventually(statusOf).WithArguments("http://" + probe + "/healthz").Should(Equal(http.StatusOK))
 		By("reading the readiness check's reason while the bindings cannot be listed")
 		Eventually(bodyOf).WithArguments("http://" + probe + "/readyz/readyz").
@@ -194,6 +175,20 @@ var _ = Describe("manager", func() {
 		Expect(string(session.Err.Contents())).To(ContainSubstring(`--cert-management must be "self" or "external", not "bogus"`))
 	})
 })
+
+// standaloneArgs run the manager as one replica with the test's
+// certificate, its probes on probe and no metrics.
+func standaloneArgs(probe string) []string {
+	GinkgoHelper()
+	return []string{
+		"--leader-elect=false",
+		"--cert-management=external",
+		"--cert-dir", certDir,
+		"--health-probe-bind-address", probe,
+		"--metrics-bind-address", "0",
+		"--webhook-port", strings.TrimPrefix(freePort(), "127.0.0.1:"),
+	}
+}
 
 // startManager runs the manager with args against the envtest API server,
 // which it finds through $KUBECONFIG, and kills it when the spec ends.
