@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -223,17 +225,23 @@ func TestReconcileBindingRejected(t *testing.T) {
 // the drain ran under the copy, and the claim was deleted once the copy
 // exited, with what it wrote after the drain. A pod that carries a drain
 // pod's labels, with no drain Job for its controller, is such a copy too.
+// The namespace's pods are listed live in pages (pagedPods): a copy on a
+// later page counts as one on the first.
 func TestReconcileCopyMountsClaim(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
 	for name, tc := range map[string]struct {
 		drained bool
 		// drainLabels gives the copy a drain pod's labels.
 		drainLabels bool
+		// others are pods that mount nothing, listed before the copy.
+		others int
 	}{
 		"the pod is gone: no Job yet":                          {},
 		"the drain succeeded: no deletion":                     {drained: true},
 		"a copy with a drain pod's labels: no Job yet":         {drainLabels: true},
 		"a copy with a drain pod's labels: no deletion either": {drained: true, drainLabels: true},
+		"the copy on the third page: no Job yet":               {others: 2*livePodPage + 10},
+		"the copy on the third page: no deletion either":       {drained: true, others: 2*livePodPage + 10},
 	} {
 		t.Run(name, func(t *testing.T) {
 			fpvc, pvc := claimFixture()
@@ -254,9 +262,16 @@ func TestReconcileCopyMountsClaim(t *testing.T) {
 				job.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
 				objs = append(objs, job)
 			}
+			fixed := len(objs)
+			for i := range tc.others {
+				// Named to come before the copy in the list.
+				other := fixtures.MakePod(fmt.Sprintf("a-%04d", i), "ns").Obj()
+				other.UID, other.Status.Phase = types.UID(fmt.Sprintf("other-%d", i)), corev1.PodRunning
+				objs = append(objs, other)
+			}
 			live := fakeAPI(t, interceptor.Funcs{}, objs...)
 			recorder := events.NewFakeRecorder(10)
-			r := NewBindingReconciler(withoutPods(live), live, recorder, clocktesting.NewFakePassiveClock(now),
+			r := NewBindingReconciler(withoutPods(live), pagedPods(t, live), recorder, clocktesting.NewFakePassiveClock(now),
 				Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute})
 			reconcile := func() ctrl.Result {
 				t.Helper()
@@ -276,8 +291,8 @@ func TestReconcileCopyMountsClaim(t *testing.T) {
 
 			res := reconcile()
 			claimKept(t, live, pvc, "copy still mounts it")
-			if got := jobs(); got != len(objs)-4 {
-				t.Errorf("%d finalizer Jobs while the copy mounts the claim, want %d", got, len(objs)-4)
+			if got := jobs(); got != fixed-4 {
+				t.Errorf("%d finalizer Jobs while the copy mounts the claim, want %d", got, fixed-4)
 			}
 			got := &v1alpha1.FluentPVCBinding{}
 			if err := live.Get(context.Background(), client.ObjectKeyFromObject(b), got); err != nil {

@@ -544,13 +544,13 @@ func (r *BindingReconciler) observeMounts(ctx context.Context, o *observed, now 
 	if b.Spec.Pod.UID == "" && graceStart(b).Add(r.opts.OrphanGracePeriod).After(now) {
 		return nil // still waiting for its pod
 	}
-	pods, err := r.namespacePods(ctx, o)
+	found, err := r.claimants(ctx, o)
 	if err != nil {
 		return err
 	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if p.UID != b.Spec.Pod.UID && !podFinished(p) && claimantPod(p, b.Spec.PVC.Name) {
+	for i := range found.pods {
+		p := &found.pods[i]
+		if p.UID != b.Spec.Pod.UID && !podFinished(p) {
 			o.mountedBy = p
 			return nil
 		}
@@ -558,19 +558,59 @@ func (r *BindingReconciler) observeMounts(ctx context.Context, o *observed, now 
 	return nil
 }
 
-// namespacePods lists the pods of the binding's namespace live, once per
-// reconcile: a later call returns the first call's list.
-func (r *BindingReconciler) namespacePods(ctx context.Context, o *observed) (*corev1.PodList, error) {
-	if o.namespacePods != nil {
-		return o.namespacePods, nil
+// claimants lists, live, the pods of the binding's namespace that mount
+// its claim, once per reconcile: a later call returns the first call's.
+func (r *BindingReconciler) claimants(ctx context.Context, o *observed) (*claimantList, error) {
+	if o.claimants != nil {
+		return o.claimants, nil
 	}
 	b := o.binding
-	pods := &corev1.PodList{}
-	if err := r.apiReader.List(ctx, pods, client.InNamespace(b.Namespace)); err != nil {
+	found, err := listClaimants(ctx, r.apiReader, b.Namespace, b.Spec.PVC.Name, livePodPage)
+	if err != nil {
 		return nil, fmt.Errorf("listing the pods of namespace %s for claim %s: %w", b.Namespace, b.Spec.PVC.Name, err)
 	}
-	o.namespacePods = pods
-	return pods, nil
+	o.claimants = found
+	return found, nil
+}
+
+// livePodPage is the most pods one page of a live list of a namespace's
+// pods holds: the operator keeps only the pods that mount the claim, so
+// that its memory does not grow with the namespace.
+const livePodPage = 500
+
+// claimantList are the pods that mount a claim (claimantPod), as a live
+// list of their namespace found them, and the resourceVersion the list
+// was served at.
+type claimantList struct {
+	pods            []corev1.Pod
+	resourceVersion string
+}
+
+// listClaimants lists the pods of namespace through r in pages of at most
+// limit pods and keeps those that mount claim. The pages after the first
+// continue it at the first one's resourceVersion, so together they are one
+// list of the namespace at that version: a pod created later is in none,
+// one deleted later in one. A continuation the API server no longer keeps
+// is an error, and the list is made anew by the next reconcile.
+func listClaimants(ctx context.Context, r client.Reader, namespace, claim string, limit int64) (*claimantList, error) {
+	out := &claimantList{}
+	for cont := ""; ; {
+		page := &corev1.PodList{}
+		if err := r.List(ctx, page, client.InNamespace(namespace), client.Limit(limit), client.Continue(cont)); err != nil {
+			return nil, err
+		}
+		if out.resourceVersion == "" {
+			out.resourceVersion = page.ResourceVersion
+		}
+		for i := range page.Items {
+			if claimantPod(&page.Items[i], claim) {
+				out.pods = append(out.pods, page.Items[i])
+			}
+		}
+		if cont = page.Continue; cont == "" {
+			return out, nil
+		}
+	}
 }
 
 // observeNamespace reads, live, whether a deleted binding's namespace is
@@ -617,15 +657,13 @@ func (r *BindingReconciler) observeUncachedPod(ctx context.Context, o *observed,
 	if o.pvc == nil || graceStart(b).Add(r.opts.OrphanGracePeriod).After(now) {
 		return nil
 	}
-	live, err := r.namespacePods(ctx, o)
+	live, err := r.claimants(ctx, o)
 	if err != nil {
 		return err
 	}
-	for i := range live.Items {
-		if claimantPod(&live.Items[i], b.Spec.PVC.Name) {
-			o.pod, o.podUncached = &live.Items[i], true
-			return nil
-		}
+	if len(live.pods) > 0 {
+		o.pod, o.podUncached = &live.pods[0], true
+		return nil
 	}
 	if _, tracked := claim.PodOf(o.pvc); !tracked {
 		o.unusedUnproven = "the claim predates the record of its pod"
@@ -634,7 +672,7 @@ func (r *BindingReconciler) observeUncachedPod(ctx context.Context, o *observed,
 	// No pod mounts the claim now; that none ever did takes the history:
 	// a pod deleted unrecorded (its finalizer stripped while the operator
 	// was down) leaves no other trace.
-	proof, why, err := r.history.noPodSince(ctx, b.Namespace, b.Spec.PVC.Name, claim.PodsSince(o.pvc), live.ResourceVersion)
+	proof, why, err := r.history.noPodSince(ctx, b.Namespace, b.Spec.PVC.Name, claim.PodsSince(o.pvc), live.resourceVersion)
 	if err != nil {
 		return fmt.Errorf("reading the pod history of claim %s: %w", b.Spec.PVC.Name, err)
 	}

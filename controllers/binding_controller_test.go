@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -162,6 +164,44 @@ func fakeAPI(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) clien
 		WithIndex(&corev1.Event{}, "reason", func(o client.Object) []string { return []string{o.(*corev1.Event).Reason} }).
 		WithInterceptorFuncs(funcs).
 		Build()
+}
+
+// pagedPods is live as the API server serves a list of a namespace's pods
+// with a limit: in pages, by name, each continued from where the last one
+// ended. It fails t for such a list that asks for no limit, or for more
+// than livePodPage pods a page. Lists with a selector pass through.
+func pagedPods(t *testing.T, live client.WithWatch) client.WithWatch {
+	return interceptor.NewClient(live, interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			page, ok := list.(*corev1.PodList)
+			o := (&client.ListOptions{}).ApplyOptions(opts)
+			if !ok || o.LabelSelector != nil || o.FieldSelector != nil {
+				return c.List(ctx, list, opts...)
+			}
+			if o.Limit <= 0 || o.Limit > livePodPage {
+				t.Errorf("a live list of namespace %q's pods asks for %d pods a page, want 1 to %d", o.Namespace, o.Limit, livePodPage)
+				o.Limit = livePodPage
+			}
+			all := &corev1.PodList{}
+			if err := c.List(ctx, all, client.InNamespace(o.Namespace)); err != nil {
+				return err
+			}
+			slices.SortFunc(all.Items, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+			from := 0
+			if o.Continue != "" {
+				var err error
+				if from, err = strconv.Atoi(o.Continue); err != nil {
+					return apierrors.NewBadRequest("continue " + o.Continue)
+				}
+			}
+			to := min(from+int(o.Limit), len(all.Items))
+			page.Items, page.ResourceVersion, page.Continue = all.Items[from:to], all.ResourceVersion, ""
+			if to < len(all.Items) {
+				page.Continue = strconv.Itoa(to)
+			}
+			return nil
+		},
+	})
 }
 
 // withoutPods is a cache over live that holds no pod, as the operator's
@@ -433,7 +473,7 @@ func TestReconcileDrainPodIsNotTheClaimsPod(t *testing.T) {
 
 	live := fakeAPI(t, interceptor.Funcs{}, fpvc, claim, b, job, drainPod)
 	cached := withoutPods(live)
-	gotB := reconcileTwice(t, testBindingReconciler(cached, live, now), live, b)
+	gotB := reconcileTwice(t, testBindingReconciler(cached, pagedPods(t, live), now), live, b)
 	if gotB.Spec.Pod.UID != "" {
 		t.Errorf("binding records pod %s/%s, want none: it is the drain Job's", gotB.Spec.Pod.Name, gotB.Spec.Pod.UID)
 	}
@@ -481,7 +521,7 @@ func TestReconcileClaimsPodByVolume(t *testing.T) {
 			return nil
 		},
 	})
-	gotB := reconcileTwice(t, testBindingReconciler(cached, live, now), live, b)
+	gotB := reconcileTwice(t, testBindingReconciler(cached, pagedPods(t, live), now), live, b)
 	if gotB.Spec.Pod.UID != unlabelled.UID || gotB.Status.Phase != v1alpha1.BindingPhaseInUse {
 		t.Errorf("binding records pod %q in phase %s, want %q in %s", gotB.Spec.Pod.UID, gotB.Status.Phase, unlabelled.UID, v1alpha1.BindingPhaseInUse)
 	}
@@ -554,7 +594,7 @@ func TestReconcileGraceEndsMidReconcile(t *testing.T) {
 	b.CreationTimestamp = metav1.NewTime(fixtures.Epoch) // the grace period starts here
 	live := fakeAPI(t, interceptor.Funcs{}, fpvc, claim, b)
 	clk := &steppingClock{start: fixtures.Epoch.Add(2*time.Minute - 500*time.Millisecond), step: time.Second}
-	r := NewBindingReconciler(withoutPods(live), live, events.NewFakeRecorder(10), clk,
+	r := NewBindingReconciler(withoutPods(live), pagedPods(t, live), events.NewFakeRecorder(10), clk,
 		Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute})
 
 	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)})
@@ -592,7 +632,7 @@ func TestReconcileOrphanListsPodsOnce(t *testing.T) {
 			return c.List(ctx, list, opts...)
 		},
 	}, fpvc, claim, b)
-	if _, err := testBindingReconciler(withoutPods(live), live, now).Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)}); err != nil {
+	if _, err := testBindingReconciler(withoutPods(live), pagedPods(t, live), now).Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(b)}); err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
 	if lists != 1 {

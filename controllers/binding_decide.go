@@ -65,10 +65,10 @@ type observed struct {
 	// the claim and has not finished, read live before a drain Job is
 	// made or the drained claim deleted; nil when there is none.
 	mountedBy *corev1.Pod
-	// namespacePods are the namespace's pods as listed live in this
-	// reconcile, nil when no live list was made: the orphan path and the
-	// mount check share one list.
-	namespacePods *corev1.PodList
+	// claimants are the namespace's pods that mount the claim, as listed
+	// live in this reconcile, nil when no live list was made: the orphan
+	// path and the mount check share one list.
+	claimants *claimantList
 }
 
 // blockage is why a drain cannot make progress: a DrainBlocked reason and
