@@ -76,6 +76,7 @@ type config struct {
 	BurstPool         int           `json:"burstPool"`
 	LabelledPods      int           `json:"labelledPods"`
 	UnlabelledPods    int           `json:"unlabelledPods"`
+	DrainPods         int           `json:"drainPods"`
 	CostPods          int           `json:"costPods"`
 	CreateConcurrency int           `json:"createConcurrency"`
 	ParallelSlow      bool          `json:"parallelSlow"`
@@ -125,6 +126,7 @@ var smokeDefaults = map[string]string{
 	"burst-pool":     "5",
 	"labelled":       "20",
 	"unlabelled":     "200",
+	"drain-pods":     "3",
 	"cost-pods":      "3",
 	"real-n":         "3",
 	"csi-n":          "1",
@@ -147,6 +149,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.BurstPool, "burst-pool", 50, "pool size of that burst")
 	fs.IntVar(&c.LabelledPods, "labelled", 200, "labelled pods in the memory measurements")
 	fs.IntVar(&c.UnlabelledPods, "unlabelled", 5000, "unlabelled pods added for the second memory measurement")
+	fs.IntVar(&c.DrainPods, "drain-pods", 20, "labelled pods added to the unlabelled pods' namespace and deleted, to measure the operator's memory while it drains their claims")
 	fs.IntVar(&c.CostPods, "cost-pods", 10, "pods per cost measurement (hit and miss)")
 	fs.IntVar(&c.CreateConcurrency, "create-concurrency", 200, "concurrent creates of the unlabelled pods")
 	fs.IntVar(&c.BurstRounds, "burst-rounds", 5, "start-up: rounds of bursts of a, w, d and e, interleaved; each burst run pools its rounds' pods")
@@ -197,7 +200,7 @@ func parseFlags(args []string) (config, error) {
 		c.Tiers = append(c.Tiers, t)
 	}
 	c.OperatorArgs = strings.Fields(opArgs)
-	if c.N < 1 || c.BurstRounds < 1 || c.AdmissionPods < 1 || c.BurstPods < 1 || c.BurstPool < 1 || c.CostPods < 1 || c.LabelledPods < 1 || c.RealN < 1 || c.CSIN < 1 {
+	if c.N < 1 || c.BurstRounds < 1 || c.AdmissionPods < 1 || c.BurstPods < 1 || c.BurstPool < 1 || c.CostPods < 1 || c.LabelledPods < 1 || c.DrainPods < 1 || c.RealN < 1 || c.CSIN < 1 {
 		return c, errors.New("counts must be positive")
 	}
 	return c, nil

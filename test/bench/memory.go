@@ -11,7 +11,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -30,11 +33,28 @@ type memSample struct {
 
 type memoryResult struct {
 	Samples []memSample `json:"samples"`
+	// Drain is the operator's memory while it drained the claims of
+	// DrainPods labelled pods in the namespace of the unlabelled ones,
+	// after the second sample; nil when not measured.
+	Drain *drainSample `json:"drain,omitempty"`
 	// CreateSeconds is how long creating the unlabelled pods took, at
 	// Concurrency concurrent creates.
 	CreateSeconds float64 `json:"createSeconds"`
 	Concurrency   int     `json:"concurrency"`
 	Error         string  `json:"error,omitempty"`
+}
+
+// drainSample is the operator's memory while it drained claims in a
+// namespace with many other pods, whose live lists it reads before each
+// drain and each drained claim's deletion.
+type drainSample struct {
+	DrainPods     int `json:"drainPods"`
+	NamespacePods int `json:"namespacePods"`
+	// VmRSSBefore is the RSS before the pods' deletion; VmHWM the peak RSS
+	// from then until their bindings were gone (bytes).
+	VmRSSBefore float64 `json:"vmRSSBefore"`
+	VmHWM       float64 `json:"vmHWM"`
+	Seconds     float64 `json:"seconds"`
 }
 
 // ratio is the with-unlabelled over without sample of field f.
@@ -97,6 +117,12 @@ func (e *env) memory(ctx context.Context) (memoryResult, error) {
 	s.LabelledPods, s.UnlabelledPods = len(labelled), len(bulk)
 	m.Samples = append(m.Samples, s)
 	e.progress("memory with %d labelled and %d unlabelled pods: VmHWM %s VmRSS %s heap in use %s", s.LabelledPods, s.UnlabelledPods, mib(s.VmHWM), mib(s.VmRSS), mib(s.HeapInuse))
+	d, err := e.drainMemory(ctx, bulkNS, len(bulk))
+	if err != nil {
+		return m, err
+	}
+	m.Drain = &d
+	e.progress("memory while draining %d claims among %d pods: peak RSS %s, RSS before %s", d.DrainPods, d.NamespacePods, mib(d.VmHWM), mib(d.VmRSSBefore))
 	// The phases after this one run on a cluster without its pods: their
 	// deletion, 5,000 and more, is not left to run beside them.
 	start = time.Now()
@@ -108,6 +134,60 @@ func (e *env) memory(ctx context.Context) (memoryResult, error) {
 	}
 	e.progress("memory: namespaces deleted in %.1fs", time.Since(start).Seconds())
 	return m, nil
+}
+
+// drainMemory adds -drain-pods labelled pods to namespace ns, which holds
+// others already, waits for their bindings, resets the operator's peak
+// RSS (clear_refs), deletes the pods and waits until their claims are
+// drained and their bindings gone: the peak then is what the drains cost,
+// with the live lists of ns they read.
+func (e *env) drainMemory(ctx context.Context, ns string, others int) (drainSample, error) {
+	n := e.cfg.DrainPods
+	d := drainSample{DrainPods: n, NamespacePods: others + n}
+	pods := make([]*corev1.Pod, n)
+	for i := range pods {
+		pods[i] = unscheduled(fluentPod(ns, fmt.Sprintf("drained-%d", i), fpvcMiss))
+	}
+	if _, _, err := e.createPods(ctx, pods, n); err != nil {
+		return d, err
+	}
+	if err := e.waitBindings(ctx, ns); err != nil {
+		return d, err
+	}
+	if err := e.settle(ctx); err != nil {
+		return d, err
+	}
+	pid := e.op.PID()
+	status, err := procStatus(pid)
+	if err != nil {
+		return d, err
+	}
+	d.VmRSSBefore = status["VmRSS"]
+	// 5 resets the peak RSS to the RSS now (proc(5)).
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
+		return d, fmt.Errorf("resetting the operator's peak RSS: %w", err)
+	}
+	start := time.Now()
+	for _, p := range pods {
+		if err := e.cl.Delete(ctx, p); err != nil {
+			return d, fmt.Errorf("deleting pod %s: %w", p.Name, err)
+		}
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var bl v1alpha1.FluentPVCBindingList
+		if err := e.cl.List(ctx, &bl, client.InNamespace(ns)); err != nil {
+			return false, nil // tried again at the next poll
+		}
+		return len(bl.Items) == 0, nil
+	}); err != nil {
+		return d, fmt.Errorf("waiting for the bindings of the %d deleted pods in %s to go: %w", n, ns, err)
+	}
+	d.Seconds = time.Since(start).Seconds()
+	if status, err = procStatus(pid); err != nil {
+		return d, err
+	}
+	d.VmHWM = status["VmHWM"]
+	return d, nil
 }
 
 // memorySettle is how long the operator runs after its workqueues emptied

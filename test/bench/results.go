@@ -609,6 +609,12 @@ func (r *results) markdown(chart string) string {
 				times(m.ratio(func(s memSample) float64 { return s.VmHWM })), times(m.ratio(func(s memSample) float64 { return s.VmRSS })),
 				times(m.ratio(func(s memSample) float64 { return s.HeapInuse })), times(m.ratio(func(s memSample) float64 { return s.HeapAlloc })))
 		}
+		if d := m.Drain; d != nil {
+			w("\nDraining: %d more labelled pods in the unlabelled pods' namespace (%d pods in all), their claims made and their bindings recorded, then deleted at once. ", d.DrainPods, d.NamespacePods)
+			w("Before each drain Job and each drained claim's deletion the operator lists the namespace's pods live, for several bindings at once. ")
+			w("Its peak RSS from the deletion until the last binding was gone (%.1fs; `clear_refs` reset it first): %s, against %s before (%s).\n",
+				d.Seconds, mib(d.VmHWM), mib(d.VmRSSBefore), times(ratio(d.VmHWM, d.VmRSSBefore)))
+		}
 		if m.Error != "" {
 			w("\nError: %s\n", m.Error)
 		}
