@@ -166,9 +166,10 @@ func fakeAPI(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) clien
 		Build()
 }
 
-// pagedPods is live as the API server serves a list of a namespace's pods
-// with a limit: in pages, by name, each continued from where the last one
-// ended. It fails t for such a list that asks for no limit, or for more
+// pagedPods is live serving a list of a namespace's pods with a limit in
+// pages, by name, each continued from where the last one ended; unlike the
+// API server's, its pages are not one snapshot, and its continuations never
+// expire. It fails t for such a list that asks for no limit, or for more
 // than livePodPage pods a page. Lists with a selector pass through.
 func pagedPods(t *testing.T, live client.WithWatch) client.WithWatch {
 	return interceptor.NewClient(live, interceptor.Funcs{

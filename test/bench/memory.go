@@ -117,16 +117,16 @@ func (e *env) memory(ctx context.Context) (memoryResult, error) {
 	s.LabelledPods, s.UnlabelledPods = len(labelled), len(bulk)
 	m.Samples = append(m.Samples, s)
 	e.progress("memory with %d labelled and %d unlabelled pods: VmHWM %s VmRSS %s heap in use %s", s.LabelledPods, s.UnlabelledPods, mib(s.VmHWM), mib(s.VmRSS), mib(s.HeapInuse))
-	d, err := e.drainMemory(ctx, bulkNS, len(bulk))
-	if err != nil {
-		return m, err
+	d, drainErr := e.drainMemory(ctx, bulkNS, len(bulk))
+	if drainErr == nil {
+		m.Drain = &d
+		e.progress("memory while draining %d claims among %d pods: peak RSS %s, RSS before %s", d.DrainPods, d.NamespacePods, mib(d.VmHWM), mib(d.VmRSSBefore))
 	}
-	m.Drain = &d
-	e.progress("memory while draining %d claims among %d pods: peak RSS %s, RSS before %s", d.DrainPods, d.NamespacePods, mib(d.VmHWM), mib(d.VmRSSBefore))
 	// The phases after this one run on a cluster without its pods: their
-	// deletion, 5,000 and more, is not left to run beside them.
+	// deletion, 5,000 and more, is not left to run beside them, even when
+	// the drains' measurement failed.
 	start = time.Now()
-	if err := errors.Join(e.deleteNamespace(ctx, bulkNS, false), e.deleteNamespace(ctx, labelledNS, false)); err != nil {
+	if err := errors.Join(drainErr, e.deleteNamespace(ctx, bulkNS, false), e.deleteNamespace(ctx, labelledNS, false)); err != nil {
 		return m, err
 	}
 	if err := errors.Join(e.deleteNamespace(ctx, bulkNS, true), e.deleteNamespace(ctx, labelledNS, true)); err != nil {
@@ -173,14 +173,17 @@ func (e *env) drainMemory(ctx context.Context, ns string, others int) (drainSamp
 			return d, fmt.Errorf("deleting pod %s: %w", p.Name, err)
 		}
 	}
+	left := -1
+	var listErr error
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		var bl v1alpha1.FluentPVCBindingList
-		if err := e.cl.List(ctx, &bl, client.InNamespace(ns)); err != nil {
+		if listErr = e.cl.List(ctx, &bl, client.InNamespace(ns)); listErr != nil {
 			return false, nil // tried again at the next poll
 		}
-		return len(bl.Items) == 0, nil
+		left = len(bl.Items)
+		return left == 0, nil
 	}); err != nil {
-		return d, fmt.Errorf("waiting for the bindings of the %d deleted pods in %s to go: %w", n, ns, err)
+		return d, fmt.Errorf("waiting for the bindings of the %d deleted pods in %s to go (%d left, last list error %v): %w", n, ns, left, listErr, err)
 	}
 	d.Seconds = time.Since(start).Seconds()
 	if status, err = procStatus(pid); err != nil {
