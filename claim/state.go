@@ -8,8 +8,10 @@
 // A claim's life:
 //
 //	(none) --NewWarm--> Warm --Checkout--> Claimed --RecordPod--> Used
+//	Warm --Reserve--> Claimed (reserved; Extend)  --RecordPod--> Used
 //	(none) --NewClaimed-----------------> Claimed
 //	Claimed --Return--> Warm               (proof that no pod used it)
+//	Claimed --Unreserve--> Warm            (reserved, handed to no pod)
 //	Claimed, Used --Release--> Released     (deleting) or Kept (not deleting)
 //	Released --Delete--> (gone)            Warm --DeleteWarm--> (gone)
 //
@@ -169,6 +171,28 @@ func Name(fluentPVCName string) string {
 // v1alpha1.CheckoutIDAnnotationKey).
 func NewCheckoutID() string {
 	return utilrand.String(checkoutIDLen)
+}
+
+// Reservation is who holds the reservation of claim pvc
+// (v1alpha1.ReservedByAnnotationKey) and until when; false when pvc is
+// not a claim reserved ahead of its pod that records no pod yet. A
+// reservation whose time is over still counts here: only its holder
+// knows whether it handed the claim out.
+func Reservation(pvc *corev1.PersistentVolumeClaim) (string, time.Time, bool) {
+	by := pvc.Annotations[v1alpha1.ReservedByAnnotationKey]
+	until, err := time.Parse(time.RFC3339Nano, pvc.Annotations[v1alpha1.ReservedUntilAnnotationKey])
+	if by == "" || err != nil || StateOf(pvc) != Claimed {
+		return "", time.Time{}, false
+	}
+	return by, until, true
+}
+
+// ReservedUntil is when the reservation that claim pvc was checked out
+// under ends, whether or not it records its pod since; false for a
+// claim checked out at its pod's admission.
+func ReservedUntil(pvc *corev1.PersistentVolumeClaim) (time.Time, bool) {
+	until, err := time.Parse(time.RFC3339Nano, pvc.Annotations[v1alpha1.ReservedUntilAnnotationKey])
+	return until, err == nil
 }
 
 // PodsSince is the resourceVersion that every pod created with held claim

@@ -291,20 +291,79 @@ func Return(b *v1alpha1.FluentPVCBinding, pvc *corev1.PersistentVolumeClaim) (Wr
 	if StateOf(pvc) != Claimed {
 		return Write{}, refuse("return", pvc, "only a claim no pod used goes back to the pool")
 	}
+	return toWarm(pvc, b.Annotations[v1alpha1.CheckoutIDAnnotationKey]), nil
+}
+
+// toWarm is the update that makes claim pvc, checked out under token
+// checkoutID, a warm PVC again, conditioned on the version read.
+func toWarm(pvc *corev1.PersistentVolumeClaim, checkoutID string) Write {
 	out := pvc.DeepCopy()
 	out.Labels[v1alpha1.ClaimRoleLabelKey] = v1alpha1.ClaimRoleWarm
 	delete(out.Labels, v1alpha1.BindingNameLabelKey)
-	delete(out.Annotations, v1alpha1.AdmittedAtAnnotationKey)
-	delete(out.Annotations, v1alpha1.CheckoutAnnotationKey)
-	delete(out.Annotations, v1alpha1.UsedByPodAnnotationKey)
-	delete(out.Annotations, v1alpha1.CheckoutIDAnnotationKey)
-	delete(out.Annotations, v1alpha1.PodsSinceAnnotationKey)
-	// A webhook that knows no holder requests keeps it at checkout.
-	delete(out.Annotations, v1alpha1.HolderRequestAnnotationKey)
+	for _, key := range []string{
+		v1alpha1.AdmittedAtAnnotationKey, v1alpha1.CheckoutAnnotationKey, v1alpha1.UsedByPodAnnotationKey,
+		v1alpha1.CheckoutIDAnnotationKey, v1alpha1.PodsSinceAnnotationKey,
+		v1alpha1.ReservedUntilAnnotationKey, v1alpha1.ReservedByAnnotationKey,
+		// A webhook that knows no holder requests keeps it at checkout.
+		v1alpha1.HolderRequestAnnotationKey,
+	} {
+		delete(out.Annotations, key)
+	}
 	controllerutil.RemoveFinalizer(out, v1alpha1.PVCProtectionFinalizer)
 	pre := preconditionOf(pvc)
-	pre.CheckoutID = b.Annotations[v1alpha1.CheckoutIDAnnotationKey]
+	pre.CheckoutID = checkoutID
+	return Write{Op: OpUpdate, Object: out, Precondition: pre}
+}
+
+// Reserve checks warm PVC pvc out ahead of any pod (Checkout, at now)
+// for webhook replica owner, which alone hands it to a pod, without a
+// write, before until (the API server's clock). Everything a checkout
+// writes is written here: the claim's binding waits for its pod until
+// the reservation is over, and reclaims it as any other claim whose pod
+// never came after that.
+func Reserve(pvc *corev1.PersistentVolumeClaim, now, until time.Time, owner, checkoutID string) (Write, error) {
+	if owner == "" {
+		return Write{}, refuse("reserve", pvc, "a reservation names its holder")
+	}
+	w, err := Checkout(pvc, now, checkoutID)
+	if err != nil {
+		return Write{}, err
+	}
+	setAnnotation(w.Object, v1alpha1.ReservedUntilAnnotationKey, until.UTC().Format(time.RFC3339Nano))
+	setAnnotation(w.Object, v1alpha1.ReservedByAnnotationKey, owner)
+	return w, nil
+}
+
+// Extend moves the end of owner's reservation of claim pvc to until.
+// Owner extends only a claim it has not handed to a pod. The update is
+// conditioned on the version read, so that it fails once anything else
+// wrote the claim.
+func Extend(pvc *corev1.PersistentVolumeClaim, owner string, until time.Time) (Write, error) {
+	if by, _, ok := Reservation(pvc); !ok || by != owner {
+		return Write{}, refuse("extend the reservation of", pvc, "it is not reserved by "+owner)
+	}
+	if !pvc.DeletionTimestamp.IsZero() {
+		return Write{}, refuse("extend the reservation of", pvc, "it is being deleted")
+	}
+	out := pvc.DeepCopy()
+	setAnnotation(out, v1alpha1.ReservedUntilAnnotationKey, until.UTC().Format(time.RFC3339Nano))
+	pre := preconditionOf(pvc)
+	pre.CheckoutID = pvc.Annotations[v1alpha1.CheckoutIDAnnotationKey]
 	return Write{Op: OpUpdate, Object: out, Precondition: pre}, nil
+}
+
+// Unreserve gives claim pvc, reserved by owner, back to the warm pool.
+// Only owner knows that it handed the claim to no pod, so only owner
+// gives it back, and only while the claim records no pod; the update is
+// conditioned on the version read.
+func Unreserve(pvc *corev1.PersistentVolumeClaim, owner string) (Write, error) {
+	if by, _, ok := Reservation(pvc); !ok || by != owner {
+		return Write{}, refuse("give back", pvc, "it is not reserved by "+owner)
+	}
+	if !pvc.DeletionTimestamp.IsZero() {
+		return Write{}, refuse("give back", pvc, "it is being deleted")
+	}
+	return toWarm(pvc, pvc.Annotations[v1alpha1.CheckoutIDAnnotationKey]), nil
 }
 
 // Delete deletes released claim pvc of binding b. It is refused while the

@@ -3,6 +3,7 @@ package claim_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -41,8 +42,21 @@ func states() map[string]*corev1.PersistentVolumeClaim {
 		"released":           with(claimed, func(c *corev1.PersistentVolumeClaim) { c.Finalizers, c.DeletionTimestamp = nil, deletedAt }),
 		"kept":               with(claimed, func(c *corev1.PersistentVolumeClaim) { c.Finalizers = nil }),
 		"another checkout":   with(claimed, func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.CheckoutIDAnnotationKey] = "next" }),
+		"reserved":           reserved(claimed),
+		"reserved, used": with(reserved(claimed), func(c *corev1.PersistentVolumeClaim) {
+			c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "app/pod-uid"
+		}),
+		"reserved, deleting": with(reserved(claimed), func(c *corev1.PersistentVolumeClaim) { c.DeletionTimestamp = deletedAt }),
 		"not the operator's": stamp(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "f-abc", Namespace: "ns"}}),
 	}
+}
+
+// reserved is claimed c reserved ahead of its pod by replica "replica-a".
+func reserved(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
+	return with(c, func(c *corev1.PersistentVolumeClaim) {
+		c.Annotations[v1alpha1.ReservedByAnnotationKey] = "replica-a"
+		c.Annotations[v1alpha1.ReservedUntilAnnotationKey] = fixtures.Epoch.Add(time.Minute).Format(time.RFC3339Nano)
+	})
 }
 
 // outcome is what a transition does to a claim in a state: refused, a
@@ -81,6 +95,17 @@ func TestTransitions(t *testing.T) {
 		"Release":          func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Release(b, c) },
 		"ReleaseUnbound":   claim.ReleaseUnbound,
 		"Return":           func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Return(b, c) },
+		"Reserve": func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
+			return claim.Reserve(c, fixtures.Epoch, fixtures.Epoch.Add(time.Minute), "replica-a", "new-token")
+		},
+		"Extend": func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
+			return claim.Extend(c, "replica-a", fixtures.Epoch.Add(2*time.Minute))
+		},
+		"Extend, other replica": func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
+			return claim.Extend(c, "replica-b", fixtures.Epoch.Add(2*time.Minute))
+		},
+		"Unreserve":                func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Unreserve(c, "replica-a") },
+		"Unreserve, other replica": func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Unreserve(c, "replica-b") },
 		"Delete":           func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Delete(b, c) },
 		"DeleteWarm":       claim.DeleteWarm,
 	}
@@ -95,28 +120,48 @@ func TestTransitions(t *testing.T) {
 		"Checkout": {
 			"warm": writes(claim.OpUpdate, claim.Claimed), "warm, bound": writes(claim.OpUpdate, claim.Claimed),
 		},
+		"Reserve": {
+			"warm": writes(claim.OpUpdate, claim.Claimed), "warm, bound": writes(claim.OpUpdate, claim.Claimed),
+		},
+		// Only the replica that holds a reservation extends it or gives the
+		// claim back, and only while the claim records no pod: a claim
+		// recording one may hold its data.
+		"Extend": {
+			"reserved": writes(claim.OpUpdate, claim.Claimed),
+		},
+		"Unreserve": {
+			"reserved": writes(claim.OpUpdate, claim.Warm),
+		},
 		// Tested on the claim's checkout token rather than the version
 		// read; a claim without a token (not the operator's) on the version.
 		"RecordPod": {
+			"reserved": writes(claim.OpGuardedPatch, claim.Used), "reserved, used": skip, "reserved, deleting": writes(claim.OpGuardedPatch, claim.Used),
 			"claimed": writes(claim.OpGuardedPatch, claim.Used), "used": skip, "used, untracked": writes(claim.OpGuardedPatch, claim.Used),
 			"used, deleting": skip, "another checkout": writes(claim.OpGuardedPatch, claim.Used),
 			"released": writes(claim.OpGuardedPatch, claim.Released), "kept": writes(claim.OpGuardedPatch, claim.Kept), "not the operator's": writes(claim.OpPatch, claim.None),
 		},
 		"RecordPod, other": {
+			"reserved": writes(claim.OpGuardedPatch, claim.Used), "reserved, used": writes(claim.OpGuardedPatch, claim.Used),
+			"reserved, deleting": writes(claim.OpGuardedPatch, claim.Used),
 			"claimed": writes(claim.OpGuardedPatch, claim.Used), "used": writes(claim.OpGuardedPatch, claim.Used), "used, untracked": writes(claim.OpGuardedPatch, claim.Used),
 			"used, deleting": writes(claim.OpGuardedPatch, claim.Used), "another checkout": writes(claim.OpGuardedPatch, claim.Used),
 			"released": writes(claim.OpGuardedPatch, claim.Released), "kept": writes(claim.OpGuardedPatch, claim.Kept), "not the operator's": writes(claim.OpPatch, claim.None),
 		},
 		"Release": {
+			"reserved": writes(claim.OpPatch, claim.Kept), "reserved, used": writes(claim.OpPatch, claim.Kept),
+			"reserved, deleting": writes(claim.OpPatch, claim.Released),
 			"claimed": writes(claim.OpPatch, claim.Kept), "used": writes(claim.OpPatch, claim.Kept), "used, untracked": writes(claim.OpPatch, claim.Kept),
 			"used, deleting": writes(claim.OpPatch, claim.Released), "released": skip, "kept": skip,
 		},
 		"ReleaseUnbound": {
+			"reserved": writes(claim.OpPatch, claim.Kept), "reserved, used": writes(claim.OpPatch, claim.Kept),
+			"reserved, deleting": writes(claim.OpPatch, claim.Released),
 			"claimed": writes(claim.OpPatch, claim.Kept), "used": writes(claim.OpPatch, claim.Kept), "used, untracked": writes(claim.OpPatch, claim.Kept),
 			"used, deleting": writes(claim.OpPatch, claim.Released), "another checkout": writes(claim.OpPatch, claim.Kept),
 		},
 		"Return": {
-			"claimed": writes(claim.OpUpdate, claim.Warm),
+			"claimed": writes(claim.OpUpdate, claim.Warm), "reserved": writes(claim.OpUpdate, claim.Warm),
+			"reserved, deleting": writes(claim.OpUpdate, claim.Warm),
 		},
 		"Delete": {
 			"released": skip, "kept": writes(claim.OpDelete, claim.None),
@@ -215,5 +260,54 @@ func TestCheckoutAndReturn(t *testing.T) {
 	}
 	if diff := cmp.Diff(warm, back.Object, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("returned claim differs from the warm PVC it was (-want +got):\n%s", diff)
+	}
+}
+
+// TestReserveAndUnreserve follows a warm PVC through a reservation and
+// back: the reservation writes what a checkout writes and names its
+// holder and end; giving it back removes every key, so that the PVC is a
+// warm PVC like any other; a pod recorded since ends the reservation.
+func TestReserveAndUnreserve(t *testing.T) {
+	warm := claim.NewWarm(fixtures.MakeFluentPVC("f").Obj(), "ns", "h", "node-1").Object
+	warm.Status.Phase, warm.ResourceVersion = corev1.ClaimBound, "41"
+	until := fixtures.Epoch.Add(time.Minute)
+	out, err := claim.Reserve(warm, fixtures.Epoch, until, "replica-a", "token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := out.Object
+	if !claim.Held(c) || claim.StateOf(c) != claim.Claimed {
+		t.Errorf("reserved claim is not held and Claimed: %+v", c.ObjectMeta)
+	}
+	by, gotUntil, ok := claim.Reservation(c)
+	if !ok || by != "replica-a" || !gotUntil.Equal(until) {
+		t.Errorf("Reservation = %q, %v, %v; want replica-a, %v, true", by, gotUntil, ok, until)
+	}
+	checkedOut, err := claim.Checkout(warm, fixtures.Epoch, "token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range checkedOut.Object.Annotations {
+		if c.Annotations[k] != v {
+			t.Errorf("annotation %s = %q, want the checkout's %q", k, c.Annotations[k], v)
+		}
+	}
+	back, err := claim.Unreserve(c, "replica-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(warm, back.Object, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("claim given back differs from the warm PVC it was (-want +got):\n%s", diff)
+	}
+	used := c.DeepCopy()
+	used.Annotations[v1alpha1.UsedByPodAnnotationKey] = "app/pod-uid"
+	if _, _, ok := claim.Reservation(used); ok {
+		t.Errorf("a claim recording its pod is still reserved")
+	}
+	if got, ok := claim.ReservedUntil(used); !ok || !got.Equal(until) {
+		t.Errorf("ReservedUntil = %v, %v; want %v, true", got, ok, until)
+	}
+	if _, err := claim.Reserve(warm, fixtures.Epoch, until, "", "token"); err == nil {
+		t.Errorf("a reservation without its holder is not refused")
 	}
 }

@@ -118,6 +118,19 @@ const (
 	// matched by the claim's UID alone.
 	CheckoutIDAnnotationKey = keyPrefix + "checkout-id"
 
+	// ReservedUntilAnnotationKey marks a claim that a webhook replica
+	// checked out ahead of any pod (a reservation): until this time (RFC
+	// 3339, the API server's clock) that replica alone hands it to a pod,
+	// and it does so without a write. The claim's binding waits for the
+	// pod until then; a reserved claim whose time is over and that no pod
+	// carries is a claim whose pod never came, reclaimed as any other.
+	ReservedUntilAnnotationKey = keyPrefix + "reserved-until"
+
+	// ReservedByAnnotationKey names the webhook replica process that holds
+	// a claim's reservation (ReservedUntilAnnotationKey): only that
+	// process extends it or gives the claim back to the pool.
+	ReservedByAnnotationKey = keyPrefix + "reserved-by"
+
 	// SidecarAnnotationKey records on a pod, at admission, the name of the
 	// sidecar the webhook added, so that the sidecar is known by that name
 	// for the pod's whole life, whatever later becomes of the FluentPVC's
