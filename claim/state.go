@@ -173,6 +173,11 @@ func NewCheckoutID() string {
 	return utilrand.String(checkoutIDLen)
 }
 
+// MaxReservation is the longest a reservation runs from the write that
+// makes or extends it (Reserve, Extend); whoever reads one takes an end
+// further ahead than that for a clock that is off.
+const MaxReservation = 10 * time.Minute
+
 // Reservation is who holds the reservation of claim pvc
 // (v1alpha1.ReservedByAnnotationKey) and until when; false when pvc is
 // not a claim reserved ahead of its pod that records no pod yet. A

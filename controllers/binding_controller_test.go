@@ -719,6 +719,11 @@ func TestReconcileCreateBinding(t *testing.T) {
 	pod.UID = "app-uid"
 	recording := held.DeepCopy()
 	recording.Annotations[v1alpha1.UsedByPodAnnotationKey] = "gone/gone-uid"
+	reserved := held.DeepCopy()
+	reserved.Annotations[v1alpha1.ReservedByAnnotationKey] = "replica-a"
+	reserved.Annotations[v1alpha1.ReservedUntilAnnotationKey] = admitted.Add(time.Minute).Format(time.RFC3339Nano)
+	farReserved := reserved.DeepCopy()
+	farReserved.Annotations[v1alpha1.ReservedUntilAnnotationKey] = admitted.Add(24 * time.Hour).Format(time.RFC3339Nano)
 	cases := map[string]struct {
 		claim       *corev1.PersistentVolumeClaim
 		pod         *corev1.Pod
@@ -732,6 +737,14 @@ func TestReconcileCreateBinding(t *testing.T) {
 		"no pod within the wait: made without one":                   {claim: held, after: bindingPodWait, wantBinding: true},
 		"the claim records its pod: made again with it":              {claim: recording, after: 10 * time.Millisecond, wantBinding: true, wantPod: "gone"},
 		"a clock far behind the admission's: waits at most the wait": {claim: held, after: -time.Hour, wantRequeue: bindingPodWait},
+		// A reserved claim may be handed to a pod until its reservation ends.
+		"reserved, past the admission's wait: waits for the reservation's end": {
+			claim: reserved, after: bindingPodWait, wantRequeue: time.Minute},
+		"reserved, its end passed, within the wait: waits":    {claim: reserved, after: time.Minute + time.Second, wantRequeue: bindingPodWait - time.Second},
+		"reserved, no pod within the wait after its end: made": {claim: reserved, after: time.Minute + bindingPodWait, wantBinding: true},
+		"reserved, the pod cached: made with it":               {claim: reserved, pod: pod, after: time.Second, wantBinding: true, wantPod: "app"},
+		"reserved far ahead: waits at most the longest reservation": {
+			claim: farReserved, after: time.Second, wantRequeue: claim.MaxReservation + bindingPodWait},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

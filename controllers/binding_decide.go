@@ -824,7 +824,11 @@ const bindingPodWait = 5 * time.Second
 // claim's pod to appear in the cache (podCached: it has), at now: the rest
 // of bindingPodWait since the admission, or 0 to make the binding now. A
 // claim that records its pod (its binding lost and made again), or whose
-// admission time is unknown, does not wait.
+// admission time is unknown, does not wait. A claim reserved ahead of its
+// pod (claim.Reservation) may be handed out until its reservation ends:
+// it waits until bindingPodWait after that, at most
+// claim.MaxReservation and bindingPodWait in a row, whatever the clock of
+// the replica that wrote it.
 func awaitPod(pvc *corev1.PersistentVolumeClaim, podCached bool, now time.Time) time.Duration {
 	if podCached {
 		return 0
@@ -836,11 +840,15 @@ func awaitPod(pvc *corev1.PersistentVolumeClaim, podCached bool, now time.Time) 
 	if !ok {
 		return 0
 	}
+	longest := bindingPodWait
+	if _, until, reserved := claim.Reservation(pvc); reserved && until.After(admitted) {
+		admitted, longest = until, claim.MaxReservation+bindingPodWait
+	}
 	left := admitted.Add(bindingPodWait).Sub(now)
 	if left <= 0 {
 		return 0
 	}
-	return min(left, bindingPodWait)
+	return min(left, longest)
 }
 
 // graceStart is when the orphan grace period of b's claim starts: b's
