@@ -39,10 +39,10 @@ func states() map[string]*corev1.PersistentVolumeClaim {
 			c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "app/pod-uid"
 			c.DeletionTimestamp = deletedAt
 		}),
-		"released":           with(claimed, func(c *corev1.PersistentVolumeClaim) { c.Finalizers, c.DeletionTimestamp = nil, deletedAt }),
-		"kept":               with(claimed, func(c *corev1.PersistentVolumeClaim) { c.Finalizers = nil }),
-		"another checkout":   with(claimed, func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.CheckoutIDAnnotationKey] = "next" }),
-		"reserved":           reserved(claimed),
+		"released":         with(claimed, func(c *corev1.PersistentVolumeClaim) { c.Finalizers, c.DeletionTimestamp = nil, deletedAt }),
+		"kept":             with(claimed, func(c *corev1.PersistentVolumeClaim) { c.Finalizers = nil }),
+		"another checkout": with(claimed, func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.CheckoutIDAnnotationKey] = "next" }),
+		"reserved":         reserved(claimed),
 		"reserved, used": with(reserved(claimed), func(c *corev1.PersistentVolumeClaim) {
 			c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "app/pod-uid"
 		}),
@@ -106,8 +106,8 @@ func TestTransitions(t *testing.T) {
 		},
 		"Unreserve":                func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Unreserve(c, "replica-a") },
 		"Unreserve, other replica": func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Unreserve(c, "replica-b") },
-		"Delete":           func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Delete(b, c) },
-		"DeleteWarm":       claim.DeleteWarm,
+		"Delete":                   func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Delete(b, c) },
+		"DeleteWarm":               claim.DeleteWarm,
 	}
 	// want[transition][state]
 	want := map[string]map[string]outcome{
@@ -143,20 +143,20 @@ func TestTransitions(t *testing.T) {
 		"RecordPod, other": {
 			"reserved": writes(claim.OpGuardedPatch, claim.Used), "reserved, used": writes(claim.OpGuardedPatch, claim.Used),
 			"reserved, deleting": writes(claim.OpGuardedPatch, claim.Used),
-			"claimed": writes(claim.OpGuardedPatch, claim.Used), "used": writes(claim.OpGuardedPatch, claim.Used), "used, untracked": writes(claim.OpGuardedPatch, claim.Used),
+			"claimed":            writes(claim.OpGuardedPatch, claim.Used), "used": writes(claim.OpGuardedPatch, claim.Used), "used, untracked": writes(claim.OpGuardedPatch, claim.Used),
 			"used, deleting": writes(claim.OpGuardedPatch, claim.Used), "another checkout": writes(claim.OpGuardedPatch, claim.Used),
 			"released": writes(claim.OpGuardedPatch, claim.Released), "kept": writes(claim.OpGuardedPatch, claim.Kept), "not the operator's": writes(claim.OpPatch, claim.None),
 		},
 		"Release": {
 			"reserved": writes(claim.OpPatch, claim.Kept), "reserved, used": writes(claim.OpPatch, claim.Kept),
 			"reserved, deleting": writes(claim.OpPatch, claim.Released),
-			"claimed": writes(claim.OpPatch, claim.Kept), "used": writes(claim.OpPatch, claim.Kept), "used, untracked": writes(claim.OpPatch, claim.Kept),
+			"claimed":            writes(claim.OpPatch, claim.Kept), "used": writes(claim.OpPatch, claim.Kept), "used, untracked": writes(claim.OpPatch, claim.Kept),
 			"used, deleting": writes(claim.OpPatch, claim.Released), "released": skip, "kept": skip,
 		},
 		"ReleaseUnbound": {
 			"reserved": writes(claim.OpPatch, claim.Kept), "reserved, used": writes(claim.OpPatch, claim.Kept),
 			"reserved, deleting": writes(claim.OpPatch, claim.Released),
-			"claimed": writes(claim.OpPatch, claim.Kept), "used": writes(claim.OpPatch, claim.Kept), "used, untracked": writes(claim.OpPatch, claim.Kept),
+			"claimed":            writes(claim.OpPatch, claim.Kept), "used": writes(claim.OpPatch, claim.Kept), "used, untracked": writes(claim.OpPatch, claim.Kept),
 			"used, deleting": writes(claim.OpPatch, claim.Released), "another checkout": writes(claim.OpPatch, claim.Kept),
 		},
 		"Return": {

@@ -740,7 +740,7 @@ func TestReconcileCreateBinding(t *testing.T) {
 		// A reserved claim may be handed to a pod until its reservation ends.
 		"reserved, past the admission's wait: waits for the reservation's end": {
 			claim: reserved, after: bindingPodWait, wantRequeue: time.Minute},
-		"reserved, its end passed, within the wait: waits":    {claim: reserved, after: time.Minute + time.Second, wantRequeue: bindingPodWait - time.Second},
+		"reserved, its end passed, within the wait: waits":     {claim: reserved, after: time.Minute + time.Second, wantRequeue: bindingPodWait - time.Second},
 		"reserved, no pod within the wait after its end: made": {claim: reserved, after: time.Minute + bindingPodWait, wantBinding: true},
 		"reserved, the pod cached: made with it":               {claim: reserved, pod: pod, after: time.Second, wantBinding: true, wantPod: "app"},
 		"reserved far ahead: waits at most the longest reservation": {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -222,6 +224,12 @@ func TestObserveStarting(t *testing.T) {
 	running := startPod("p", "c", corev1.PodRunning, admitted, false)
 	running.Spec.NodeName = "n"
 	starting := startPod("p", "c", corev1.PodPending, admitted, false)
+	// Reserved five minutes before the pod came, until five minutes after.
+	stock := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted.Add(-5*time.Minute))
+	stock.Annotations[v1alpha1.ReservedByAnnotationKey] = "replica-a"
+	stock.Annotations[v1alpha1.ReservedUntilAnnotationKey] = admitted.Add(5 * time.Minute).Format(time.RFC3339Nano)
+	handedOut := stock.DeepCopy()
+	handedOut.Annotations[v1alpha1.UsedByPodAnnotationKey] = "p/p-uid"
 	cases := map[string]struct {
 		wait    time.Duration
 		pvcs    []*corev1.PersistentVolumeClaim
@@ -239,6 +247,10 @@ func TestObserveStarting(t *testing.T) {
 		"a pod missed before the wait":  {wait: 2 * time.Second, pvcs: []*corev1.PersistentVolumeClaim{hit, missLongAgo}, pods: []client.Object{starting}, want: 1, recheck: startPoll},
 		"handed out before the wait":    {wait: 200 * time.Millisecond, pvcs: []*corev1.PersistentVolumeClaim{hit}},
 		"no wait configured":            {pvcs: []*corev1.PersistentVolumeClaim{hit}, pods: []client.Object{starting}},
+		// A reserved claim is the pool's until it records its pod; one
+		// handed out from the stock waits for its pod as any hit.
+		"reserved, not handed out":            {wait: 2 * time.Second, pvcs: []*corev1.PersistentVolumeClaim{stock}, pods: []client.Object{starting}},
+		"reserved long ago, its pod starting": {wait: 2 * time.Second, pvcs: []*corev1.PersistentVolumeClaim{handedOut}, pods: []client.Object{starting}, want: 1, recheck: startPoll},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -256,6 +268,45 @@ func TestObserveStarting(t *testing.T) {
 			}
 			if o.starting["ns"] != tc.want || o.startingRecheck != tc.recheck {
 				t.Errorf("starting %v, recheck %s; want %d in ns, recheck %s", o.starting, o.startingRecheck, tc.want, tc.recheck)
+			}
+		})
+	}
+}
+
+func TestReservedStock(t *testing.T) {
+	now := fixtures.Epoch
+	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+	reserved := func(ns, name, hash string, until time.Duration, edit func(*corev1.PersistentVolumeClaim)) corev1.PersistentVolumeClaim {
+		c := fixtures.Claim(f, ns, name, hash, v1alpha1.CheckoutHit, now.Add(-time.Minute))
+		c.Annotations[v1alpha1.ReservedByAnnotationKey] = "replica-a"
+		c.Annotations[v1alpha1.ReservedUntilAnnotationKey] = now.Add(until).Format(time.RFC3339Nano)
+		if edit != nil {
+			edit(c)
+		}
+		return *c
+	}
+	used := func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "p/p-uid" }
+	deleting := func(c *corev1.PersistentVolumeClaim) { c.DeletionTimestamp = &metav1.Time{Time: now} }
+	cases := map[string]struct {
+		claimed []corev1.PersistentVolumeClaim
+		want    map[string]int
+		recheck time.Duration
+	}{
+		"none":                    {},
+		"two and one elsewhere":   {claimed: []corev1.PersistentVolumeClaim{reserved("ns", "a", "h", time.Minute, nil), reserved("ns", "b", "h", 2*time.Minute, nil), reserved("other", "c", "h", 3*time.Minute, nil)}, want: map[string]int{"ns": 2, "other": 1}, recheck: time.Minute},
+		"over":                    {claimed: []corev1.PersistentVolumeClaim{reserved("ns", "a", "h", 0, nil)}},
+		"recording its pod":       {claimed: []corev1.PersistentVolumeClaim{reserved("ns", "a", "h", time.Minute, used)}},
+		"of an older template":    {claimed: []corev1.PersistentVolumeClaim{reserved("ns", "a", "old", time.Minute, nil)}},
+		"being deleted":           {claimed: []corev1.PersistentVolumeClaim{reserved("ns", "a", "h", time.Minute, deleting)}},
+		"a claim of an admission": {claimed: []corev1.PersistentVolumeClaim{*fixtures.Claim(f, "ns", "a", "h", v1alpha1.CheckoutHit, now)}},
+		"ending far ahead: counted, rechecked within the longest reservation": {
+			claimed: []corev1.PersistentVolumeClaim{reserved("ns", "a", "h", 24*time.Hour, nil)}, want: map[string]int{"ns": 1}, recheck: claim.MaxReservation},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, recheck := reservedStock(tc.claimed, "h", now)
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" || recheck != tc.recheck {
+				t.Errorf("reservedStock = %v, %s; want %v, %s", got, recheck, tc.want, tc.recheck)
 			}
 		})
 	}

@@ -203,6 +203,11 @@ type poolObserved struct {
 	// starting pods (refillHeld); startingRecheck is when to look again.
 	starting        map[string]int
 	startingRecheck time.Duration
+	// reserved counts, by namespace, the claims of the current template
+	// reserved ahead of their pods whose reservations are not over
+	// (pool.Input.Reserved); reservedRecheck is when the first ends.
+	reserved        map[string]int
+	reservedRecheck time.Duration
 	// lastAdmission is the newest admission per namespace, from the status
 	// and the current bindings.
 	lastAdmission map[string]time.Time
@@ -351,9 +356,6 @@ func (r *PoolReconciler) observePool(ctx context.Context, f *v1alpha1.FluentPVC,
 		}
 	}
 	placing := o.selectNodes || o.staging
-	if !placing && r.opts.PodStartWait <= 0 {
-		return o, nil
-	}
 	var claimed corev1.PersistentVolumeClaimList
 	if err := r.List(ctx, &claimed, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name, v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed}, client.UnsafeDisableDeepCopy); err != nil {
 		return o, fmt.Errorf("listing claims: %w", err)
@@ -361,7 +363,34 @@ func (r *PoolReconciler) observePool(ctx context.Context, f *v1alpha1.FluentPVC,
 	if placing {
 		o.claimed = claimed.Items
 	}
+	o.reserved, o.reservedRecheck = reservedStock(claimed.Items, pool.TemplateHash(&f.Spec.PVCSpecTemplate), r.clock.Now())
 	return o, r.observeStarting(ctx, claimed.Items, &o)
+}
+
+// reservedStock counts, by namespace, the claims among claimed (a
+// FluentPVC's claims) made from the template of hash hash, not being
+// deleted, that are reserved ahead of their pods and whose reservations
+// are not over at now; and how long until the first of them ends (0:
+// none). An end further ahead than claim.MaxReservation counts as that.
+func reservedStock(claimed []corev1.PersistentVolumeClaim, hash string, now time.Time) (map[string]int, time.Duration) {
+	var out map[string]int
+	var first time.Duration
+	for i := range claimed {
+		c := &claimed[i]
+		_, until, ok := claim.Reservation(c)
+		left := min(until.Sub(now), claim.MaxReservation)
+		if !ok || left <= 0 || c.Labels[v1alpha1.TemplateHashLabelKey] != hash || !c.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if out == nil {
+			out = map[string]int{}
+		}
+		out[c.Namespace]++
+		if first == 0 || left < first {
+			first = left
+		}
+	}
+	return out, first
 }
 
 // observeStarting counts the warm PVCs, among claimed (the FluentPVC's
@@ -376,8 +405,16 @@ func (r *PoolReconciler) observeStarting(ctx context.Context, claimed []corev1.P
 	}
 	now := r.clock.Now()
 	// Only claims handed out moments ago (allowing for the admitting
-	// replica's clock) count.
+	// replica's clock) count; a claim reserved ahead of its pod may have
+	// been handed out at any time before its reservation ended. A claim
+	// still reserved is counted as the pool's (reservedStock) instead.
 	recent := func(c *corev1.PersistentVolumeClaim) bool {
+		if _, _, reserved := claim.Reservation(c); reserved {
+			return false
+		}
+		if until, ok := claim.ReservedUntil(c); ok && now.Sub(until) <= wait+admittedSkew {
+			return true
+		}
 		at, ok := claim.AdmittedAt(c.Annotations)
 		return ok && now.Sub(at) <= wait+admittedSkew
 	}
@@ -579,6 +616,7 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 	_, stagedNS := stagedPerNode(o)
 	nodes := pool.Nodes{SelectNodes: o.selectNodes, Zones: o.nodeZones, ByName: o.nodes, Stranded: o.stranded}
 	sooner(&res.requeueAfter, o.strandedRecheck)
+	sooner(&res.requeueAfter, o.reservedRecheck)
 	eligibleNames := make(map[string]bool, len(o.eligible))
 	for _, n := range o.eligible {
 		eligibleNames[n.Name] = true
@@ -586,7 +624,7 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 	eligible := func(node string) bool { return eligibleNames[node] }
 
 	for _, ns := range namespaces {
-		in := pool.Input{Hash: pp.hash, WaitForFirstConsumer: o.waitForFirstConsumer, SelectNodes: o.selectNodes, Binders: bindersByNS[ns], Starting: o.starting[ns]}
+		in := pool.Input{Hash: pp.hash, WaitForFirstConsumer: o.waitForFirstConsumer, SelectNodes: o.selectNodes, Binders: bindersByNS[ns], Starting: o.starting[ns], Reserved: o.reserved[ns]}
 		kept := slices.Contains(keep, ns)
 		if kept {
 			if _, exists := o.namespaces[ns]; !exists {
@@ -635,7 +673,9 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 		}
 		pp.namespaces = append(pp.namespaces, namespacePlan{namespace: ns, plan: p, kept: kept, size: in.Size, preferred: preferred, stage: stage})
 		if kept {
-			st := v1alpha1.PoolNamespaceStatus{Namespace: ns, Warm: p.Warm, Provisioning: p.Provisioning + int32(p.Create), Staged: int32(stagedNS[ns])}
+			// Reserved claims are warm PVCs ready for a pod, held by a
+			// webhook replica.
+			st := v1alpha1.PoolNamespaceStatus{Namespace: ns, Warm: p.Warm + int32(in.Reserved), Provisioning: p.Provisioning + int32(p.Create), Staged: int32(stagedNS[ns])}
 			if t, ok := o.lastAdmission[ns]; ok {
 				// Whole seconds, as a status time reads back: a fraction
 				// (from the admitted-at annotation) would make every

@@ -61,6 +61,11 @@ type Input struct {
 	// still starting: as many of the PVCs to create wait (Plan.Held), so
 	// that the refill does not compete with those pods for the API server.
 	Starting int
+	// Reserved counts the claims of the current template that webhook
+	// replicas reserved ahead of their pods (claim.Reservation) and whose
+	// reservations are not over: they are the pool's too, ready to be
+	// handed out, so the pool keeps that many fewer warm PVCs.
+	Reserved int
 }
 
 // Plan is what to do in one namespace.
@@ -116,7 +121,7 @@ func PlanNamespace(in Input) Plan {
 			valid = append(valid, c)
 		}
 	}
-	size := max(int(in.Size), 0)
+	size := max(int(in.Size)-in.Reserved, 0)
 	moveOnly(valid, size, in.Uncovered)
 	rank := func(c Claim) int {
 		r := 0

@@ -150,6 +150,14 @@ func TestPlanNamespace(t *testing.T) {
 				with(bound("m-new", 5), move), with(bound("m-old", 9), move)}},
 			want: Plan{Create: 1, Held: 1, Moved: []string{"m-old"}, Leaving: []string{"m-old"}, Warm: 3},
 		},
+		"reserved claims are the pool's: fewer warm PVCs to keep": {
+			in:   Input{Size: 4, Hash: "h", Claims: []Claim{bound("a", 1)}, Reserved: 2},
+			want: Plan{Create: 1, Warm: 1},
+		},
+		"more reserved than the size: the warm PVCs are surplus": {
+			in:   Input{Size: 2, Hash: "h", Claims: []Claim{bound("a", 1)}, Reserved: 3},
+			want: Plan{Delete: []string{"a"}},
+		},
 		"claims being deleted are neither counted nor deleted again": {
 			in:   Input{Size: 1, Hash: "h", Claims: []Claim{{Name: "a", Bound: true, Hash: "h", Deleting: true}}},
 			want: Plan{Create: 1},
