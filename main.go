@@ -19,6 +19,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
@@ -53,6 +54,7 @@ const (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 type options struct {
+	reserveAhead         int
 	metricsAddr          string
 	pprofAddr            string
 	probeAddr            string
@@ -211,7 +213,8 @@ func run(ctx context.Context, args []string) error {
 				webhookSetupErr <- nil // stopping
 				return
 			}
-			err := webhook.Setup(mgr, webhook.Options{NativeSidecarsUnsupported: nativeUnsupported, Namespace: opts.namespace, Self: self, ServerClock: serverClock}, caches)
+			err := webhook.Setup(mgr, webhook.Options{NativeSidecarsUnsupported: nativeUnsupported, Namespace: opts.namespace, Self: self, ServerClock: serverClock,
+				ReserveAhead: opts.reserveAhead, Owner: owner()}, caches)
 			webhooksRegistered.Store(err == nil)
 			webhookSetupErr <- err
 		case <-ctx.Done():
@@ -274,6 +277,7 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.StringVar(&o.webhookConfig, "webhook-config-name", "fluent-pvc-operator-mutating-webhook-configuration", "MutatingWebhookConfiguration whose caBundle the operator injects.")
 	fs.StringVar(&o.validatingWebhookConfig, "validating-webhook-config-name", "fluent-pvc-operator-validating-webhook-configuration", "ValidatingWebhookConfiguration (of FluentPVCs) whose caBundle the operator injects.")
 	fs.StringVar(&o.certSecret, "cert-secret-name", "fluent-pvc-operator-webhook-server-cert", "Secret that holds the operator's own CA and serving certificate.")
+	fs.IntVar(&o.reserveAhead, "reserve-ahead", 0, "How many warm PVCs per FluentPVC and namespace each replica reserves ahead of their pods, so that it hands them out without an API write at admission; they count in the pool's size. 0 reserves none. Pools that stage their warm PVCs are not reserved from.")
 	fs.DurationVar(&o.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long to wait for running reconciles and requests on shutdown.")
 	o.controllers.BindFlags(fs)
 	config.RegisterFlags(fs) // --kubeconfig
@@ -284,6 +288,9 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	}
 	if o.certManagement != certSelf && o.certManagement != certExternal {
 		return o, zapOpts, fmt.Errorf("--cert-management must be %q or %q, not %q", certSelf, certExternal, o.certManagement)
+	}
+	if o.reserveAhead < 0 {
+		return o, zapOpts, fmt.Errorf("--reserve-ahead must be 0 or more, not %d", o.reserveAhead)
 	}
 	if err := o.controllers.Validate(); err != nil {
 		return o, zapOpts, err
@@ -322,4 +329,15 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// owner names this process in the claims it reserves: its host (the
+// pod's name in a cluster) and a random suffix, so that a restarted
+// process never takes the reservations of the one before it for its own.
+func owner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "fluent-pvc-operator"
+	}
+	return host + "-" + utilrand.String(5)
 }

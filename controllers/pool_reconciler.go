@@ -502,27 +502,7 @@ func heldHit(c *corev1.PersistentVolumeClaim) bool {
 // storageClass is class name, or the default class when name is nil; nil
 // when there is none (or name is "", static binding).
 func (r *PoolReconciler) storageClass(ctx context.Context, name *string) (*storagev1.StorageClass, error) {
-	if name != nil {
-		if *name == "" {
-			return nil, nil
-		}
-		sc := &storagev1.StorageClass{}
-		if err := r.Get(ctx, client.ObjectKey{Name: *name}, sc); err != nil {
-			return nil, client.IgnoreNotFound(err)
-		}
-		return sc, nil
-	}
-	var l storagev1.StorageClassList
-	if err := r.List(ctx, &l); err != nil {
-		return nil, fmt.Errorf("listing StorageClasses: %w", err)
-	}
-	var sc *storagev1.StorageClass
-	for i := range l.Items {
-		if l.Items[i].Annotations["storageclass.kubernetes.io/is-default-class"] == "true" {
-			sc = &l.Items[i]
-		}
-	}
-	return sc, nil
+	return pool.StorageClassOf(ctx, r, name)
 }
 
 // poolPlan is what one pool reconcile does, decided by planPool.

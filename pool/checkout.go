@@ -151,6 +151,9 @@ type Checkouter struct {
 	Nodes *NodeStore
 	// MaxTries bounds the updates tried on each list.
 	MaxTries int
+	// Stock, when set, holds claims reserved ahead of their pods, which a
+	// checkout hands out first, without a write.
+	Stock *Stock
 
 	// taken remembers the versions of PVCs this replica is handing out,
 	// handed out or lost a race for, and when, by UID, so that its other
@@ -187,6 +190,15 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 	hash := TemplateHash(&fpvc.Spec.PVCSpecTemplate)
 	namespace := pod.Namespace
 	placement := NewPlacement(pod, func() ([]*corev1.Node, error) { return c.podNodes(ctx, pod) })
+	// Nodes found missing from the cache, or not, by name: the staged
+	// candidates of a pool share a few nodes.
+	gone := map[string]bool{}
+	if got := c.Stock.take(fpvc.Name, namespace, hash, placement.Usable, func(pvc *corev1.PersistentVolumeClaim) bool {
+		return c.stranded(ctx, pvc, gone)
+	}); got != nil {
+		log.FromContext(ctx).V(1).Info("handed out a reserved claim", "claim", klog.KObj(got))
+		return Checkedout{PVC: got}, nil
+	}
 	holders, requests, err := c.holders(ctx, fpvc.Name, namespace)
 	if err != nil {
 		return Checkedout{}, err
@@ -199,9 +211,6 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 		return h.Spec.NodeName, true
 	}
 	_, pinned := PinnedNodeNames(pod)
-	// Nodes found missing from the cache, or not, by name: the staged
-	// candidates of a pool share a few nodes.
-	gone := map[string]bool{}
 	lostRace := false
 	var warmSeen, candidates int
 	// Readers are told apart by position: interface comparison panics on

@@ -36,6 +36,13 @@ var (
 		Help: "Claims handed to pods, by FluentPVC and result: hit (from the warm pool) or miss (created at admission).",
 	}, []string{"fluentpvc", "result"})
 
+	// Reserved is how many claims this replica holds reserved ahead of
+	// their pods, by FluentPVC (Stock).
+	Reserved = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fluentpvc_pool_reserved_claims",
+		Help: "Claims this webhook replica holds reserved ahead of their pods (--reserve-ahead), which it hands out without an API write, by FluentPVC.",
+	}, []string{"fluentpvc"})
+
 	// CheckoutDuration is how long taking a claim took, by result.
 	CheckoutDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "fluentpvc_pool_checkout_duration_seconds",
@@ -90,7 +97,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(CheckoutsTotal, CheckoutDuration, Warm, Target, Replaced, TimeToWarm, Staged, StagedHits, HoldersRemoved)
+	metrics.Registry.MustRegister(CheckoutsTotal, CheckoutDuration, Warm, Target, Replaced, TimeToWarm, Staged, StagedHits, HoldersRemoved, Reserved)
 }
 
 // InitMetrics makes FluentPVC name's series of the pool's counters and

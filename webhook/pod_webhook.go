@@ -57,6 +57,12 @@ type Options struct {
 	// (a SelfSubjectReview): pods it creates may be holders. "" when
 	// unknown: no pod is taken for a holder.
 	Self string
+	// ReserveAhead is how many warm PVCs per FluentPVC and namespace this
+	// replica reserves ahead of their pods (pool.Stock), handed out
+	// without an API write; 0 reserves none.
+	ReserveAhead int
+	// Owner names this replica's process in its reservations.
+	Owner string
 }
 
 // NativeSidecarSupport says why an API server of version gitVersion (its
@@ -145,6 +151,16 @@ func Setup(mgr ctrl.Manager, opts Options, caches *Caches) error {
 	m.Pool.Nodes = pool.NewNodeStore(nodes)
 	m.NativeSidecarsUnsupported = opts.NativeSidecarsUnsupported
 	m.Self = opts.Self
+	if opts.ReserveAhead > 0 {
+		serverClock := opts.ServerClock
+		if serverClock == nil {
+			serverClock = clock.RealClock{}
+		}
+		m.Pool.Stock = pool.NewStock(opts.Owner, opts.ReserveAhead, m.Pool, serverClock)
+		if err := mgr.Add(m.Pool.Stock); err != nil {
+			return fmt.Errorf("adding the reserved claims' stock: %w", err)
+		}
+	}
 	// The cache's latest resourceVersion comes before any write this
 	// admission makes.
 	if synced, ok := claims.(interface{ LastSyncResourceVersion() string }); ok {
@@ -478,6 +494,12 @@ func (m *PodMutator) claimTaken(ctx context.Context, pod *corev1.Pod, dryRun boo
 		return "", fmt.Errorf("reading claim %s: %w", name, err)
 	case !claim.Held(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != name || !pvc.DeletionTimestamp.IsZero():
 		return "is not a claim handed out for a new pod", nil
+	}
+	if by, _, reserved := claim.Reservation(pvc); reserved {
+		// Only the replica that holds the reservation hands it out, and its
+		// own reinvocations are known to it (ownHandout): any other pod
+		// carrying it could share it with the pod it goes to.
+		return fmt.Sprintf("is reserved by webhook replica %s for a pod that replica admits", by), nil
 	}
 	if used, _ := claim.PodOf(pvc); used.UID != "" {
 		return fmt.Sprintf("was used by pod %s", used.Name), nil

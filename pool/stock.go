@@ -1,0 +1,463 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
+)
+
+// ReserveTTL is how long a reservation runs from the write that makes or
+// extends it (within claim.MaxReservation).
+const ReserveTTL = 5 * time.Minute
+
+// reserveRenew is how much of a reservation may be left before its
+// holder extends it.
+const reserveRenew = ReserveTTL / 2
+
+// HandoutMargin is how much of a reservation must be left for it to be
+// handed to a pod: the pod is created, and its binding sees it, well
+// before the reservation ends, when the binding stops waiting for it.
+const HandoutMargin = 30 * time.Second
+
+// stockPoll is how often a Stock looks for warm PVCs to reserve and for
+// reservations to extend or give back.
+const stockPoll = time.Second
+
+// giveBackTimeout bounds how long a Stock that stops spends giving its
+// reservations back.
+const giveBackTimeout = 10 * time.Second
+
+// Stock is what one webhook replica holds of the warm pools: up to Target
+// claims per FluentPVC and namespace, reserved ahead of their pods
+// (claim.Reserve), which its admissions hand out without an API write.
+// The reservation is the checkout's write made before the pod comes, so
+// a claim handed out is already a claim, with everything its drain needs.
+// Only pools that do not stage their warm PVCs are reserved from: a
+// staged pool's warm PVCs wait for their holders.
+//
+// Sync keeps the stock: it reserves Bound warm PVCs of the current
+// template, extends reservations before they end, and gives back (to the
+// pool, as warm PVCs) those of a FluentPVC that is gone, being deleted,
+// staged or changed its template, and those beyond its pool's size. A
+// claim is handed out, extended or given back under the stock's lock, so
+// never two of them at once; once handed out, the stock forgets it. A
+// replica that dies holds its stock until the reservations end; the
+// binding controller then reclaims them as claims whose pods never came.
+type Stock struct {
+	// Owner names this process in the claims it reserves.
+	Owner string
+	// Target is how many claims to hold per FluentPVC and namespace, at
+	// most the pool's size.
+	Target int
+	// Checkouts are the replica's checkouts, whose cache and writer the
+	// stock uses and whose record of the warm PVCs taken it shares, so
+	// that neither tries a PVC the other took while the cache lags.
+	Checkouts *Checkouter
+	// Clock is the API server's (reservations end on its time).
+	Clock clock.PassiveClock
+
+	mu     sync.Mutex
+	closed bool
+	held   map[types.NamespacedName]*stocked
+	// reported are the FluentPVCs the Reserved gauge has a value for.
+	reported map[string]bool
+}
+
+// stocked is one claim of a Stock.
+type stocked struct {
+	// pvc is the claim as last written by the stock.
+	pvc *corev1.PersistentVolumeClaim
+	// busy is true while the stock writes it (an extension, a give-back):
+	// it is not handed out meanwhile.
+	busy bool
+}
+
+// NewStock is a Stock of owner holding target claims per FluentPVC and
+// namespace, for the checkouts of c, on the API server's clock clk.
+func NewStock(owner string, target int, c *Checkouter, clk clock.PassiveClock) *Stock {
+	return &Stock{Owner: owner, Target: target, Checkouts: c, Clock: clk, held: map[types.NamespacedName]*stocked{}}
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: every
+// replica serves admissions, so every replica keeps a stock.
+func (s *Stock) NeedLeaderElection() bool { return false }
+
+// Start keeps the stock (Sync) until ctx ends, then gives every claim it
+// still holds back to the pool; admissions meanwhile take none.
+func (s *Stock) Start(ctx context.Context) error {
+	t := time.NewTicker(stockPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			giveBack, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+			defer cancel()
+			if err := s.Close(giveBack); err != nil {
+				log.FromContext(ctx).Error(err, "giving reserved claims back to the pool; they are reclaimed once their reservations end")
+			}
+			return nil
+		case <-t.C:
+			if err := s.Sync(ctx); err != nil {
+				log.FromContext(ctx).Error(err, "keeping the reserved claims")
+			}
+		}
+	}
+}
+
+// take hands out a claim of FluentPVC fpvc, made from the template of
+// hash hash, in namespace, whose volume usable accepts and that skip does
+// not refuse, with at least HandoutMargin of its reservation left; nil
+// when the stock has none. The stock forgets it.
+func (s *Stock) take(fpvc, namespace, hash string, usable func(affinity string) bool, skip func(*corev1.PersistentVolumeClaim) bool) *corev1.PersistentVolumeClaim {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	now := s.Clock.Now()
+	for key, st := range s.held {
+		c := st.pvc
+		if st.busy || key.Namespace != namespace || c.Labels[v1alpha1.FluentPVCNameLabelKey] != fpvc || c.Labels[v1alpha1.TemplateHashLabelKey] != hash {
+			continue
+		}
+		if _, until, ok := claim.Reservation(c); !ok || until.Sub(now) < HandoutMargin {
+			continue
+		}
+		if affinity, ok := WarmAffinity(c); !ok || !usable(affinity) || (skip != nil && skip(c)) {
+			continue
+		}
+		delete(s.held, key)
+		return c
+	}
+	return nil
+}
+
+// Len is how many claims the stock holds.
+func (s *Stock) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.held)
+}
+
+// reservable are the FluentPVCs whose pools the stock reserves from, by
+// name: a pool of some size, not being deleted, not staged.
+func (s *Stock) reservable(ctx context.Context) (map[string]*v1alpha1.FluentPVC, error) {
+	var fpvcs v1alpha1.FluentPVCList
+	if err := s.Checkouts.Cache.List(ctx, &fpvcs); err != nil {
+		return nil, fmt.Errorf("listing FluentPVCs: %w", err)
+	}
+	out := map[string]*v1alpha1.FluentPVC{}
+	for i := range fpvcs.Items {
+		f := &fpvcs.Items[i]
+		if f.Spec.Pool.Size <= 0 || !f.DeletionTimestamp.IsZero() {
+			continue
+		}
+		staged, err := Stages(ctx, s.Checkouts.Cache, f)
+		if err != nil {
+			return nil, err
+		}
+		if !staged {
+			out[f.Name] = f
+		}
+	}
+	return out, nil
+}
+
+// Sync brings the stock to Target per FluentPVC and namespace where the
+// pool has Bound warm PVCs, extends the reservations that run out, and
+// gives back those no longer wanted (see Stock).
+func (s *Stock) Sync(ctx context.Context) error {
+	fpvcs, err := s.reservable(ctx)
+	if err != nil {
+		return err
+	}
+	now := s.Clock.Now()
+	extend, giveBack, count := s.plan(fpvcs, now)
+	errs := []error{}
+	for _, c := range giveBack {
+		errs = append(errs, s.write(ctx, c, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Unreserve(c, s.Owner) }))
+	}
+	for _, c := range extend {
+		errs = append(errs, s.write(ctx, c, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
+			return claim.Extend(c, s.Owner, now.Add(ReserveTTL))
+		}))
+	}
+	for name, f := range fpvcs {
+		errs = append(errs, s.reserve(ctx, f, count[name], now))
+	}
+	s.report(fpvcs)
+	return errors.Join(errs...)
+}
+
+// plan picks, under the lock, the claims to extend and to give back, and
+// marks them busy; count is how many the stock keeps per FluentPVC and
+// namespace.
+func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, now time.Time) (extend, giveBack []*corev1.PersistentVolumeClaim, count map[string]map[string]int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	count = map[string]map[string]int{}
+	for _, st := range s.held {
+		if st.busy {
+			continue
+		}
+		c := st.pvc
+		name := c.Labels[v1alpha1.FluentPVCNameLabelKey]
+		f, ok := fpvcs[name]
+		_, until, _ := claim.Reservation(c)
+		switch {
+		case !ok || c.Labels[v1alpha1.TemplateHashLabelKey] != TemplateHash(&f.Spec.PVCSpecTemplate):
+			giveBack = append(giveBack, c)
+		case count[name][c.Namespace] >= s.limit(f):
+			giveBack = append(giveBack, c)
+		default:
+			if count[name] == nil {
+				count[name] = map[string]int{}
+			}
+			count[name][c.Namespace]++
+			if until.Sub(now) >= reserveRenew {
+				continue
+			}
+			extend = append(extend, c)
+		}
+		st.busy = true
+	}
+	return extend, giveBack, count
+}
+
+// limit is how many claims of f's pool the stock holds per namespace.
+func (s *Stock) limit(f *v1alpha1.FluentPVC) int {
+	return min(s.Target, int(f.Spec.Pool.Size))
+}
+
+// write makes transition's write of held claim c, busy meanwhile, and
+// keeps what it leaves: the claim as written while still reserved, none
+// once given back or gone. A claim that changed since (a conflict) is
+// read again from the cache and kept if it is still this stock's.
+func (s *Stock) write(ctx context.Context, c *corev1.PersistentVolumeClaim, transition func(*corev1.PersistentVolumeClaim) (claim.Write, error)) error {
+	key := client.ObjectKeyFromObject(c)
+	w, err := transition(c)
+	if err == nil {
+		err = claim.Execute(ctx, s.Checkouts.Writer, w)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.held[key]
+	if st == nil {
+		return err
+	}
+	st.busy = false
+	switch {
+	case err == nil && w.To() == claim.Claimed:
+		st.pvc = w.Object
+	case err == nil, apierrors.IsNotFound(err):
+		delete(s.held, key)
+	case apierrors.IsConflict(err):
+		cached := &corev1.PersistentVolumeClaim{}
+		if getErr := s.Checkouts.Cache.Get(ctx, key, cached); getErr != nil {
+			return errors.Join(err, getErr)
+		}
+		if by, _, ok := claim.Reservation(cached); !ok || by != s.Owner || cached.UID != c.UID {
+			// Reclaimed or deleted by others: nothing the stock may hand out.
+			delete(s.held, key)
+			return nil
+		}
+		st.pvc = cached.DeepCopy()
+		return nil // tried again on the next sync
+	}
+	if err != nil {
+		return fmt.Errorf("claim %s: %w", key, err)
+	}
+	return nil
+}
+
+// reserve reserves Bound warm PVCs of f's pool, in every namespace that
+// has them, until the stock holds its limit there (held: how many it
+// holds, by namespace).
+func (s *Stock) reserve(ctx context.Context, f *v1alpha1.FluentPVC, held map[string]int, now time.Time) error {
+	c := s.Checkouts
+	var warm corev1.PersistentVolumeClaimList
+	if err := c.Cache.List(ctx, &warm, client.MatchingFields{WarmIndex: f.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("listing the warm PVCs of FluentPVC %s: %w", f.Name, err)
+	}
+	byNS := map[string][]corev1.PersistentVolumeClaim{}
+	for _, w := range warm.Items {
+		byNS[w.Namespace] = append(byNS[w.Namespace], w)
+	}
+	hash, limit := TemplateHash(&f.Spec.PVCSpecTemplate), s.limit(f)
+	var errs []error
+	for ns, items := range byNS {
+		want := limit - held[ns]
+		if want <= 0 {
+			continue
+		}
+		// A PVC with a holder, or whose holder may still be created, is
+		// left to the pool's staging (the pool stopped staging moments
+		// ago): a reserved claim has no holder to leave.
+		holders, requests, err := c.holders(ctx, f.Name, ns)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, cand := range Candidates(items, hash, func(string) bool { return true }) {
+			if want <= 0 {
+				break
+			}
+			if _, held := holders[cand.Name]; held ||
+				claim.HolderPending(cand, func(req string) bool { return requests[HolderRequestKey(cand.Name, req)] }, now) ||
+				!c.take(cand, now) {
+				continue
+			}
+			w, err := claim.Reserve(cand, now, now.Add(ReserveTTL), s.Owner, claim.NewCheckoutID())
+			if err == nil {
+				err = claim.Execute(ctx, c.Writer, w)
+			}
+			switch {
+			case err == nil:
+				if !s.add(w.Object) {
+					return nil
+				}
+				want--
+			case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+			default:
+				errs = append(errs, fmt.Errorf("reserving warm PVC %s/%s: %w", ns, cand.Name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// add keeps reserved claim c; false when the stock is closed: c is then
+// given back at once.
+func (s *Stock) add(c *corev1.PersistentVolumeClaim) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.held[client.ObjectKeyFromObject(c)] = &stocked{pvc: c}
+	return true
+}
+
+// counts is how many claims the stock holds per FluentPVC.
+func (s *Stock) counts() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int{}
+	for _, st := range s.held {
+		out[st.pvc.Labels[v1alpha1.FluentPVCNameLabelKey]]++
+	}
+	return out
+}
+
+// Close stops handing out claims and gives back every claim the stock
+// holds.
+func (s *Stock) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	var all []*corev1.PersistentVolumeClaim
+	for _, st := range s.held {
+		if !st.busy {
+			st.busy = true
+			all = append(all, st.pvc)
+		}
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, c := range all {
+		if err := s.write(ctx, c, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Unreserve(c, s.Owner) }); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(all) > 0 {
+		log.FromContext(ctx).Info("gave reserved claims back to the pool", "claims", len(all), "failed", len(errs))
+	}
+	return errors.Join(errs...)
+}
+
+// Stages says whether f's pool stages its warm PVCs (StagingOn), from the
+// template's StorageClass and its CSIDriver as r reads them.
+func Stages(ctx context.Context, r client.Reader, f *v1alpha1.FluentPVC) (bool, error) {
+	if f.Spec.Pool.Staging == v1alpha1.PoolStagingDisabled {
+		return false, nil
+	}
+	sc, err := StorageClassOf(ctx, r, f.Spec.PVCSpecTemplate.StorageClassName)
+	if err != nil || sc == nil {
+		return false, err
+	}
+	driver := &storagev1.CSIDriver{}
+	if err := r.Get(ctx, client.ObjectKey{Name: sc.Provisioner}, driver); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("reading CSIDriver %s: %w", sc.Provisioner, err)
+		}
+		driver = nil
+	}
+	block := ptr.Deref(f.Spec.PVCSpecTemplate.VolumeMode, corev1.PersistentVolumeFilesystem) == corev1.PersistentVolumeBlock
+	return StagingOn(f.Spec.Pool.Staging, sc, driver, block), nil
+}
+
+// StorageClassOf is the StorageClass name, or the default class when name
+// is nil; nil when there is none (or name is "", static binding, or the
+// class does not exist).
+func StorageClassOf(ctx context.Context, r client.Reader, name *string) (*storagev1.StorageClass, error) {
+	if name != nil {
+		if *name == "" {
+			return nil, nil
+		}
+		sc := &storagev1.StorageClass{}
+		if err := r.Get(ctx, client.ObjectKey{Name: *name}, sc); err != nil {
+			return nil, client.IgnoreNotFound(err)
+		}
+		return sc, nil
+	}
+	var l storagev1.StorageClassList
+	if err := r.List(ctx, &l); err != nil {
+		return nil, fmt.Errorf("listing StorageClasses: %w", err)
+	}
+	var sc *storagev1.StorageClass
+	for i := range l.Items {
+		if l.Items[i].Annotations["storageclass.kubernetes.io/is-default-class"] == "true" {
+			sc = &l.Items[i]
+		}
+	}
+	return sc, nil
+}
+
+// report sets the Reserved gauge of every FluentPVC the stock reserves
+// from or holds claims of, and removes it for the others.
+func (s *Stock) report(fpvcs map[string]*v1alpha1.FluentPVC) {
+	counts := s.counts()
+	if s.reported == nil {
+		s.reported = map[string]bool{}
+	}
+	for name := range s.reported {
+		if _, ok := fpvcs[name]; !ok && counts[name] == 0 {
+			Reserved.DeleteLabelValues(name)
+			delete(s.reported, name)
+		}
+	}
+	for name := range fpvcs {
+		Reserved.WithLabelValues(name).Set(float64(counts[name]))
+		s.reported[name] = true
+	}
+	for name, n := range counts {
+		Reserved.WithLabelValues(name).Set(float64(n))
+		s.reported[name] = true
+	}
+}

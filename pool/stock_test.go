@@ -1,0 +1,238 @@
+package pool
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
+)
+
+// warmPVCs are n Bound warm PVCs of f in namespace ns, usable anywhere.
+func warmPVCs(f *v1alpha1.FluentPVC, ns string, n int) []client.Object {
+	var out []client.Object
+	for i := range n {
+		w := boundWarm(f)
+		w.Namespace = ns
+		w.Name, w.UID = fmt.Sprintf("f-warm-%d", i), types.UID(fmt.Sprintf("warm-uid-%d", i))
+		w.Spec.VolumeName = fmt.Sprintf("pv-%d", i)
+		out = append(out, w)
+	}
+	return out
+}
+
+// stockFixture is a Stock of replica "replica-a" over a fake API server
+// that counts the writes made.
+type stockFixture struct {
+	api    client.Client
+	stock  *Stock
+	clock  *clocktesting.FakePassiveClock
+	writes *atomic.Int32
+}
+
+func newStockFixture(t *testing.T, target int, objs ...client.Object) stockFixture {
+	t.Helper()
+	var writes atomic.Int32
+	count := func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+		writes.Add(1)
+		return c.Update(ctx, obj, opts...)
+	}
+	api := indexed(fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).
+		WithInterceptorFuncs(interceptor.Funcs{Update: count}).Build()
+	clk := clocktesting.NewFakePassiveClock(fixtures.Epoch)
+	return stockFixture{api: api, clock: clk, writes: &writes,
+		stock: NewStock("replica-a", target, NewCheckouter(api, api, api), clk)}
+}
+
+// reserved counts the claims of namespace ns that replica-a reserved.
+func (f stockFixture) reserved(t *testing.T, ns string) int {
+	t.Helper()
+	var pvcs corev1.PersistentVolumeClaimList
+	if err := f.api.List(context.Background(), &pvcs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i := range pvcs.Items {
+		if by, _, ok := claim.Reservation(&pvcs.Items[i]); ok && by == "replica-a" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestStockSync: the stock reserves Bound warm PVCs up to its target,
+// never more than the pool's size, and none of a pool that stages its
+// warm PVCs or of a FluentPVC being deleted.
+func TestStockSync(t *testing.T) {
+	staged := fixtures.MakeFluentPVC("f").PoolSize(3).Obj()
+	staged.Spec.PVCSpecTemplate.StorageClassName = ptr.To("disk")
+	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "disk"}, Provisioner: "disk.csi"}
+	driver := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "disk.csi"}}
+	deleting := fixtures.MakeFluentPVC("f").PoolSize(3).Obj()
+	deleting.DeletionTimestamp, deleting.Finalizers = &metav1.Time{Time: fixtures.Epoch}, []string{"keep"}
+	for name, tc := range map[string]struct {
+		fpvc   *v1alpha1.FluentPVC
+		extra  []client.Object
+		target int
+		want   int
+	}{
+		"up to the target":                {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: 2, want: 2},
+		"at most the pool's size":         {fpvc: fixtures.MakeFluentPVC("f").PoolSize(1).Obj(), target: 5, want: 1},
+		"every warm PVC there is":         {fpvc: fixtures.MakeFluentPVC("f").PoolSize(5).Obj(), target: 5, want: 3},
+		"a staged pool: none":             {fpvc: staged, extra: []client.Object{class, driver}, target: 2},
+		"a FluentPVC being deleted: none": {fpvc: deleting, target: 2},
+	} {
+		t.Run(name, func(t *testing.T) {
+			objs := append(append([]client.Object{tc.fpvc}, tc.extra...), warmPVCs(tc.fpvc, "ns", 3)...)
+			f := newStockFixture(t, tc.target, objs...)
+			if err := f.stock.Sync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.reserved(t, "ns"); got != tc.want || f.stock.Len() != tc.want {
+				t.Errorf("reserved %d (stock %d), want %d", got, f.stock.Len(), tc.want)
+			}
+		})
+	}
+}
+
+// TestStockHandout: a checkout hands out a reserved claim without a
+// write, only one with HandoutMargin left, of the current template, and
+// each claim once.
+func TestStockHandout(t *testing.T) {
+	fpvc := fixtures.MakeFluentPVC("f").PoolSize(2).Obj()
+	f := newStockFixture(t, 2, append([]client.Object{fpvc}, warmPVCs(fpvc, "ns", 2)...)...)
+	f.stock.Checkouts.Stock = f.stock
+	if err := f.stock.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := f.writes.Load()
+	pod := fixtures.MakePod("p", "ns").FluentPVC(fpvc.Name).Obj()
+	taken := map[string]bool{}
+	for range 2 {
+		got, err := f.stock.Checkouts.Checkout(context.Background(), fpvc, pod, f.clock.Now())
+		if err != nil || got.PVC == nil {
+			t.Fatalf("checkout: %v, %v; want a reserved claim", got.PVC, err)
+		}
+		if _, _, ok := claim.Reservation(got.PVC); !ok || taken[got.PVC.Name] {
+			t.Fatalf("handed out %s, not a reserved claim handed out once (%v)", got.PVC.Name, taken)
+		}
+		taken[got.PVC.Name] = true
+	}
+	if w := f.writes.Load() - before; w != 0 {
+		t.Errorf("the handouts made %d writes, want none", w)
+	}
+	if f.stock.Len() != 0 {
+		t.Errorf("the stock still holds %d claims after handing out both", f.stock.Len())
+	}
+
+	// A reservation about to end is not handed out.
+	g := newStockFixture(t, 1, append([]client.Object{fpvc}, warmPVCs(fpvc, "ns", 1)...)...)
+	if err := g.stock.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	g.clock.SetTime(fixtures.Epoch.Add(ReserveTTL - HandoutMargin + time.Second))
+	if got := g.stock.take(fpvc.Name, "ns", TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
+		t.Errorf("handed out %s with less than HandoutMargin left", got.Name)
+	}
+	if got := g.stock.take(fpvc.Name, "ns", "other-hash", func(string) bool { return true }, nil); got != nil {
+		t.Errorf("handed out %s for another template", got.Name)
+	}
+	if got := g.stock.take(fpvc.Name, "other-ns", TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
+		t.Errorf("handed out %s for another namespace", got.Name)
+	}
+}
+
+// TestStockKeeps: the stock extends a reservation before it ends, and
+// gives its claims back to the pool, as warm PVCs, when the template
+// changes, the pool shrinks, the FluentPVC is being deleted, and when it
+// closes; a closed stock hands out nothing.
+func TestStockKeeps(t *testing.T) {
+	ctx := context.Background()
+	for name, tc := range map[string]struct {
+		change   func(f *v1alpha1.FluentPVC)
+		after    time.Duration
+		close    bool
+		want     int // claims still reserved
+		extended bool
+	}{
+		"half its time left: extended": {after: ReserveTTL - reserveRenew + time.Second, want: 2, extended: true},
+		"most of its time left: kept":  {after: time.Second, want: 2},
+		"the template changed":         {change: func(f *v1alpha1.FluentPVC) { f.Spec.PVCSpecTemplate.VolumeName = "other" }},
+		"the pool shrank":              {change: func(f *v1alpha1.FluentPVC) { f.Spec.Pool.Size = 1 }, want: 1},
+		"the FluentPVC is being deleted": {change: func(f *v1alpha1.FluentPVC) {
+			f.Finalizers = []string{"keep"}
+		}},
+		"closed": {close: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			fpvc := fixtures.MakeFluentPVC("f").PoolSize(2).Obj()
+			f := newStockFixture(t, 2, append([]client.Object{fpvc}, warmPVCs(fpvc, "ns", 2)...)...)
+			if err := f.stock.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if tc.change != nil {
+				live := &v1alpha1.FluentPVC{}
+				if err := f.api.Get(ctx, client.ObjectKeyFromObject(fpvc), live); err != nil {
+					t.Fatal(err)
+				}
+				tc.change(live)
+				if err := f.api.Update(ctx, live); err != nil {
+					t.Fatal(err)
+				}
+				if name == "the FluentPVC is being deleted" {
+					if err := f.api.Delete(ctx, live); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			f.clock.SetTime(fixtures.Epoch.Add(tc.after))
+			var err error
+			if tc.close {
+				err = f.stock.Close(ctx)
+			} else {
+				err = f.stock.Sync(ctx)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := f.reserved(t, "ns"); got != tc.want || f.stock.Len() != tc.want {
+				t.Errorf("reserved %d (stock %d), want %d", got, f.stock.Len(), tc.want)
+			}
+			var pvcs corev1.PersistentVolumeClaimList
+			if err := f.api.List(ctx, &pvcs); err != nil {
+				t.Fatal(err)
+			}
+			for i := range pvcs.Items {
+				c := &pvcs.Items[i]
+				if _, until, ok := claim.Reservation(c); ok {
+					if extended := until.After(fixtures.Epoch.Add(ReserveTTL)); extended != tc.extended {
+						t.Errorf("%s ends %v; extended %v, want %v", c.Name, until, extended, tc.extended)
+					}
+					continue
+				}
+				if claim.StateOf(c) != claim.Warm || len(c.Finalizers) > 0 || c.Annotations[v1alpha1.ReservedByAnnotationKey] != "" {
+					t.Errorf("%s given back is not a plain warm PVC: %+v", c.Name, c.ObjectMeta)
+				}
+			}
+			if tc.close {
+				if got := f.stock.take(fpvc.Name, "ns", TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
+					t.Errorf("a closed stock handed out %s", got.Name)
+				}
+			}
+		})
+	}
+}
