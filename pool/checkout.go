@@ -193,7 +193,7 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 	// Nodes found missing from the cache, or not, by name: the staged
 	// candidates of a pool share a few nodes.
 	gone := map[string]bool{}
-	if got := c.Stock.take(fpvc.Name, namespace, hash, placement.Usable, func(pvc *corev1.PersistentVolumeClaim) bool {
+	if got := c.Stock.take(ctx, fpvc.Name, namespace, hash, placement.Usable, func(pvc *corev1.PersistentVolumeClaim) bool {
 		return c.stranded(ctx, pvc, gone)
 	}); got != nil {
 		log.FromContext(ctx).V(1).Info("handed out a reserved claim", "claim", klog.KObj(got))

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -122,7 +123,7 @@ func (s *Stock) Start(ctx context.Context) error {
 // hash hash, in namespace, whose volume usable accepts and that skip does
 // not refuse, with at least HandoutMargin of its reservation left; nil
 // when the stock has none. The stock forgets it.
-func (s *Stock) take(fpvc, namespace, hash string, usable func(affinity string) bool, skip func(*corev1.PersistentVolumeClaim) bool) *corev1.PersistentVolumeClaim {
+func (s *Stock) take(ctx context.Context, fpvc, namespace, hash string, usable func(affinity string) bool, skip func(*corev1.PersistentVolumeClaim) bool) *corev1.PersistentVolumeClaim {
 	if s == nil {
 		return nil
 	}
@@ -143,10 +144,27 @@ func (s *Stock) take(fpvc, namespace, hash string, usable func(affinity string) 
 		if affinity, ok := WarmAffinity(c); !ok || !usable(affinity) || (skip != nil && skip(c)) {
 			continue
 		}
+		if !s.stillHeld(ctx, c) {
+			delete(s.held, key)
+			continue
+		}
 		delete(s.held, key)
 		return c
 	}
 	return nil
+}
+
+// stillHeld says whether the cache, which shows what the API server had
+// moments ago, still shows claim c reserved by this stock: not deleted,
+// reclaimed, or taken by another checkout since (none of which the
+// stock's own copy shows).
+func (s *Stock) stillHeld(ctx context.Context, c *corev1.PersistentVolumeClaim) bool {
+	cached := &corev1.PersistentVolumeClaim{}
+	if err := s.Checkouts.Cache.Get(ctx, client.ObjectKeyFromObject(c), cached, client.UnsafeDisableDeepCopy); err != nil {
+		return !apierrors.IsNotFound(err)
+	}
+	by, _, ok := claim.Reservation(cached)
+	return cached.UID == c.UID && cached.DeletionTimestamp.IsZero() && ok && by == s.Owner
 }
 
 // Len is how many claims the stock holds.
@@ -189,7 +207,11 @@ func (s *Stock) Sync(ctx context.Context) error {
 		return err
 	}
 	now := s.Clock.Now()
-	extend, giveBack, count := s.plan(fpvcs, now)
+	terminating, err := s.prune(ctx)
+	if err != nil {
+		return err
+	}
+	extend, giveBack, count := s.plan(fpvcs, terminating, now)
 	errs := []error{}
 	for _, c := range giveBack {
 		errs = append(errs, s.write(ctx, c, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Unreserve(c, s.Owner) }))
@@ -209,7 +231,7 @@ func (s *Stock) Sync(ctx context.Context) error {
 // plan picks, under the lock, the claims to extend and to give back, and
 // marks them busy; count is how many the stock keeps per FluentPVC and
 // namespace.
-func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, now time.Time) (extend, giveBack []*corev1.PersistentVolumeClaim, count map[string]map[string]int) {
+func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, terminating map[string]bool, now time.Time) (extend, giveBack []*corev1.PersistentVolumeClaim, count map[string]map[string]int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	count = map[string]map[string]int{}
@@ -222,7 +244,7 @@ func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, now time.Time) (exten
 		f, ok := fpvcs[name]
 		_, until, _ := claim.Reservation(c)
 		switch {
-		case !ok || c.Labels[v1alpha1.TemplateHashLabelKey] != TemplateHash(&f.Spec.PVCSpecTemplate):
+		case !ok || c.Labels[v1alpha1.TemplateHashLabelKey] != TemplateHash(&f.Spec.PVCSpecTemplate) || terminating[c.Namespace]:
 			giveBack = append(giveBack, c)
 		case count[name][c.Namespace] >= s.limit(f):
 			giveBack = append(giveBack, c)
@@ -239,6 +261,50 @@ func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, now time.Time) (exten
 		st.busy = true
 	}
 	return extend, giveBack, count
+}
+
+// prune forgets the claims the cache no longer shows reserved by this
+// stock (stillHeld), and says which namespaces of the others are being
+// deleted: their claims go back, so that their finalizers do not hold
+// the namespace until the reservations end.
+func (s *Stock) prune(ctx context.Context) (map[string]bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	terminating := map[string]bool{}
+	seen := map[string]bool{}
+	for key, st := range s.held {
+		if st.busy {
+			continue
+		}
+		if !s.stillHeld(ctx, st.pvc) {
+			delete(s.held, key)
+			continue
+		}
+		if seen[key.Namespace] {
+			continue
+		}
+		seen[key.Namespace] = true
+		gone, err := s.namespaceGoing(ctx, key.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		terminating[key.Namespace] = gone
+	}
+	return terminating, nil
+}
+
+// namespaceGoing says whether the cache shows namespace ns being deleted
+// or gone.
+func (s *Stock) namespaceGoing(ctx context.Context, ns string) (bool, error) {
+	meta := &metav1.PartialObjectMetadata{}
+	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+	if err := s.Checkouts.Cache.Get(ctx, client.ObjectKey{Name: ns}, meta); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("reading namespace %s: %w", ns, err)
+		}
+		return true, nil
+	}
+	return !meta.DeletionTimestamp.IsZero(), nil
 }
 
 // limit is how many claims of f's pool the stock holds per namespace.
@@ -305,6 +371,10 @@ func (s *Stock) reserve(ctx context.Context, f *v1alpha1.FluentPVC, held map[str
 	for ns, items := range byNS {
 		want := limit - held[ns]
 		if want <= 0 {
+			continue
+		}
+		if going, err := s.namespaceGoing(ctx, ns); err != nil || going {
+			errs = append(errs, err)
 			continue
 		}
 		// A PVC with a holder, or whose holder may still be created, is

@@ -51,6 +51,7 @@ func newStockFixture(t *testing.T, target int, objs ...client.Object) stockFixtu
 		writes.Add(1)
 		return c.Update(ctx, obj, opts...)
 	}
+	objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}})
 	api := indexed(fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).
 		WithInterceptorFuncs(interceptor.Funcs{Update: count}).Build()
 	clk := clocktesting.NewFakePassiveClock(fixtures.Epoch)
@@ -145,13 +146,13 @@ func TestStockHandout(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.clock.SetTime(fixtures.Epoch.Add(ReserveTTL - HandoutMargin + time.Second))
-	if got := g.stock.take(fpvc.Name, "ns", TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
+	if got := g.stock.take(context.Background(), fpvc.Name, "ns", TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
 		t.Errorf("handed out %s with less than HandoutMargin left", got.Name)
 	}
-	if got := g.stock.take(fpvc.Name, "ns", "other-hash", func(string) bool { return true }, nil); got != nil {
+	if got := g.stock.take(context.Background(), fpvc.Name, "ns", "other-hash", func(string) bool { return true }, nil); got != nil {
 		t.Errorf("handed out %s for another template", got.Name)
 	}
-	if got := g.stock.take(fpvc.Name, "other-ns", TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
+	if got := g.stock.take(context.Background(), fpvc.Name, "other-ns", TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
 		t.Errorf("handed out %s for another namespace", got.Name)
 	}
 }
@@ -163,11 +164,13 @@ func TestStockHandout(t *testing.T) {
 func TestStockKeeps(t *testing.T) {
 	ctx := context.Background()
 	for name, tc := range map[string]struct {
-		change   func(f *v1alpha1.FluentPVC)
-		after    time.Duration
-		close    bool
-		want     int // claims still reserved
-		extended bool
+		change func(f *v1alpha1.FluentPVC)
+		after  time.Duration
+		close  bool
+		// namespaceGoing deletes the namespace (held by a finalizer).
+		namespaceGoing bool
+		want           int // claims still reserved
+		extended       bool
 	}{
 		"half its time left: extended": {after: ReserveTTL - reserveRenew + time.Second, want: 2, extended: true},
 		"most of its time left: kept":  {after: time.Second, want: 2},
@@ -176,7 +179,8 @@ func TestStockKeeps(t *testing.T) {
 		"the FluentPVC is being deleted": {change: func(f *v1alpha1.FluentPVC) {
 			f.Finalizers = []string{"keep"}
 		}},
-		"closed": {close: true},
+		"closed":                         {close: true},
+		"its namespace is being deleted": {namespaceGoing: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			fpvc := fixtures.MakeFluentPVC("f").PoolSize(2).Obj()
@@ -197,6 +201,19 @@ func TestStockKeeps(t *testing.T) {
 					if err := f.api.Delete(ctx, live); err != nil {
 						t.Fatal(err)
 					}
+				}
+			}
+			if tc.namespaceGoing {
+				ns := &corev1.Namespace{}
+				if err := f.api.Get(ctx, client.ObjectKey{Name: "ns"}, ns); err != nil {
+					t.Fatal(err)
+				}
+				ns.Finalizers = []string{"keep"}
+				if err := f.api.Update(ctx, ns); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.api.Delete(ctx, ns); err != nil {
+					t.Fatal(err)
 				}
 			}
 			f.clock.SetTime(fixtures.Epoch.Add(tc.after))
@@ -229,7 +246,7 @@ func TestStockKeeps(t *testing.T) {
 				}
 			}
 			if tc.close {
-				if got := f.stock.take(fpvc.Name, "ns", TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
+				if got := f.stock.take(context.Background(), fpvc.Name, "ns", TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
 					t.Errorf("a closed stock handed out %s", got.Name)
 				}
 			}

@@ -330,6 +330,51 @@ var _ = Describe("Pod admission", func() {
 		Expect(live.calls.Load()).To(BeNumerically(">", 0), "a second pod with the claim is no reinvocation")
 	})
 
+	It("hands out a reserved claim without a write, lets its reinvocation through, and refuses any other pod that carries it", func() {
+		pooled := createFluentPVC(fixtures.MakeFluentPVC("reserved-" + ns).PoolSize(1).Obj())
+		warm := claim.NewWarm(pooled, ns, pool.TemplateHash(&pooled.Spec.PVCSpecTemplate), "").Object
+		warm.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
+		Expect(k8sClient.Create(ctx, warm)).To(Succeed())
+		warm.Status.Phase = corev1.ClaimBound
+		Expect(k8sClient.Status().Update(ctx, warm)).To(Succeed())
+
+		m := webhook.NewPodMutator(mgrClient, k8sClient, k8sClient, admission.NewDecoder(scheme), clock.RealClock{})
+		stock := pool.NewStock("replica-a", 1, m.Pool, clock.RealClock{})
+		m.Pool.Stock = stock
+		Eventually(func(g Gomega) {
+			g.Expect(stock.Sync(ctx)).To(Succeed())
+			g.Expect(stock.Len()).To(Equal(1))
+		}).Should(Succeed())
+		reserved := &corev1.PersistentVolumeClaim{}
+		Eventually(func(g Gomega) {
+			g.Expect(mgrClient.Get(ctx, client.ObjectKeyFromObject(warm), reserved)).To(Succeed())
+			_, _, ok := claim.Reservation(reserved)
+			g.Expect(ok).To(BeTrue())
+		}).Should(Succeed())
+
+		pod := fixtures.MakePod("hit", ns).FluentPVC(pooled.Name).Obj()
+		resp := m.Handle(ctx, createRequest(pod, false))
+		Expect(resp.Allowed).To(BeTrue(), "%v", resp.Result)
+		mutated := applyPatch(pod, resp)
+		Expect(mutated.Labels).To(HaveKeyWithValue(v1alpha1.BindingNameLabelKey, warm.Name))
+		got := &corev1.PersistentVolumeClaim{}
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(warm), got)).To(Succeed())
+		Expect(got.ResourceVersion).To(Equal(reserved.ResourceVersion), "the handout wrote the claim")
+		Expect(stock.Len()).To(BeZero())
+
+		resp = m.Handle(ctx, createRequest(mutated, false))
+		Expect(resp.Allowed).To(BeTrue(), "%v", resp.Result)
+		Expect(resp.Patches).To(BeEmpty())
+
+		other := webhook.NewPodMutator(mgrClient, k8sClient, k8sClient, admission.NewDecoder(scheme), clock.RealClock{})
+		for name, r := range map[string]*webhook.PodMutator{"this replica, a second time": m, "another replica": other} {
+			By(name)
+			resp = r.Handle(ctx, createRequest(mutated, false))
+			Expect(resp.Allowed).To(BeFalse())
+			Expect(resp.Result.Message).To(ContainSubstring("reserved by webhook replica replica-a"))
+		}
+	})
+
 	It("denies a pod created from a copy of another pod's manifest, which would share its claim", func() {
 		// The copy carries the binding label and the claim volume, so it
 		// looks already admitted.
