@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
@@ -247,13 +248,28 @@ func (e *env) waitPoolWarm(ctx context.Context, name string, want int32, nss ...
 			}); err != nil {
 				return false, err
 			}
-			var n int32
-			for _, c := range pvcs.Items {
-				if _, placed := c.Annotations[v1alpha1.NodeAffinityAnnotationKey]; placed && c.Status.Phase == corev1.ClaimBound && c.DeletionTimestamp == nil {
-					n++
-				}
+			// Claims reserved ahead of their pods are the pool's too, and
+			// with -reserve-ahead the pool is full once they are reserved.
+			var claimed corev1.PersistentVolumeClaimList
+			if err := e.cache.List(ctx, &claimed, client.InNamespace(ns), client.MatchingLabels{
+				v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed, v1alpha1.FluentPVCNameLabelKey: name,
+			}); err != nil {
+				return false, err
 			}
-			if n < want {
+			var n, reserved int32
+			for _, c := range append(pvcs.Items, claimed.Items...) {
+				_, placed := c.Annotations[v1alpha1.NodeAffinityAnnotationKey]
+				if !placed || c.Status.Phase != corev1.ClaimBound || c.DeletionTimestamp != nil {
+					continue
+				}
+				if _, _, ok := claim.Reservation(&c); ok {
+					reserved++
+				} else if claim.StateOf(&c) != claim.Warm {
+					continue
+				}
+				n++
+			}
+			if n < want || reserved < min(want, int32(e.cfg.ReserveAhead)) {
 				return false, nil
 			}
 		}
