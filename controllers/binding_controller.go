@@ -173,8 +173,15 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 					// Remembered first: should the record fail and the pod go
 					// before it is written, the binding records the pod.
 					r.seen.put(checkout, id, now)
-					if _, err := r.recordPod(ctx, pvc, id, now); err != nil {
-						return 0, fmt.Errorf("recording pod %s on claim %s: %w", pod.Name, key, err)
+					// A claim handed out from a reservation waits for its
+					// binding instead: until the record, its reservation
+					// refuses any other pod that carries it (the webhook's
+					// copy check), so the record is not needed during the
+					// start, and the burst of starting pods meets no write.
+					if _, reserved := claim.ReservedUntil(pvc); !reserved {
+						if _, err := r.recordPod(ctx, pvc, id, now); err != nil {
+							return 0, fmt.Errorf("recording pod %s on claim %s: %w", pod.Name, key, err)
+						}
 					}
 				}
 				return wait, nil

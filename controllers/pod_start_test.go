@@ -583,8 +583,13 @@ func TestCreateBinding(t *testing.T) {
 		// reconcile comes as late after the wait's end as the first came
 		// after the pod's creation.
 		longestWait bool
+		// reserved: the claim was handed out from a reservation; its
+		// record waits for the binding.
+		reserved bool
 	}{
 		"scheduled, with another pod starting":                                 {node: "n"},
+		"scheduled, handed out from a reservation":                             {node: "n", reserved: true},
+		"scheduled, handed out from a reservation, then force-deleted":         {node: "n", reserved: true, goneWhileWaiting: true},
 		"scheduled, then force-deleted before the binding":                     {node: "n", goneWhileWaiting: true},
 		"scheduled and being deleted":                                          {node: "n", deleting: true},
 		"gone before its node":                                                 {goneWhileWaiting: true},
@@ -599,6 +604,10 @@ func TestCreateBinding(t *testing.T) {
 			f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
 			pvc := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
 			pvc.UID = "c-uid"
+			if tc.reserved {
+				pvc.Annotations[v1alpha1.ReservedByAnnotationKey] = "replica-a"
+				pvc.Annotations[v1alpha1.ReservedUntilAnnotationKey] = admitted.Add(time.Minute).Format(time.RFC3339Nano)
+			}
 			own := startPod("p", "c", corev1.PodPending, admitted, tc.deleting)
 			own.Spec.NodeName = tc.node
 			other := startPod("q", "d", corev1.PodPending, now, false)
@@ -655,10 +664,10 @@ func TestCreateBinding(t *testing.T) {
 				if err := c.Get(ctx, key, got); err != nil {
 					t.Fatal(err)
 				}
-				if used, _ := claim.PodOf(got); scheduled && used != ownID {
+				if used, _ := claim.PodOf(got); scheduled && !tc.reserved && used != ownID {
 					t.Fatalf("the claim of a scheduled pod records pod %v, want %v", used, ownID)
-				} else if !scheduled && used.UID != "" {
-					t.Fatalf("the claim of a pod with no node records pod %v", used)
+				} else if (!scheduled || tc.reserved) && used.UID != "" {
+					t.Fatalf("the claim of a pod with no node, or handed out from a reservation, records pod %v before its binding", used)
 				}
 			}
 			if tc.goneWhileWaiting {
