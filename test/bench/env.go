@@ -240,6 +240,17 @@ func (t *runningTracker) await(ctx context.Context, pod *corev1.Pod) (bound, run
 // every few seconds, so it may still show a pool full that a checkout
 // emptied moments ago.
 func (e *env) waitPoolWarm(ctx context.Context, name string, want int32, nss ...string) error {
+	// A pool that stages its warm PVCs is not reserved from.
+	reserveWant := int32(e.cfg.ReserveAhead)
+	if reserveWant > 0 {
+		f := &v1alpha1.FluentPVC{}
+		if err := e.cl.Get(ctx, client.ObjectKey{Name: name}, f); err != nil {
+			return fmt.Errorf("reading FluentPVC %s: %w", name, err)
+		}
+		if staged, err := pool.Stages(ctx, e.cl, f); err != nil || staged {
+			reserveWant = 0
+		}
+	}
 	err := wait.PollUntilContextTimeout(ctx, poll, drainTimeout, true, func(ctx context.Context) (bool, error) {
 		for _, ns := range nss {
 			var pvcs corev1.PersistentVolumeClaimList
@@ -269,7 +280,7 @@ func (e *env) waitPoolWarm(ctx context.Context, name string, want int32, nss ...
 				}
 				n++
 			}
-			if n < want || reserved < min(want, int32(e.cfg.ReserveAhead)) {
+			if n < want || reserved < min(want, reserveWant) {
 				return false, nil
 			}
 		}
@@ -339,6 +350,12 @@ func (e *env) deletePodsAndDrain(ctx context.Context, ns string) error {
 		// seconds), without the operator.
 		live, terminating := 0, 0
 		for _, c := range claims.Items {
+			if _, _, reserved := claim.Reservation(&c); reserved && c.DeletionTimestamp == nil {
+				// The pool's stock, reserved ahead of the next pods; one
+				// handed out to a pod deleted since gets its binding, which
+				// the settling after the drain waits for.
+				continue
+			}
 			if c.DeletionTimestamp == nil {
 				live++
 			} else {

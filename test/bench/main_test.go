@@ -71,10 +71,13 @@ func TestParseFlags(t *testing.T) {
 
 func TestParseFlagsErrors(t *testing.T) {
 	cases := map[string][]string{
-		"an unknown tier":  {"-tiers", "kwok,gpu"},
-		"no CSI pods":      {"-csi-n", "0"},
-		"an unknown phase": {"-phases", "start-up,warp"},
-		"no burst rounds":  {"-burst-rounds", "0"},
+		"an unknown tier":               {"-tiers", "kwok,gpu"},
+		"no CSI pods":                   {"-csi-n", "0"},
+		"an unknown phase":              {"-phases", "start-up,warp"},
+		"no burst rounds":               {"-burst-rounds", "0"},
+		"reservations with every phase": {"-reserve-ahead", "40", "-real-node=false"},
+		"reservations on the real node": {"-reserve-ahead", "40", "-phases", "start-up"},
+		"a negative reservation":        {"-reserve-ahead", "-1"},
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
 	"github.com/st-tech/fluent-pvc-operator/test/images"
 )
@@ -343,8 +344,18 @@ func (e *env) checkouts(ctx context.Context, mode, ns string) (hits, misses int,
 	if err := e.cl.List(ctx, &pvcs, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed}); err != nil {
 		return 0, 0, err
 	}
+	// A claim reserved ahead (-reserve-ahead) and handed to no pod of the
+	// run is the pool's stock, not a checkout.
+	var pods corev1.PodList
+	if err := e.cl.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+		return 0, 0, err
+	}
+	carried := map[string]bool{}
+	for _, p := range pods.Items {
+		carried[p.Labels[v1alpha1.BindingNameLabelKey]] = true
+	}
 	for _, c := range pvcs.Items {
-		if !c.DeletionTimestamp.IsZero() {
+		if _, _, reserved := claim.Reservation(&c); !c.DeletionTimestamp.IsZero() || (reserved && !carried[c.Name]) {
 			continue
 		}
 		switch c.Annotations[v1alpha1.CheckoutAnnotationKey] {
