@@ -22,12 +22,11 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
-// warmPVCs are n Bound warm PVCs of f in namespace ns, usable anywhere.
-func warmPVCs(f *v1alpha1.FluentPVC, ns string, n int) []client.Object {
+// warmPVCs are n Bound warm PVCs of f in namespace "ns", usable anywhere.
+func warmPVCs(f *v1alpha1.FluentPVC, n int) []client.Object {
 	var out []client.Object
 	for i := range n {
 		w := boundWarm(f)
-		w.Namespace = ns
 		w.Name, w.UID = fmt.Sprintf("f-warm-%d", i), types.UID(fmt.Sprintf("warm-uid-%d", i))
 		w.Spec.VolumeName = fmt.Sprintf("pv-%d", i)
 		out = append(out, w)
@@ -98,7 +97,7 @@ func TestStockSync(t *testing.T) {
 		"a FluentPVC being deleted: none": {fpvc: deleting, target: 2},
 	} {
 		t.Run(name, func(t *testing.T) {
-			objs := append(append([]client.Object{tc.fpvc}, tc.extra...), warmPVCs(tc.fpvc, "ns", 3)...)
+			objs := append(append([]client.Object{tc.fpvc}, tc.extra...), warmPVCs(tc.fpvc, 3)...)
 			f := newStockFixture(t, tc.target, objs...)
 			if err := f.stock.Sync(context.Background()); err != nil {
 				t.Fatal(err)
@@ -115,7 +114,7 @@ func TestStockSync(t *testing.T) {
 // each claim once.
 func TestStockHandout(t *testing.T) {
 	fpvc := fixtures.MakeFluentPVC("f").PoolSize(2).Obj()
-	f := newStockFixture(t, 2, append([]client.Object{fpvc}, warmPVCs(fpvc, "ns", 2)...)...)
+	f := newStockFixture(t, 2, append([]client.Object{fpvc}, warmPVCs(fpvc, 2)...)...)
 	f.stock.Checkouts.Stock = f.stock
 	if err := f.stock.Sync(context.Background()); err != nil {
 		t.Fatal(err)
@@ -141,7 +140,7 @@ func TestStockHandout(t *testing.T) {
 	}
 
 	// A reservation about to end is not handed out.
-	g := newStockFixture(t, 1, append([]client.Object{fpvc}, warmPVCs(fpvc, "ns", 1)...)...)
+	g := newStockFixture(t, 1, append([]client.Object{fpvc}, warmPVCs(fpvc, 1)...)...)
 	if err := g.stock.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +183,7 @@ func TestStockKeeps(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			fpvc := fixtures.MakeFluentPVC("f").PoolSize(2).Obj()
-			f := newStockFixture(t, 2, append([]client.Object{fpvc}, warmPVCs(fpvc, "ns", 2)...)...)
+			f := newStockFixture(t, 2, append([]client.Object{fpvc}, warmPVCs(fpvc, 2)...)...)
 			if err := f.stock.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}
