@@ -155,7 +155,8 @@ func (s *Stock) take(ctx context.Context, fpvc, namespace, hash string, usable f
 }
 
 // stillHeld says whether the cache, which shows what the API server had
-// moments ago, still shows claim c reserved by this stock: not deleted,
+// moments ago, still shows claim c reserved by this stock, or the warm
+// PVC it was reserved from, not seen reserved yet: not deleted,
 // reclaimed, or taken by another checkout since (none of which the
 // stock's own copy shows).
 func (s *Stock) stillHeld(ctx context.Context, c *corev1.PersistentVolumeClaim) bool {
@@ -163,8 +164,16 @@ func (s *Stock) stillHeld(ctx context.Context, c *corev1.PersistentVolumeClaim) 
 	if err := s.Checkouts.Cache.Get(ctx, client.ObjectKeyFromObject(c), cached, client.UnsafeDisableDeepCopy); err != nil {
 		return !apierrors.IsNotFound(err)
 	}
+	if cached.UID != c.UID || !cached.DeletionTimestamp.IsZero() {
+		return false
+	}
+	if cached.ResourceVersion == claim.PodsSince(c) {
+		// The cache has not seen the reservation yet: it shows the warm
+		// PVC as read for it.
+		return true
+	}
 	by, _, ok := claim.Reservation(cached)
-	return cached.UID == c.UID && cached.DeletionTimestamp.IsZero() && ok && by == s.Owner
+	return ok && by == s.Owner
 }
 
 // Len is how many claims the stock holds.

@@ -252,3 +252,52 @@ func TestStockKeeps(t *testing.T) {
 		})
 	}
 }
+
+// TestStockStillHeld: a claim is handed out while the cache shows it
+// reserved by this stock, or still shows the warm PVC it was reserved
+// from; not once the cache shows it reclaimed, reserved by another
+// replica, or deleted.
+func TestStockStillHeld(t *testing.T) {
+	fpvc := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+	warm := warmPVCs(fpvc, 1)[0].(*corev1.PersistentVolumeClaim)
+	warm.ResourceVersion = "41"
+	w, err := claim.Reserve(warm, fixtures.Epoch, fixtures.Epoch.Add(ReserveTTL), "replica-a", "token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := w.Object
+	mine.ResourceVersion = "42"
+	other := mine.DeepCopy()
+	other.Annotations[v1alpha1.ReservedByAnnotationKey] = "replica-b"
+	used := mine.DeepCopy()
+	used.Annotations[v1alpha1.UsedByPodAnnotationKey] = "p/p-uid"
+	returned := warm.DeepCopy()
+	returned.ResourceVersion = "50"
+	replaced := mine.DeepCopy()
+	replaced.UID = "another-uid"
+	for name, tc := range map[string]struct {
+		cached *corev1.PersistentVolumeClaim
+		want   bool
+	}{
+		"reserved by this stock":            {cached: mine, want: true},
+		"the warm PVC it was reserved from": {cached: warm, want: true},
+		"reserved by another replica":       {cached: other},
+		"recording a pod":                   {cached: used},
+		"warm again, given back by others":  {cached: returned},
+		"another PVC of that name":          {cached: replaced},
+		"gone":                              {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var objs []client.Object
+			if tc.cached != nil {
+				objs = append(objs, tc.cached)
+			}
+			api := indexed(fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).Build()
+			clk := clocktesting.NewFakePassiveClock(fixtures.Epoch)
+			s := NewStock("replica-a", 1, NewCheckouter(api, api, api), clk)
+			if got := s.stillHeld(context.Background(), mine); got != tc.want {
+				t.Errorf("stillHeld = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
