@@ -35,7 +35,9 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apiclock"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/controllers"
+	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/webhook"
 )
 
@@ -55,6 +57,7 @@ const (
 
 type options struct {
 	reserveAhead         int
+	reservationTTL       time.Duration
 	metricsAddr          string
 	pprofAddr            string
 	probeAddr            string
@@ -214,7 +217,7 @@ func run(ctx context.Context, args []string) error {
 				return
 			}
 			err := webhook.Setup(mgr, webhook.Options{NativeSidecarsUnsupported: nativeUnsupported, Namespace: opts.namespace, Self: self, ServerClock: serverClock,
-				ReserveAhead: opts.reserveAhead, Owner: owner()}, caches)
+				ReserveAhead: opts.reserveAhead, ReservationTTL: opts.reservationTTL, Owner: owner()}, caches)
 			webhooksRegistered.Store(err == nil)
 			webhookSetupErr <- err
 		case <-ctx.Done():
@@ -277,7 +280,8 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.StringVar(&o.webhookConfig, "webhook-config-name", "fluent-pvc-operator-mutating-webhook-configuration", "MutatingWebhookConfiguration whose caBundle the operator injects.")
 	fs.StringVar(&o.validatingWebhookConfig, "validating-webhook-config-name", "fluent-pvc-operator-validating-webhook-configuration", "ValidatingWebhookConfiguration (of FluentPVCs) whose caBundle the operator injects.")
 	fs.StringVar(&o.certSecret, "cert-secret-name", "fluent-pvc-operator-webhook-server-cert", "Secret that holds the operator's own CA and serving certificate.")
-	fs.IntVar(&o.reserveAhead, "reserve-ahead", 0, "How many warm PVCs per FluentPVC and namespace each replica reserves ahead of their pods, so that it hands them out without an API write at admission; they count in the pool's size. 0 reserves none. Pools that stage their warm PVCs are not reserved from.")
+	fs.IntVar(&o.reserveAhead, "reserve-ahead", 0, "How many warm PVCs per FluentPVC and namespace each replica reserves ahead of their pods, so that it hands them out without an API write at admission, for FluentPVCs whose spec.pool.reserveAhead is unset; they count in the pool's size. 0 reserves none. Pools that stage their warm PVCs are not reserved from.")
+	fs.DurationVar(&o.reservationTTL, "reservation-ttl", pool.ReserveTTL, "How long a reservation ahead runs from the write that makes or extends it; its replica extends it when half is left. A replica that dies holds its reservations that long before they are reclaimed; a shorter one costs more extensions (one write per reserved claim per half of it).")
 	fs.DurationVar(&o.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long to wait for running reconciles and requests on shutdown.")
 	o.controllers.BindFlags(fs)
 	config.RegisterFlags(fs) // --kubeconfig
@@ -291,6 +295,9 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	}
 	if o.reserveAhead < 0 {
 		return o, zapOpts, fmt.Errorf("--reserve-ahead must be 0 or more, not %d", o.reserveAhead)
+	}
+	if o.reservationTTL < pool.MinReserveTTL || o.reservationTTL > claim.MaxReservation {
+		return o, zapOpts, fmt.Errorf("--reservation-ttl must be from %s to %s, not %s", pool.MinReserveTTL, claim.MaxReservation, o.reservationTTL)
 	}
 	if err := o.controllers.Validate(); err != nil {
 		return o, zapOpts, err

@@ -314,3 +314,28 @@ func writeSelfSignedCert(dir string) error {
 	}
 	return nil
 }
+
+// TestParseFlagsReservations: the reservation flags take what the stock
+// can keep, and refuse the rest with the bounds.
+func TestParseFlagsReservations(t *testing.T) {
+	for name, tc := range map[string]struct {
+		args    []string
+		wantErr string
+	}{
+		"the defaults":            {},
+		"a shorter reservation":   {args: []string{"--reserve-ahead=2", "--reservation-ttl=1m"}},
+		"a negative count":        {args: []string{"--reserve-ahead=-1"}, wantErr: "--reserve-ahead must be 0 or more"},
+		"a reservation too short": {args: []string{"--reservation-ttl=30s"}, wantErr: "--reservation-ttl must be from 1m0s to 10m0s, not 30s"},
+		"a reservation too long":  {args: []string{"--reservation-ttl=11m"}, wantErr: "--reservation-ttl must be from 1m0s to 10m0s, not 11m0s"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, _, err := parseFlags(tc.args)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("parseFlags(%v): %v", tc.args, err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("parseFlags(%v) = %v, want an error with %q", tc.args, err, tc.wantErr)
+			}
+		})
+	}
+}

@@ -45,19 +45,11 @@ func (r *PoolReconciler) observeStaging(ctx context.Context, f *v1alpha1.FluentP
 			perNode[holderNode(h)]++
 		}
 	}
-	var driver *storagev1.CSIDriver
-	if sc != nil {
-		driver = &storagev1.CSIDriver{}
-		if err := r.Get(ctx, client.ObjectKey{Name: sc.Provisioner}, driver); err != nil {
-			if !apierrors.IsNotFound(err) {
-				return fmt.Errorf("reading CSIDriver %s: %w", sc.Provisioner, err)
-			}
-			driver = nil
-		}
+	driver, staging, err := pool.StagingOf(ctx, r, f, sc)
+	if err != nil {
+		return err
 	}
-	block := ptr.Deref(f.Spec.PVCSpecTemplate.VolumeMode, corev1.PersistentVolumeFilesystem) == corev1.PersistentVolumeBlock
-	o.staging = pool.StagingOn(f.Spec.Pool.Staging, sc, driver, block)
-	if !o.staging {
+	if o.staging = staging; !o.staging {
 		return nil
 	}
 	attached := map[string]int{}

@@ -22,12 +22,12 @@ import (
 )
 
 // ReserveTTL is how long a reservation runs from the write that makes or
-// extends it (within claim.MaxReservation).
+// extends it when Stock.TTL is unset.
 const ReserveTTL = 5 * time.Minute
 
-// reserveRenew is how much of a reservation may be left before its
-// holder extends it.
-const reserveRenew = ReserveTTL / 2
+// MinReserveTTL is the shortest Stock.TTL: twice HandoutMargin, so that a
+// claim is handed out for half its reservation or more.
+const MinReserveTTL = 2 * HandoutMargin
 
 // HandoutMargin is how much of a reservation must be left for it to be
 // handed to a pod: the pod is created, and its binding sees it, well
@@ -42,8 +42,9 @@ const stockPoll = time.Second
 // reservations back.
 const giveBackTimeout = 10 * time.Second
 
-// Stock is what one webhook replica holds of the warm pools: up to Target
-// claims per FluentPVC and namespace, reserved ahead of their pods
+// Stock is what one webhook replica holds of the warm pools: up to the
+// pool's reserveAhead (Target when unset) claims per FluentPVC and
+// namespace, reserved ahead of their pods
 // (claim.Reserve), which its admissions hand out without an API write.
 // The reservation is the checkout's write made before the pod comes, so
 // a claim handed out is already a claim, with everything its drain needs.
@@ -61,8 +62,9 @@ const giveBackTimeout = 10 * time.Second
 type Stock struct {
 	// Owner names this process in the claims it reserves.
 	Owner string
-	// Target is how many claims to hold per FluentPVC and namespace, at
-	// most the pool's size.
+	// Target is how many claims to hold per FluentPVC and namespace for a
+	// FluentPVC whose spec.pool.reserveAhead is unset; at most the pool's
+	// size.
 	Target int
 	// Checkouts are the replica's checkouts, whose cache and writer the
 	// stock uses and whose record of the warm PVCs taken it shares, so
@@ -70,6 +72,10 @@ type Stock struct {
 	Checkouts *Checkouter
 	// Clock is the API server's (reservations end on its time).
 	Clock clock.PassiveClock
+	// TTL is how long a reservation runs from the write that makes or
+	// extends it, from MinReserveTTL to claim.MaxReservation; ReserveTTL
+	// when 0. The holder extends it when half is left.
+	TTL time.Duration
 
 	mu     sync.Mutex
 	closed bool
@@ -184,7 +190,8 @@ func (s *Stock) Len() int {
 }
 
 // reservable are the FluentPVCs whose pools the stock reserves from, by
-// name: a pool of some size, not being deleted, not staged.
+// name: a pool of some size that asks for reservations (limit), not being
+// deleted, not staged.
 func (s *Stock) reservable(ctx context.Context) (map[string]*v1alpha1.FluentPVC, error) {
 	var fpvcs v1alpha1.FluentPVCList
 	if err := s.Checkouts.Cache.List(ctx, &fpvcs); err != nil {
@@ -193,7 +200,7 @@ func (s *Stock) reservable(ctx context.Context) (map[string]*v1alpha1.FluentPVC,
 	out := map[string]*v1alpha1.FluentPVC{}
 	for i := range fpvcs.Items {
 		f := &fpvcs.Items[i]
-		if f.Spec.Pool.Size <= 0 || !f.DeletionTimestamp.IsZero() {
+		if s.limit(f) <= 0 || !f.DeletionTimestamp.IsZero() {
 			continue
 		}
 		staged, err := Stages(ctx, s.Checkouts.Cache, f)
@@ -227,7 +234,7 @@ func (s *Stock) Sync(ctx context.Context) error {
 	}
 	for _, c := range extend {
 		errs = append(errs, s.write(ctx, c, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
-			return claim.Extend(c, s.Owner, now.Add(ReserveTTL))
+			return claim.Extend(c, s.Owner, now.Add(s.ttl()))
 		}))
 	}
 	for name, f := range fpvcs {
@@ -262,7 +269,7 @@ func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, terminating map[strin
 				count[name] = map[string]int{}
 			}
 			count[name][c.Namespace]++
-			if until.Sub(now) >= reserveRenew {
+			if until.Sub(now) >= s.ttl()/2 {
 				continue
 			}
 			extend = append(extend, c)
@@ -316,9 +323,22 @@ func (s *Stock) namespaceGoing(ctx context.Context, ns string) (bool, error) {
 	return !meta.DeletionTimestamp.IsZero(), nil
 }
 
-// limit is how many claims of f's pool the stock holds per namespace.
+// ttl is how long a reservation runs (TTL, within its bounds).
+func (s *Stock) ttl() time.Duration {
+	if s.TTL == 0 {
+		return ReserveTTL
+	}
+	return min(max(s.TTL, MinReserveTTL), claim.MaxReservation)
+}
+
+// limit is how many claims of f's pool the stock holds per namespace:
+// spec.pool.reserveAhead, or Target when it is unset, at most the size.
 func (s *Stock) limit(f *v1alpha1.FluentPVC) int {
-	return min(s.Target, int(f.Spec.Pool.Size))
+	want := s.Target
+	if f.Spec.Pool.ReserveAhead != nil {
+		want = int(*f.Spec.Pool.ReserveAhead)
+	}
+	return max(0, min(want, int(f.Spec.Pool.Size)))
 }
 
 // write makes transition's write of held claim c, busy meanwhile, and
@@ -382,8 +402,10 @@ func (s *Stock) reserve(ctx context.Context, f *v1alpha1.FluentPVC, held map[str
 		if want <= 0 {
 			continue
 		}
-		if going, err := s.namespaceGoing(ctx, ns); err != nil || going {
+		if going, err := s.namespaceGoing(ctx, ns); err != nil {
 			errs = append(errs, err)
+			continue
+		} else if going {
 			continue
 		}
 		// A PVC with a holder, or whose holder may still be created, is
@@ -403,7 +425,7 @@ func (s *Stock) reserve(ctx context.Context, f *v1alpha1.FluentPVC, held map[str
 				!c.take(cand, now) {
 				continue
 			}
-			w, err := claim.Reserve(cand, now, now.Add(ReserveTTL), s.Owner, claim.NewCheckoutID())
+			w, err := claim.Reserve(cand, now, now.Add(s.ttl()), s.Owner, claim.NewCheckoutID())
 			if err == nil {
 				err = claim.Execute(ctx, c.Writer, w)
 			}
@@ -477,18 +499,29 @@ func Stages(ctx context.Context, r client.Reader, f *v1alpha1.FluentPVC) (bool, 
 		return false, nil
 	}
 	sc, err := StorageClassOf(ctx, r, f.Spec.PVCSpecTemplate.StorageClassName)
-	if err != nil || sc == nil {
+	if err != nil {
 		return false, err
 	}
-	driver := &storagev1.CSIDriver{}
-	if err := r.Get(ctx, client.ObjectKey{Name: sc.Provisioner}, driver); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return false, fmt.Errorf("reading CSIDriver %s: %w", sc.Provisioner, err)
+	_, staged, err := StagingOf(ctx, r, f, sc)
+	return staged, err
+}
+
+// StagingOf says whether f's pool, whose template's StorageClass is sc
+// (nil when none), stages its warm PVCs (StagingOn), with the class's
+// CSIDriver as r reads it (nil when there is none).
+func StagingOf(ctx context.Context, r client.Reader, f *v1alpha1.FluentPVC, sc *storagev1.StorageClass) (*storagev1.CSIDriver, bool, error) {
+	var driver *storagev1.CSIDriver
+	if sc != nil {
+		driver = &storagev1.CSIDriver{}
+		if err := r.Get(ctx, client.ObjectKey{Name: sc.Provisioner}, driver); err != nil {
+			if !apierrors.IsNotFound(err) {
+				return nil, false, fmt.Errorf("reading CSIDriver %s: %w", sc.Provisioner, err)
+			}
+			driver = nil
 		}
-		driver = nil
 	}
 	block := ptr.Deref(f.Spec.PVCSpecTemplate.VolumeMode, corev1.PersistentVolumeFilesystem) == corev1.PersistentVolumeBlock
-	return StagingOn(f.Spec.Pool.Staging, sc, driver, block), nil
+	return driver, StagingOn(f.Spec.Pool.Staging, sc, driver, block), nil
 }
 
 // StorageClassOf is the StorageClass name, or the default class when name

@@ -74,8 +74,17 @@ func (f stockFixture) reserved(t *testing.T, ns string) int {
 	return n
 }
 
-// TestStockSync: the stock reserves Bound warm PVCs up to its target,
-// never more than the pool's size, and none of a pool that stages its
+// reserveAhead is FluentPVC "f" with a pool of size whose
+// spec.pool.reserveAhead is n.
+func reserveAhead(size, n int32) *v1alpha1.FluentPVC {
+	f := fixtures.MakeFluentPVC("f").PoolSize(size).Obj()
+	f.Spec.Pool.ReserveAhead = ptr.To(n)
+	return f
+}
+
+// TestStockSync: the stock reserves Bound warm PVCs up to the
+// FluentPVC's spec.pool.reserveAhead or, when unset, its target, never
+// more than the pool's size, and none of a pool that stages its
 // warm PVCs or of a FluentPVC being deleted.
 func TestStockSync(t *testing.T) {
 	staged := fixtures.MakeFluentPVC("f").PoolSize(3).Obj()
@@ -95,6 +104,10 @@ func TestStockSync(t *testing.T) {
 		"every warm PVC there is":         {fpvc: fixtures.MakeFluentPVC("f").PoolSize(5).Obj(), target: 5, want: 3},
 		"a staged pool: none":             {fpvc: staged, extra: []client.Object{class, driver}, target: 2},
 		"a FluentPVC being deleted: none": {fpvc: deleting, target: 2},
+		"the FluentPVC's own number":      {fpvc: reserveAhead(3, 2), target: 0, want: 2},
+		"the FluentPVC's own number wins": {fpvc: reserveAhead(3, 1), target: 3, want: 1},
+		"the FluentPVC asks for none":     {fpvc: reserveAhead(3, 0), target: 3},
+		"its number, at most the size":    {fpvc: reserveAhead(2, 9), target: 0, want: 2},
 	} {
 		t.Run(name, func(t *testing.T) {
 			objs := append(append([]client.Object{tc.fpvc}, tc.extra...), warmPVCs(tc.fpvc, 3)...)
@@ -158,7 +171,8 @@ func TestStockHandout(t *testing.T) {
 
 // TestStockKeeps: the stock extends a reservation before it ends, and
 // gives its claims back to the pool, as warm PVCs, when the template
-// changes, the pool shrinks, the FluentPVC is being deleted, and when it
+// changes, the pool shrinks or asks for fewer, the FluentPVC is being
+// deleted, and when it
 // closes; a closed stock hands out nothing.
 func TestStockKeeps(t *testing.T) {
 	ctx := context.Background()
@@ -171,10 +185,12 @@ func TestStockKeeps(t *testing.T) {
 		want           int // claims still reserved
 		extended       bool
 	}{
-		"half its time left: extended": {after: ReserveTTL - reserveRenew + time.Second, want: 2, extended: true},
+		"half its time left: extended": {after: ReserveTTL/2 + time.Second, want: 2, extended: true},
 		"most of its time left: kept":  {after: time.Second, want: 2},
 		"the template changed":         {change: func(f *v1alpha1.FluentPVC) { f.Spec.PVCSpecTemplate.VolumeName = "other" }},
 		"the pool shrank":              {change: func(f *v1alpha1.FluentPVC) { f.Spec.Pool.Size = 1 }, want: 1},
+		"the FluentPVC asks for fewer": {change: func(f *v1alpha1.FluentPVC) { f.Spec.Pool.ReserveAhead = ptr.To[int32](1) }, want: 1},
+		"the FluentPVC asks for none":  {change: func(f *v1alpha1.FluentPVC) { f.Spec.Pool.ReserveAhead = ptr.To[int32](0) }},
 		"the FluentPVC is being deleted": {change: func(f *v1alpha1.FluentPVC) {
 			f.Finalizers = []string{"keep"}
 		}},
@@ -297,6 +313,36 @@ func TestStockStillHeld(t *testing.T) {
 			s := NewStock("replica-a", 1, NewCheckouter(api, api, api), clk)
 			if got := s.stillHeld(context.Background(), mine); got != tc.want {
 				t.Errorf("stillHeld = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestStockTTL: a reservation runs for the stock's TTL, within
+// MinReserveTTL and claim.MaxReservation, and ReserveTTL when unset; the
+// reserved claim's end says so.
+func TestStockTTL(t *testing.T) {
+	for name, tc := range map[string]struct {
+		ttl, want time.Duration
+	}{
+		"unset":     {want: ReserveTTL},
+		"a minute":  {ttl: time.Minute, want: time.Minute},
+		"too short": {ttl: time.Second, want: MinReserveTTL},
+		"too long":  {ttl: time.Hour, want: claim.MaxReservation},
+	} {
+		t.Run(name, func(t *testing.T) {
+			fpvc := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+			f := newStockFixture(t, 1, append([]client.Object{fpvc}, warmPVCs(fpvc, 1)...)...)
+			f.stock.TTL = tc.ttl
+			if err := f.stock.Sync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			got := &corev1.PersistentVolumeClaim{}
+			if err := f.api.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "f-warm-0"}, got); err != nil {
+				t.Fatal(err)
+			}
+			if _, until, ok := claim.Reservation(got); !ok || !until.Equal(fixtures.Epoch.Add(tc.want)) {
+				t.Errorf("reserved %v until %v, want until %v", ok, until, fixtures.Epoch.Add(tc.want))
 			}
 		})
 	}

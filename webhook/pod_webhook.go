@@ -59,8 +59,11 @@ type Options struct {
 	Self string
 	// ReserveAhead is how many warm PVCs per FluentPVC and namespace this
 	// replica reserves ahead of their pods (pool.Stock), handed out
-	// without an API write; 0 reserves none.
+	// without an API write, for FluentPVCs whose spec.pool.reserveAhead
+	// is unset; 0 reserves none for them.
 	ReserveAhead int
+	// ReservationTTL is how long a reservation runs (pool.Stock's TTL).
+	ReservationTTL time.Duration
 	// Owner names this replica's process in its reservations.
 	Owner string
 }
@@ -151,15 +154,16 @@ func Setup(mgr ctrl.Manager, opts Options, caches *Caches) error {
 	m.Pool.Nodes = pool.NewNodeStore(nodes)
 	m.NativeSidecarsUnsupported = opts.NativeSidecarsUnsupported
 	m.Self = opts.Self
-	if opts.ReserveAhead > 0 {
-		serverClock := opts.ServerClock
-		if serverClock == nil {
-			serverClock = clock.RealClock{}
-		}
-		m.Pool.Stock = pool.NewStock(opts.Owner, opts.ReserveAhead, m.Pool, serverClock)
-		if err := mgr.Add(m.Pool.Stock); err != nil {
-			return fmt.Errorf("adding the reserved claims' stock: %w", err)
-		}
+	// Every replica keeps a stock: a FluentPVC may ask for reservations
+	// (spec.pool.reserveAhead) whatever the default.
+	serverClock := opts.ServerClock
+	if serverClock == nil {
+		serverClock = clock.RealClock{}
+	}
+	m.Pool.Stock = pool.NewStock(opts.Owner, opts.ReserveAhead, m.Pool, serverClock)
+	m.Pool.Stock.TTL = opts.ReservationTTL
+	if err := mgr.Add(m.Pool.Stock); err != nil {
+		return fmt.Errorf("adding the reserved claims' stock: %w", err)
 	}
 	// The cache's latest resourceVersion comes before any write this
 	// admission makes.

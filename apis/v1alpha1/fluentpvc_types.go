@@ -196,6 +196,18 @@ type PoolSpec struct {
 	// +optional
 	// +kubebuilder:default=Auto
 	Staging PoolStaging `json:"staging,omitempty"`
+
+	// reserveAhead is how many of the pool's warm PVCs in each namespace
+	// each operator replica reserves ahead of their pods, so that its
+	// admissions hand them out without an API write. Reserved PVCs count
+	// in size (at most size are reserved), so with several replicas keep
+	// it at most size divided by the replicas. A pool that stages its warm
+	// PVCs is not reserved from. From 0 (none) to 1000; unset (the
+	// default) means the operator's --reserve-ahead, itself 0 by default.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	ReserveAhead *int32 `json:"reserveAhead,omitempty"`
 }
 
 // PoolStaging is whether a pool keeps its warm PVCs staged on nodes.
