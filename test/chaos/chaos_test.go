@@ -97,6 +97,9 @@ func TestChaos(t *testing.T) {
 	}
 	reps, err := startReplicas(ctx, kc, 2, proxy.Kubeconfig, []string{
 		"--orphan-grace-period=10s", "--allow-short-orphan-grace-period", "--drain-backoff-base=1s", "--drain-backoff-max=5s",
+		// The shortest reservation: a killed replica's reserved claims are
+		// reclaimed within the settle.
+		"--reservation-ttl=1m",
 	})
 	if err != nil {
 		t.Fatalf("replicas: %v (log %s)", err, logPath)
@@ -193,11 +196,20 @@ func TestChaos(t *testing.T) {
 	}
 }
 
-// settle scales the load to zero, deletes every pod left in the load
-// namespaces and waits, up to timeout, until no pod, binding, claimed PVC
-// or terminating load namespace is left. The holders of warm PVCs stay
-// with them (the oracle checks that no other is left).
+// settle scales the load to zero, asks for no more reservations ahead
+// (the live replicas give theirs back; a killed replica's end and are
+// reclaimed), deletes every pod left in the load namespaces and waits, up
+// to timeout, until no pod, binding, claimed PVC or terminating load
+// namespace is left. The holders of warm PVCs stay with them (the oracle
+// checks that no other is left).
 func settle(ctx context.Context, t *testing.T, d *driver, c client.Client, timeout time.Duration) bool {
+	var fpvcs v1alpha1.FluentPVCList
+	if err := c.List(ctx, &fpvcs); err != nil {
+		t.Fatal(err)
+	}
+	for i := range fpvcs.Items {
+		d.fail("asking for no reservations", c.Patch(ctx, &fpvcs.Items[i], client.RawPatch(types.MergePatchType, []byte(`{"spec":{"pool":{"reserveAhead":0}}}`))))
+	}
 	var deps appsv1.DeploymentList
 	if err := c.List(ctx, &deps); err != nil {
 		t.Fatal(err)

@@ -5,8 +5,9 @@
 // requests with 429 and 500. While labelled pods come and go (Deployments
 // scaled up and down, bare pods), faults strike at random: a replica is
 // SIGKILLed and restarted, drain Jobs fail, sidecars fail, namespaces are
-// deleted under running pods, the FluentPVC's templates and pool size
-// change, bindings lose their finalizers and are deleted, opt-in labels
+// deleted under running pods, the FluentPVC's templates, pool size and
+// reservations ahead (each replica reserves warm PVCs before the pods
+// come, for at most a minute, extended while kept) change, bindings lose their finalizers and are deleted, opt-in labels
 // are removed from running pods, and pods are created from copied
 // manifests. Users copy running pods without their labels (as `kubectl
 // debug --copy-to` does) and delete held claims, sometimes while the claim

@@ -85,11 +85,14 @@ func (d *driver) fail(what string, err error) {
 	d.logf("error: %s: %v", what, err)
 }
 
-// fluentPVC is the load's FluentPVC: a pool of 4, a sidecar that deletes
-// its pod when it fails, and drain Jobs that fail one time in four (the
-// flaky stages) without retries inside the Job.
+// fluentPVC is the load's FluentPVC: a pool of 4 of which each replica
+// reserves 1 ahead of the pods, a sidecar that deletes its pod when it
+// fails, and drain Jobs that fail one time in four (the flaky stages)
+// without retries inside the Job.
 func fluentPVC() *v1alpha1.FluentPVC {
-	return loadFluentPVC(fixtures.MakeFluentPVC(fluentPVCName).PoolSize(4))
+	return loadFluentPVC(fixtures.MakeFluentPVC(fluentPVCName).PoolSize(4).Mutate(func(f *v1alpha1.FluentPVC) {
+		f.Spec.Pool.ReserveAhead = ptr.To[int32](1)
+	}))
 }
 
 // localFluentPVC is fluentPVC with node-local claims and a pool of 2.
@@ -287,7 +290,8 @@ func (d *driver) deleteNamespace(ctx context.Context) {
 	d.addNamespace(ctx)
 }
 
-// changeFluentPVC changes the pool size or a template at random, of the
+// changeFluentPVC changes the pool size (and how many warm PVCs each
+// replica reserves ahead) or a template at random, of the
 // FluentPVC most pods use or, one time in three, of the staged one (whose
 // warm PVCs then go with their holders).
 func (d *driver) changeFluentPVC(ctx context.Context) {
@@ -310,6 +314,7 @@ func (d *driver) changeFluentPVC(ctx context.Context) {
 		f.Spec.PVCSpecTemplate.Resources.Requests[corev1.ResourceStorage] = resource.MustParse(size)
 	} else {
 		f.Spec.Pool.Size = int32(rand.N(7))
+		f.Spec.Pool.ReserveAhead = ptr.To(int32(rand.N(3)))
 	}
 	if err := d.c.Patch(ctx, f, patch); err != nil {
 		d.fail("changing the FluentPVC", err)

@@ -102,6 +102,16 @@ func (l *auditLog) checkout(pvc *corev1.PersistentVolumeClaim) {
 	l.write("update", "", "persistentvolumeclaims", "", pvc)
 }
 
+// reserve logs a replica's reservation of warm PVC pvc ahead of its pod:
+// the checkout's write, with reserved-by.
+func (l *auditLog) reserve(pvc *corev1.PersistentVolumeClaim) {
+	if pvc.Annotations == nil {
+		pvc.Annotations = map[string]string{}
+	}
+	pvc.Annotations[v1alpha1.ReservedByAnnotationKey] = "replica-a"
+	l.checkout(pvc)
+}
+
 // claim logs the webhook's create of a claim on a pool miss.
 func (l *auditLog) claim(ns, name string) *corev1.PersistentVolumeClaim {
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{
@@ -127,6 +137,7 @@ func (l *auditLog) release(pvc *corev1.PersistentVolumeClaim) {
 func (l *auditLog) returnWarm(pvc *corev1.PersistentVolumeClaim) {
 	pvc.Labels[v1alpha1.ClaimRoleLabelKey] = v1alpha1.ClaimRoleWarm
 	delete(pvc.Labels, v1alpha1.BindingNameLabelKey)
+	delete(pvc.Annotations, v1alpha1.ReservedByAnnotationKey)
 	pvc.Finalizers = nil
 	l.write("update", "", "persistentvolumeclaims", "", pvc)
 }

@@ -150,6 +150,11 @@ type Stats struct {
 	UnlabelledClaimPods int
 	// ClaimsReferenced counts the distinct claims (PVC UIDs) they used.
 	ClaimsReferenced int
+	// ClaimsReserved counts the distinct PVCs some write shows reserved
+	// ahead of their pods (reserved-by).
+	ClaimsReserved int
+	// ReservedClaimsUsed counts those that created pods used.
+	ReservedClaimsUsed int
 	// UnresolvedClaims counts claim references of created pods to a name
 	// under which no PVC was alive when the pod was created.
 	UnresolvedClaims int
@@ -236,6 +241,14 @@ func Check(events []Event, final State, opts Options) Report {
 		}
 	}
 	r.Stats.ClaimsReferenced = len(claims)
+	for uid, c := range h.claims {
+		if c.reserved() {
+			r.Stats.ClaimsReserved++
+			if claims[uid] {
+				r.Stats.ReservedClaimsUsed++
+			}
+		}
+	}
 	r.Stats.UnlabelledClaimPods = len(unlabelled)
 	for _, j := range h.jobs {
 		if j.drain && j.hasSuccess {

@@ -83,6 +83,33 @@ func TestCheckAudit(t *testing.T) {
 			},
 		},
 		{
+			name: "a claim reserved ahead, handed to a pod, drained and deleted; another given back unused",
+			log: func(l *auditLog) {
+				used, unused := l.warmPVC("ns", "w1"), l.warmPVC("ns", "w2")
+				l.reserve(used)
+				l.reserve(unused)
+				l.pod("ns", "a", "w1")
+				l.returnWarm(unused)
+				l.drainAndDelete(used, 1)
+			},
+			want: counts{},
+			check: func(t *testing.T, r Report) {
+				if s := r.Stats; s.ClaimsReserved != 2 || s.ReservedClaimsUsed != 1 {
+					t.Errorf("reserved %d, used %d; want 2, 1", s.ClaimsReserved, s.ReservedClaimsUsed)
+				}
+			},
+		},
+		{
+			name: "I2: a claim reserved ahead, handed to a pod, given back to the pool undrained",
+			log: func(l *auditLog) {
+				w := l.warmPVC("ns", "w")
+				l.reserve(w)
+				l.pod("ns", "a", "w")
+				l.returnWarm(w)
+			},
+			want: counts{InvariantUndrainedRelease: 1},
+		},
+		{
 			name: "I1 ok: warm claim used by a second pod after a drain of it succeeded",
 			log: func(l *auditLog) {
 				w := l.warmPVC("ns", "w")

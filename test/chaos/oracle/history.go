@@ -76,12 +76,20 @@ type claimWrite struct {
 	role, binding string
 	// userDelete: the write is a delete one of Options.Users requested.
 	userDelete bool
+	// reserved: the PVC carries a reservation ahead of its pod
+	// (reserved-by), whether or not it records its pod since.
+	reserved bool
 }
 
 // claimLife is one PVC object (one UID) as the log shows it.
 type claimLife struct {
 	ref    objRef
 	writes []claimWrite // ordered by position once the log is read
+}
+
+// reserved is true when a write shows the claim reserved ahead of its pod.
+func (c *claimLife) reserved() bool {
+	return slices.ContainsFunc(c.writes, func(w claimWrite) bool { return w.reserved })
 }
 
 // jobLife is one Job object (one UID) as the log shows it.
@@ -399,6 +407,7 @@ func (h *history) addClaimState(e *Event, line int, pvc *corev1.PersistentVolume
 		role:       role,
 		binding:    pvc.Labels[v1alpha1.BindingNameLabelKey],
 		userDelete: e.Verb == "delete" && h.users[e.Username()],
+		reserved:   pvc.Annotations[v1alpha1.ReservedByAnnotationKey] != "",
 	}
 	c := h.claimLife(objRef{Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID})
 	c.writes = append(c.writes, w)

@@ -25,6 +25,8 @@ func (r Report) Markdown() []string {
 		{"labelled pods created", s.PodsCreated},
 		{"unlabelled pods created that mount a claim", s.UnlabelledClaimPods},
 		{"claims (PVC UIDs) they used", s.ClaimsReferenced},
+		{"claims reserved ahead of their pods (reserved-by)", s.ClaimsReserved},
+		{"of those, used by created pods", s.ReservedClaimsUsed},
 		{"claim references to no live PVC", s.UnresolvedClaims},
 		{"drain Jobs succeeded", s.DrainsSucceeded},
 		{"releases checked (per pod)", s.ReleasesChecked},
