@@ -240,13 +240,15 @@ func (t *runningTracker) await(ctx context.Context, pod *corev1.Pod) (bound, run
 // every few seconds, so it may still show a pool full that a checkout
 // emptied moments ago.
 func (e *env) waitPoolWarm(ctx context.Context, name string, want int32, nss ...string) error {
-	// A pool that stages its warm PVCs is not reserved from.
-	reserveWant := int32(e.cfg.ReserveAhead)
+	// A pool that asks for reservations (spec.pool.reserveAhead) is full
+	// once that many are reserved; one that stages its warm PVCs is not
+	// reserved from.
+	f := &v1alpha1.FluentPVC{}
+	if err := e.cl.Get(ctx, client.ObjectKey{Name: name}, f); err != nil {
+		return fmt.Errorf("reading FluentPVC %s: %w", name, err)
+	}
+	reserveWant := ptr.Deref(f.Spec.Pool.ReserveAhead, 0)
 	if reserveWant > 0 {
-		f := &v1alpha1.FluentPVC{}
-		if err := e.cl.Get(ctx, client.ObjectKey{Name: name}, f); err != nil {
-			return fmt.Errorf("reading FluentPVC %s: %w", name, err)
-		}
 		if staged, err := pool.Stages(ctx, e.cl, f); err != nil || staged {
 			reserveWant = 0
 		}
@@ -259,8 +261,7 @@ func (e *env) waitPoolWarm(ctx context.Context, name string, want int32, nss ...
 			}); err != nil {
 				return false, err
 			}
-			// Claims reserved ahead of their pods are the pool's too, and
-			// with -reserve-ahead the pool is full once they are reserved.
+			// Claims reserved ahead of their pods are the pool's too.
 			var claimed corev1.PersistentVolumeClaimList
 			if err := e.cache.List(ctx, &claimed, client.InNamespace(ns), client.MatchingLabels{
 				v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleClaimed, v1alpha1.FluentPVCNameLabelKey: name,
@@ -418,7 +419,8 @@ func (e *env) createFluentPVC(ctx context.Context, name string, size int32, name
 // fluentPVC is the tier's FluentPVC named name on the tier's storage class
 // (e.storageClass), with a pool of size in namespaces (not staged if it is
 // fpvcUnstaged): on kwok,
-// config/samples' with small requests; on the real node, with busybox for
+// config/samples' with small requests, and d's and the cost phase's pools
+// reserved ahead (-reserve-ahead); on the real node, with busybox for
 // the sidecar and the finalizer Job, which start there.
 func (e *env) fluentPVC(name string, size int32, namespaces ...string) *v1alpha1.FluentPVC {
 	f := fixtures.MakeFluentPVC(name).StorageClass(e.storageClass()).PoolSize(size).Mutate(func(f *v1alpha1.FluentPVC) {
@@ -427,6 +429,9 @@ func (e *env) fluentPVC(name string, size int32, namespaces ...string) *v1alpha1
 			f.Spec.Pool.Staging = v1alpha1.PoolStagingDisabled
 		}
 	})
+	if !e.real && e.cfg.ReserveAhead > 0 && (name == fpvcHit || name == fpvcCost) {
+		f.Mutate(func(f *v1alpha1.FluentPVC) { f.Spec.Pool.ReserveAhead = ptr.To(int32(e.cfg.ReserveAhead)) })
+	}
 	if e.real {
 		return f.RealContainers(realMountPath, images.BusyboxContainer("sidecar", realSidecarScript), images.BusyboxContainer("drain", realDrainScript)).Obj()
 	}

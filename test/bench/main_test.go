@@ -75,9 +75,8 @@ func TestParseFlagsErrors(t *testing.T) {
 		"no CSI pods":                   {"-csi-n", "0"},
 		"an unknown phase":              {"-phases", "start-up,warp"},
 		"no burst rounds":               {"-burst-rounds", "0"},
-		"reservations with every phase": {"-reserve-ahead", "40", "-real-node=false"},
-		"reservations on the real node": {"-reserve-ahead", "40", "-phases", "start-up"},
 		"a negative reservation":        {"-reserve-ahead", "-1"},
+		"more reserved than a pool has": {"-reserve-ahead", "1001"},
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {

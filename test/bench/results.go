@@ -456,6 +456,9 @@ func (r *results) markdown(chart string) string {
 	w("| provisioning delay L | %s |\n", r.Config.Delay)
 	w("| pods per start-up mode N | %d |\n", r.Config.N)
 	w("| cluster | kwok (test/cluster), 6 nodes in 3 zones, operator as a local process |\n")
+	if r.Config.ReserveAhead > 0 {
+		w("| reservations ahead | mode d's and the cost phase's pools set `spec.pool.reserveAhead: %d` on the simulated tier: the operator reserves their warm PVCs before the pods come and hands them out without an API write at admission; every other pool and tier reserves none |\n", r.Config.ReserveAhead)
+	}
 	switch rn := r.RealNode; {
 	case rn == nil:
 		w("| real node | not run |\n")
