@@ -15,14 +15,35 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
-const fpvcAdmission = "bench-admission" // warm pools for the hit levels
+// FluentPVCs of the admission phase.
+const (
+	fpvcAdmission         = "bench-admission"          // warm pools for the hit levels
+	fpvcAdmissionReserved = "bench-admission-reserved" // warm pools reserved ahead, for the reserved levels
+)
+
+// checkoutReserved labels the levels whose hits are handed out from
+// reservations ahead (-reserve-ahead): the operator counts them as hits.
+const checkoutReserved = "reserved"
 
 func admissionHitNamespaces(levels []int) []string {
+	return admissionNamespaces("hit", levels)
+}
+
+// admissionNamespaces are the namespaces of kind's levels, one per level.
+func admissionNamespaces(kind string, levels []int) []string {
 	var out []string
 	for _, c := range levels {
-		out = append(out, fmt.Sprintf("bench-adm-hit-%d", c))
+		out = append(out, fmt.Sprintf("bench-adm-%s-%d", kind, c))
 	}
 	return out
+}
+
+// metricResult is the operator's checkout result of kind's admissions.
+func metricResult(kind string) string {
+	if kind == checkoutReserved {
+		return pool.ResultHit
+	}
+	return kind
 }
 
 // admissionLevel is the webhook's latency over the pods of one level:
@@ -122,7 +143,7 @@ func (e *env) admissionLevelOf(ctx context.Context, kind string, c int, ns, fpvc
 	}
 	lvl.BindingCreate = writeLatency("POST", "fluentpvcbindings")
 	pvcVerb := "POST"
-	if kind == pool.ResultHit {
+	if metricResult(kind) == pool.ResultHit {
 		pvcVerb = "PUT"
 	}
 	lvl.PVCWrite = writeLatency(pvcVerb, "persistentvolumeclaims")
@@ -135,8 +156,8 @@ func (e *env) admissionLevelOf(ctx context.Context, kind string, c int, ns, fpvc
 	wa, ok2 := opAfter.histogram(whFamily, map[string]string{"result": "mutated"})
 	wb, _ := opBefore.histogram(whFamily, map[string]string{"result": "mutated"})
 	const coFamily = "fluentpvc_pool_checkout_duration_seconds"
-	ca, ok3 := opAfter.histogram(coFamily, map[string]string{"result": kind})
-	cb, _ := opBefore.histogram(coFamily, map[string]string{"result": kind})
+	ca, ok3 := opAfter.histogram(coFamily, map[string]string{"result": metricResult(kind)})
+	cb, _ := opBefore.histogram(coFamily, map[string]string{"result": metricResult(kind)})
 	if !ok2 || !ok3 {
 		return lvl, fmt.Errorf("the operator exposes no %s or %s", whFamily, coFamily)
 	}
@@ -149,9 +170,9 @@ func (e *env) admissionLevelOf(ctx context.Context, kind string, c int, ns, fpvc
 	if lvl.APIServer.N != lvl.Pods+lvl.Reinvocations {
 		errs = append(errs, fmt.Errorf("the API server counted %d calls of our webhook for %d pods and %d reinvocations", lvl.APIServer.N, lvl.Pods, lvl.Reinvocations))
 	}
-	if want := map[string]int{"hit": lvl.Hits, "miss": lvl.Misses}[kind]; want != lvl.Pods {
+	if want := map[string]int{"hit": lvl.Hits, "miss": lvl.Misses}[metricResult(kind)]; want != lvl.Pods {
 		// Measured all the same: a fact about the checkouts, not a failure.
-		lvl.Note = fmt.Sprintf("%d of %d admissions were %ss (hits %d, misses %d)", want, lvl.Pods, kind, lvl.Hits, lvl.Misses)
+		lvl.Note = fmt.Sprintf("%d of %d admissions were %ss (hits %d, misses %d)", want, lvl.Pods, metricResult(kind), lvl.Hits, lvl.Misses)
 	}
 	return lvl, errors.Join(errs...)
 }
@@ -178,7 +199,6 @@ func (e *env) admissionPhase(ctx context.Context, res *results) error {
 		res.Admission = append(res.Admission, l)
 	}
 	missNS := "bench-adm-miss"
-	hitNSs := admissionHitNamespaces(e.cfg.Levels)
 	if err := e.createNamespace(ctx, missNS); err != nil {
 		return err
 	}
@@ -193,48 +213,41 @@ func (e *env) admissionPhase(ctx context.Context, res *results) error {
 	}
 	// One pool per level, all filled ahead (prefillPools); a level's pool
 	// leaves the FluentPVC once used, so that it does not refill during the
-	// next level.
-	size := int32(e.cfg.AdmissionPods)
-	for _, ns := range hitNSs {
-		if err := e.createNamespace(ctx, ns); err != nil {
-			return errors.Join(append(errs, err)...)
-		}
+	// next level. The reserved levels' pools are reserved ahead (each
+	// full once all its warm PVCs are).
+	kinds := []struct{ kind, fpvc string }{{pool.ResultHit, fpvcAdmission}}
+	if e.cfg.ReserveAhead > 0 {
+		kinds = append(kinds, struct{ kind, fpvc string }{checkoutReserved, fpvcAdmissionReserved})
 	}
-	if err := e.createFluentPVC(ctx, fpvcAdmission, size, hitNSs...); err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	if err := e.waitPoolWarm(ctx, fpvcAdmission, size, hitNSs...); err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	for i, c := range e.cfg.Levels {
-		if err := e.settle(ctx); err != nil {
-			return errors.Join(append(errs, err)...)
-		}
-		record(e.admissionLevel(ctx, pool.ResultHit, c, hitNSs[i], fpvcAdmission))
-		if err := e.dropPoolNamespace(ctx, fpvcAdmission, hitNSs[i]); err != nil {
-			return errors.Join(append(errs, err)...)
-		}
-		if err := e.waitBindings(ctx, hitNSs[i]); err != nil {
+	var poolNSs []string
+	for _, k := range kinds {
+		nss := admissionNamespaces(k.kind, e.cfg.Levels)
+		poolNSs = append(poolNSs, nss...)
+		if err := e.hitLevels(ctx, k.kind, k.fpvc, nss, record); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
 	}
 	// Deleting the namespaces releases the claims without draining them.
 	start := time.Now()
-	if err := e.cl.Delete(ctx, fluentPVCRef(fpvcAdmission)); err != nil {
-		errs = append(errs, err)
+	for _, k := range kinds {
+		if err := e.cl.Delete(ctx, fluentPVCRef(k.fpvc)); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	for _, ns := range append([]string{missNS}, hitNSs...) {
+	for _, ns := range append([]string{missNS}, poolNSs...) {
 		if err := e.deleteNamespace(ctx, ns, false); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
 	}
-	for _, ns := range append([]string{missNS}, hitNSs...) {
+	for _, ns := range append([]string{missNS}, poolNSs...) {
 		if err := e.deleteNamespace(ctx, ns, true); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
 	}
-	if err := e.deleteFluentPVC(ctx, fpvcAdmission); err != nil {
-		return errors.Join(append(errs, err)...)
+	for _, k := range kinds {
+		if err := e.deleteFluentPVC(ctx, k.fpvc); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
 	}
 	e.progress("admission namespaces deleted in %.1fs", time.Since(start).Seconds())
 	return errors.Join(errs...)
@@ -280,4 +293,34 @@ func ms(s float64) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.1fms", s*1000)
+}
+
+// hitLevels runs kind's levels (hits, or hits from reservations), each in
+// its namespace of nss from its own full pool of FluentPVC fpvc.
+func (e *env) hitLevels(ctx context.Context, kind, fpvc string, nss []string, record func(admissionLevel, error)) error {
+	size := int32(e.cfg.AdmissionPods)
+	for _, ns := range nss {
+		if err := e.createNamespace(ctx, ns); err != nil {
+			return err
+		}
+	}
+	if err := e.createFluentPVC(ctx, fpvc, size, nss...); err != nil {
+		return err
+	}
+	if err := e.waitPoolWarm(ctx, fpvc, size, nss...); err != nil {
+		return err
+	}
+	for i, c := range e.cfg.Levels {
+		if err := e.settle(ctx); err != nil {
+			return err
+		}
+		record(e.admissionLevel(ctx, kind, c, nss[i], fpvc))
+		if err := e.dropPoolNamespace(ctx, fpvc, nss[i]); err != nil {
+			return err
+		}
+		if err := e.waitBindings(ctx, nss[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
