@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"sync/atomic"
 	"time"
 
@@ -146,6 +147,11 @@ func run(ctx context.Context, args []string) error {
 		}
 	}
 
+	if opts.pprofAddr != "" {
+		// The mutex and block profiles record nothing unless sampled.
+		goruntime.SetMutexProfileFraction(10)
+		goruntime.SetBlockProfileRate(int(100 * time.Microsecond))
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Cache:                         controllers.CacheOptions(),
