@@ -419,8 +419,9 @@ func (e *env) createFluentPVC(ctx context.Context, name string, size int32, name
 // fluentPVC is the tier's FluentPVC named name on the tier's storage class
 // (e.storageClass), with a pool of size in namespaces (not staged if it is
 // fpvcUnstaged): on kwok,
-// config/samples' with small requests, and the pools of d, the cost phase
-// and the reserved admission levels reserved ahead (-reserve-ahead); on the real node, with busybox for
+// config/samples' with small requests, and the pools of d and the cost
+// phase reserved ahead (-reserve-ahead), as are the whole pools of the
+// reserved admission levels; on the real node, with busybox for
 // the sidecar and the finalizer Job, which start there.
 func (e *env) fluentPVC(name string, size int32, namespaces ...string) *v1alpha1.FluentPVC {
 	f := fixtures.MakeFluentPVC(name).StorageClass(e.storageClass()).PoolSize(size).Mutate(func(f *v1alpha1.FluentPVC) {
@@ -429,8 +430,17 @@ func (e *env) fluentPVC(name string, size int32, namespaces ...string) *v1alpha1
 			f.Spec.Pool.Staging = v1alpha1.PoolStagingDisabled
 		}
 	})
-	if !e.real && e.cfg.ReserveAhead > 0 && (name == fpvcHit || name == fpvcCost || name == fpvcAdmissionReserved) {
-		f.Mutate(func(f *v1alpha1.FluentPVC) { f.Spec.Pool.ReserveAhead = ptr.To(int32(e.cfg.ReserveAhead)) })
+	if !e.real && e.cfg.ReserveAhead > 0 {
+		var reserve int32
+		switch name {
+		case fpvcHit, fpvcCost:
+			reserve = int32(e.cfg.ReserveAhead)
+		case fpvcAdmissionReserved:
+			reserve = size // every hit of a reserved level comes from a reservation
+		}
+		if reserve > 0 {
+			f.Mutate(func(f *v1alpha1.FluentPVC) { f.Spec.Pool.ReserveAhead = ptr.To(reserve) })
+		}
 	}
 	if e.real {
 		return f.RealContainers(realMountPath, images.BusyboxContainer("sidecar", realSidecarScript), images.BusyboxContainer("drain", realDrainScript)).Obj()

@@ -462,7 +462,7 @@ func (r *results) markdown(chart string) string {
 	w("| pods per start-up mode N | %d |\n", r.Config.N)
 	w("| cluster | kwok (test/cluster), 6 nodes in 3 zones, operator as a local process |\n")
 	if r.Config.ReserveAhead > 0 {
-		w("| reservations ahead | the pools of mode d, the cost phase and the admission phase's reserved levels set `spec.pool.reserveAhead: %d` on the simulated tier: the operator reserves their warm PVCs before the pods come and hands them out without an API write at admission; every other pool and tier reserves none |\n", r.Config.ReserveAhead)
+		w("| reservations ahead | the pools of mode d and the cost phase set `spec.pool.reserveAhead: %d` on the simulated tier, and the admission phase's reserved levels their pool's size: the operator reserves their warm PVCs before the pods come and hands them out without an API write at admission; every other pool and tier reserves none |\n", r.Config.ReserveAhead)
 	}
 	switch rn := r.RealNode; {
 	case rn == nil:
