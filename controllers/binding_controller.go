@@ -203,6 +203,13 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 		// checkout reconciles it; the requeue is a backstop.
 		return cacheBehindCheckout, nil
 	}
+	if pod == nil && !wasSeen {
+		// A reservation its holder extended lately, which the cached copy
+		// does not show yet: its pod may still come.
+		if wait := awaitPod(pvc, false, now); wait > 0 {
+			return wait, nil
+		}
+	}
 	fpvc := &v1alpha1.FluentPVC{}
 	if err := r.Get(ctx, client.ObjectKey{Name: pvc.Labels[v1alpha1.FluentPVCNameLabelKey]}, fpvc); client.IgnoreNotFound(err) != nil {
 		return 0, fmt.Errorf("reading FluentPVC %s: %w", pvc.Labels[v1alpha1.FluentPVCNameLabelKey], err)

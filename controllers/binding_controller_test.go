@@ -724,8 +724,13 @@ func TestReconcileCreateBinding(t *testing.T) {
 	reserved.Annotations[v1alpha1.ReservedUntilAnnotationKey] = admitted.Add(time.Minute).Format(time.RFC3339Nano)
 	farReserved := reserved.DeepCopy()
 	farReserved.Annotations[v1alpha1.ReservedUntilAnnotationKey] = admitted.Add(24 * time.Hour).Format(time.RFC3339Nano)
+	extended := reserved.DeepCopy()
+	extended.Annotations[v1alpha1.ReservedUntilAnnotationKey] = admitted.Add(6 * time.Minute).Format(time.RFC3339Nano)
 	cases := map[string]struct {
-		claim       *corev1.PersistentVolumeClaim
+		claim *corev1.PersistentVolumeClaim
+		// live is the API server's copy of the claim, when the cache's
+		// (claim) lags behind it.
+		live        *corev1.PersistentVolumeClaim
 		pod         *corev1.Pod
 		after       time.Duration
 		wantPod     string // the pod the binding records
@@ -745,6 +750,8 @@ func TestReconcileCreateBinding(t *testing.T) {
 		"reserved, the pod cached: made with it":               {claim: reserved, pod: pod, after: time.Second, wantBinding: true, wantPod: "app"},
 		"reserved far ahead: waits at most the longest reservation": {
 			claim: farReserved, after: time.Second, wantRequeue: claim.MaxReservation + bindingPodWait},
+		"reserved, its end passed in the cache, extended since: waits for the new end": {
+			claim: reserved, live: extended, after: time.Minute + bindingPodWait, wantRequeue: 5 * time.Minute},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -753,7 +760,11 @@ func TestReconcileCreateBinding(t *testing.T) {
 				objs = append(objs, tc.pod)
 			}
 			api := fakeAPI(t, interceptor.Funcs{}, objs...)
-			r := testBindingReconciler(api, api, admitted.Add(tc.after))
+			live := api
+			if tc.live != nil {
+				live = fakeAPI(t, interceptor.Funcs{}, append([]client.Object{tc.live}, objs[2:]...)...)
+			}
+			r := testBindingReconciler(api, live, admitted.Add(tc.after))
 			key := client.ObjectKeyFromObject(tc.claim)
 			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key})
 			if err != nil {

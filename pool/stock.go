@@ -34,6 +34,14 @@ const MinReserveTTL = 2 * HandoutMargin
 // before the reservation ends, when the binding stops waiting for it.
 const HandoutMargin = 30 * time.Second
 
+// writeMargin is the least of a reservation that must be left for its
+// holder to write it (extend it or give it back), and before which an
+// extension must have landed for the claim to be kept: the binding
+// controller takes a claim whose reservation ended 5 s ago, and that
+// records no pod, for one whose pod never came, and reclaims it. A claim
+// with less left is forgotten without a write and reclaimed that way.
+const writeMargin = 10 * time.Second
+
 // stockPoll is how often a Stock looks for warm PVCs to reserve and for
 // reservations to extend or give back.
 const stockPoll = time.Second
@@ -251,7 +259,7 @@ func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, terminating map[strin
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	count = map[string]map[string]int{}
-	for _, st := range s.held {
+	for key, st := range s.held {
 		if st.busy {
 			continue
 		}
@@ -260,6 +268,11 @@ func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, terminating map[strin
 		f, ok := fpvcs[name]
 		_, until, _ := claim.Reservation(c)
 		switch {
+		case until.Sub(now) < writeMargin:
+			// Its extensions failed until too late (writeMargin): the
+			// binding controller may be reclaiming it already.
+			delete(s.held, key)
+			continue
 		case !ok || c.Labels[v1alpha1.TemplateHashLabelKey] != TemplateHash(&f.Spec.PVCSpecTemplate) || terminating[c.Namespace]:
 			giveBack = append(giveBack, c)
 		case count[name][c.Namespace] >= s.limit(f):
@@ -358,7 +371,13 @@ func (s *Stock) write(ctx context.Context, c *corev1.PersistentVolumeClaim, tran
 		return err
 	}
 	st.busy = false
+	_, until, _ := claim.Reservation(c)
 	switch {
+	case err == nil && w.To() == claim.Claimed && !s.Clock.Now().Before(until.Add(-writeMargin)):
+		// Extended too late to be sure the binding controller had not
+		// taken the reservation for over (writeMargin): never handed out,
+		// it is reclaimed once the extension ends.
+		delete(s.held, key)
 	case err == nil && w.To() == claim.Claimed:
 		st.pvc = w.Object
 	case err == nil, apierrors.IsNotFound(err):
@@ -472,8 +491,13 @@ func (s *Stock) counts() map[string]int {
 func (s *Stock) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
+	now := s.Clock.Now()
 	var all []*corev1.PersistentVolumeClaim
-	for _, st := range s.held {
+	for key, st := range s.held {
+		if _, until, _ := claim.Reservation(st.pvc); until.Sub(now) < writeMargin {
+			delete(s.held, key) // reclaimed by the binding controller (plan)
+			continue
+		}
 		if !st.busy {
 			st.busy = true
 			all = append(all, st.pvc)

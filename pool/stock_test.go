@@ -41,20 +41,26 @@ type stockFixture struct {
 	stock  *Stock
 	clock  *clocktesting.FakePassiveClock
 	writes *atomic.Int32
+	// duringWrite, when set, runs inside each update, before it is made.
+	duringWrite *func()
 }
 
 func newStockFixture(t *testing.T, target int, objs ...client.Object) stockFixture {
 	t.Helper()
 	var writes atomic.Int32
+	during := new(func())
 	count := func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
 		writes.Add(1)
+		if *during != nil {
+			(*during)()
+		}
 		return c.Update(ctx, obj, opts...)
 	}
 	objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}})
 	api := indexed(fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).
 		WithInterceptorFuncs(interceptor.Funcs{Update: count}).Build()
 	clk := clocktesting.NewFakePassiveClock(fixtures.Epoch)
-	return stockFixture{api: api, clock: clk, writes: &writes,
+	return stockFixture{api: api, clock: clk, writes: &writes, duringWrite: during,
 		stock: NewStock("replica-a", target, NewCheckouter(api, api, api), clk)}
 }
 
@@ -169,7 +175,9 @@ func TestStockHandout(t *testing.T) {
 	}
 }
 
-// TestStockKeeps: the stock extends a reservation before it ends, and
+// TestStockKeeps: the stock extends a reservation before it ends (and
+// forgets one it could not extend in time, which the binding controller
+// reclaims), and
 // gives its claims back to the pool, as warm PVCs, when the template
 // changes, the pool shrinks or asks for fewer, the FluentPVC is being
 // deleted, and when it
@@ -184,7 +192,15 @@ func TestStockKeeps(t *testing.T) {
 		namespaceGoing bool
 		want           int // claims still reserved
 		extended       bool
+		// forgotten: the stock holds none of the claims still reserved.
+		forgotten bool
+		// writeTakes is how long the API server takes to answer a write.
+		writeTakes time.Duration
 	}{
+		"its end near (extensions failed): forgotten, no write": {
+			after: ReserveTTL - writeMargin + time.Second, want: 2, forgotten: true},
+		"extended too late to be sure: forgotten": {
+			after: ReserveTTL/2 + time.Second, writeTakes: ReserveTTL / 2, want: 2, extended: true, forgotten: true},
 		"half its time left: extended": {after: ReserveTTL/2 + time.Second, want: 2, extended: true},
 		"most of its time left: kept":  {after: time.Second, want: 2},
 		"the template changed":         {change: func(f *v1alpha1.FluentPVC) { f.Spec.PVCSpecTemplate.VolumeName = "other" }},
@@ -232,6 +248,10 @@ func TestStockKeeps(t *testing.T) {
 				}
 			}
 			f.clock.SetTime(fixtures.Epoch.Add(tc.after))
+			if tc.writeTakes > 0 {
+				*f.duringWrite = func() { f.clock.SetTime(fixtures.Epoch.Add(tc.after + tc.writeTakes)) }
+			}
+			before := f.writes.Load()
 			var err error
 			if tc.close {
 				err = f.stock.Close(ctx)
@@ -241,8 +261,15 @@ func TestStockKeeps(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := f.reserved(t, "ns"); got != tc.want || f.stock.Len() != tc.want {
-				t.Errorf("reserved %d (stock %d), want %d", got, f.stock.Len(), tc.want)
+			wantHeld := tc.want
+			if tc.forgotten {
+				wantHeld = 0
+			}
+			if got := f.reserved(t, "ns"); got != tc.want || f.stock.Len() != wantHeld {
+				t.Errorf("reserved %d (stock %d), want %d (stock %d)", got, f.stock.Len(), tc.want, wantHeld)
+			}
+			if tc.forgotten && !tc.extended && f.writes.Load() != before {
+				t.Errorf("%d writes of claims whose reservations end, want none", f.writes.Load()-before)
 			}
 			var pvcs corev1.PersistentVolumeClaimList
 			if err := f.api.List(ctx, &pvcs); err != nil {
