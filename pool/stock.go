@@ -158,7 +158,10 @@ func (s *Stock) take(ctx context.Context, fpvc, namespace, hash string, usable f
 		if affinity, ok := WarmAffinity(c); !ok || !usable(affinity) || (skip != nil && skip(c)) {
 			continue
 		}
-		if !s.stillHeld(ctx, c) {
+		switch held, known := s.stillHeld(ctx, c); {
+		case !known:
+			continue // kept, and tried again later
+		case !held:
 			delete(s.held, key)
 			continue
 		}
@@ -172,22 +175,22 @@ func (s *Stock) take(ctx context.Context, fpvc, namespace, hash string, usable f
 // moments ago, still shows claim c reserved by this stock, or the warm
 // PVC it was reserved from, not seen reserved yet: not deleted,
 // reclaimed, or taken by another checkout since (none of which the
-// stock's own copy shows).
-func (s *Stock) stillHeld(ctx context.Context, c *corev1.PersistentVolumeClaim) bool {
+// stock's own copy shows). known is false when the cache cannot say.
+func (s *Stock) stillHeld(ctx context.Context, c *corev1.PersistentVolumeClaim) (held, known bool) {
 	cached := &corev1.PersistentVolumeClaim{}
 	if err := s.Checkouts.Cache.Get(ctx, client.ObjectKeyFromObject(c), cached, client.UnsafeDisableDeepCopy); err != nil {
-		return !apierrors.IsNotFound(err)
+		return false, apierrors.IsNotFound(err)
 	}
 	if cached.UID != c.UID || !cached.DeletionTimestamp.IsZero() {
-		return false
+		return false, true
 	}
 	if cached.ResourceVersion == claim.PodsSince(c) {
 		// The cache has not seen the reservation yet: it shows the warm
 		// PVC as read for it.
-		return true
+		return true, true
 	}
 	by, _, ok := claim.Reservation(cached)
-	return ok && by == s.Owner
+	return ok && by == s.Owner, true
 }
 
 // Len is how many claims the stock holds.
@@ -305,7 +308,7 @@ func (s *Stock) prune(ctx context.Context) (map[string]bool, error) {
 		if st.busy {
 			continue
 		}
-		if !s.stillHeld(ctx, st.pvc) {
+		if held, known := s.stillHeld(ctx, st.pvc); known && !held {
 			delete(s.held, key)
 			continue
 		}

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -320,8 +321,13 @@ func TestStockStillHeld(t *testing.T) {
 	replaced.UID = "another-uid"
 	for name, tc := range map[string]struct {
 		cached *corev1.PersistentVolumeClaim
+		getErr error
 		want   bool
+		// unknown: the cache cannot say (the claim is neither handed out
+		// nor forgotten).
+		unknown bool
 	}{
+		"a cache that fails":                {cached: mine, getErr: errors.New("cache down"), unknown: true},
 		"reserved by this stock":            {cached: mine, want: true},
 		"the warm PVC it was reserved from": {cached: warm, want: true},
 		"reserved by another replica":       {cached: other},
@@ -335,11 +341,18 @@ func TestStockStillHeld(t *testing.T) {
 			if tc.cached != nil {
 				objs = append(objs, tc.cached)
 			}
-			api := indexed(fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).Build()
+			failing := func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				if tc.getErr != nil {
+					return tc.getErr
+				}
+				return c.Get(ctx, key, obj, opts...)
+			}
+			api := indexed(fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).
+				WithInterceptorFuncs(interceptor.Funcs{Get: failing}).Build()
 			clk := clocktesting.NewFakePassiveClock(fixtures.Epoch)
 			s := NewStock("replica-a", 1, NewCheckouter(api, api, api), clk)
-			if got := s.stillHeld(context.Background(), mine); got != tc.want {
-				t.Errorf("stillHeld = %v, want %v", got, tc.want)
+			if got, known := s.stillHeld(context.Background(), mine); got != tc.want || known == tc.unknown {
+				t.Errorf("stillHeld = %v (known %v), want %v (known %v)", got, known, tc.want, !tc.unknown)
 			}
 		})
 	}
