@@ -133,11 +133,11 @@ func runRealTier(ctx context.Context, cfg config, r *realNodeResult, e *env, suf
 }
 
 // realStartup fills the warm pools (on the CSI tier d's staged on the real
-// node) and prepares mode e's claims, then runs the modes one after
-// another, each alone and one pod at a time, except b and c (if among
-// modes), which run side by side with cfg.ParallelSlow (on the CSI tier
-// once the pools of d and f are gone), and g (CSI tier), which runs last
-// (measureMoved).
+// node) and prepares mode e's claims, then runs the modes one pod at a
+// time: on the real node's tier taking turns (measureTurns); on the CSI
+// tier one after another, each alone, except b and c (if among modes),
+// which run side by side with cfg.ParallelSlow once the pools of d and f
+// are gone, and g, which runs last (measureMoved).
 func (e *env) realStartup(ctx context.Context, r *realNodeResult, modes []string) error {
 	n := r.N
 	for _, mode := range modes {
@@ -219,11 +219,8 @@ func (e *env) realStartup(ctx context.Context, r *realNodeResult, modes []string
 		e.progress("volumes detached in %.1fs", time.Since(start).Seconds())
 		return nil
 	}
-	// measure runs modes side by side, each one pod at a time, cleans up
-	// after them, and records them with the operator's counts over the
-	// runs and the clean-up.
-	measure := func(modes ...string) error {
-		before := e.readHolderCounts(ctx)
+	// sideBySide runs modes side by side, each one pod at a time.
+	sideBySide := func(modes []string) ([]startupRun, []error) {
 		runs := make([]startupRun, len(modes))
 		runErrs := make([]error, len(modes))
 		var wg sync.WaitGroup
@@ -235,6 +232,14 @@ func (e *env) realStartup(ctx context.Context, r *realNodeResult, modes []string
 			wg.Go(func() { runs[i], runErrs[i] = e.measureStartupEach(ctx, mode, false, n, before) })
 		}
 		wg.Wait()
+		return runs, runErrs
+	}
+	// measureWith runs modes with run (sideBySide, or measureTurns),
+	// cleans up after them, and records them with the operator's counts
+	// over the runs and the clean-up.
+	measureWith := func(run func([]string) ([]startupRun, []error), modes ...string) error {
+		before := e.readHolderCounts(ctx)
+		runs, runErrs := run(modes)
 		err := cleanup(modes...)
 		after := e.readHolderCounts(ctx)
 		for i := range modes {
@@ -243,18 +248,26 @@ func (e *env) realStartup(ctx context.Context, r *realNodeResult, modes []string
 		}
 		return err
 	}
-	var slow []string
+	measure := func(modes ...string) error { return measureWith(sideBySide, modes...) }
+	var slow, quick []string
 	for _, mode := range modes {
 		switch mode {
 		case modeEphemeral, modeMiss:
 			slow = append(slow, mode)
-			continue
 		case modeMoved:
-			continue
+		default:
+			quick = append(quick, mode)
 		}
-		if err := measure(mode); err != nil {
-			return errors.Join(append(errs, err)...)
+	}
+	if e.csi {
+		// Each alone: d's pods wait for the last one's holder to leave.
+		for _, mode := range quick {
+			if err := measure(mode); err != nil {
+				return errors.Join(append(errs, err)...)
+			}
 		}
+	} else if err := measureWith(func(modes []string) ([]startupRun, []error) { return e.measureTurns(ctx, modes, n) }, quick...); err != nil {
+		return errors.Join(append(errs, err)...)
 	}
 	if e.csi {
 		// d's holders keep n volumes attached to the real node, and the

@@ -106,7 +106,7 @@ func (r *results) realNodeMarkdown(w func(string, ...any)) {
 	}
 	w("A second cluster, brought up after the kwok one is down: the same control plane and test provisioner (L=%s) with a kubelet node, %s, that runs real containers with containerd (busybox, `imagePullPolicy: Never`), beside kwok nodes tainted `%s=fake:NoSchedule`, so that every measured pod, warm PVC and finalizer Job runs on the real node; the operator is again a local process. ", r.Config.Delay, cluster.RealNodeName, cluster.FakeNodeTaintKey)
 	w("Each pod has a busybox app container; d's sidecar (and e's, the same) appends a line a second to the claim (`%s`), and d's finalizer Job reads it. ", realSidecarScript)
-	w("%d pods per mode, one at a time, each mode alone; d's pool (%d warm PVCs on the real node, filled in %.1fs) and e's %d Bound PVCs are ready before the runs, and d's pool is refilled after its run.\n\n", rn.N, rn.N, rn.PoolFillSeconds, rn.N)
+	w("%d pods per mode, one at a time, the modes taking turns (a pod of a, then of d, then of e, %d rounds), so that what the node does meanwhile (the kubelet's garbage collection of dead sandboxes, once a minute; d's pool refilling) falls on every mode alike; a mode's wall is the sum of its pods' start-ups. d's pool (%d warm PVCs on the real node, filled in %.1fs) and e's %d Bound PVCs are ready before the runs, and every pod stays until the last has started.\n\n", rn.N, rn.N, rn.N, rn.PoolFillSeconds, rn.N)
 	w("Sequential runs, the two tiers side by side:\n\n| ratio | kwok p50 | kwok p99 | real node p50 | real node p99 |\n|---|---|---|---|---|\n")
 	for _, pair := range realRatioPairs {
 		w("| %s/%s | %s | %s | %s | %s |\n", pair[0], pair[1],

@@ -277,24 +277,9 @@ func (e *env) measureStartupEach(ctx context.Context, mode string, burst bool, n
 // all at once, and times each from its create call to its first Running
 // event.
 func (e *env) startupTimings(ctx context.Context, mode string, burst bool, n int, before func(context.Context) error) ([]podTiming, error) {
-	ns := startupNamespace(mode, burst)
 	ctx, cancel := context.WithTimeout(ctx, podTimeout+time.Duration(n)*30*time.Second)
 	defer cancel()
-	one := func(i int) (podTiming, error) {
-		var t podTiming
-		pod := e.podFor(mode, ns, fmt.Sprintf("%s-%d", mode, i))
-		t.created = time.Now()
-		if err := e.cl.Create(ctx, pod); err != nil {
-			return t, fmt.Errorf("creating pod %s/%s: %w", ns, pod.Name, err)
-		}
-		t.returned = time.Now()
-		t.pod = pod
-		waitCtx, cancel := context.WithTimeout(ctx, podTimeout)
-		defer cancel()
-		var err error
-		t.bound, t.running, err = e.running.await(waitCtx, pod)
-		return t, err
-	}
+	one := func(i int) (podTiming, error) { return e.startOne(ctx, mode, burst, i) }
 	timings := make([]podTiming, n)
 	if burst {
 		errs := make([]error, n)
@@ -318,6 +303,72 @@ func (e *env) startupTimings(ctx context.Context, mode string, burst bool, n int
 		timings[i] = t
 	}
 	return timings, nil
+}
+
+// startOne creates pod i of mode in its namespace and times it from its
+// create call to its first Running event.
+func (e *env) startOne(ctx context.Context, mode string, burst bool, i int) (podTiming, error) {
+	var t podTiming
+	ns := startupNamespace(mode, burst)
+	pod := e.podFor(mode, ns, fmt.Sprintf("%s-%d", mode, i))
+	t.created = time.Now()
+	if err := e.cl.Create(ctx, pod); err != nil {
+		return t, fmt.Errorf("creating pod %s/%s: %w", ns, pod.Name, err)
+	}
+	t.returned = time.Now()
+	t.pod = pod
+	waitCtx, cancel := context.WithTimeout(ctx, podTimeout)
+	defer cancel()
+	var err error
+	t.bound, t.running, err = e.running.await(waitCtx, pod)
+	return t, err
+}
+
+// measureTurns runs modes one pod at a time, taking turns: pod i of each
+// mode in order, then pod i+1, n rounds. Whatever else the node does
+// meanwhile (a kubelet's minutely garbage collection of dead sandboxes,
+// a pool's refill) then falls on every mode alike, which runs of one mode
+// after another cannot promise. A run's Wall is the sum of its pods'
+// start-ups. A mode that fails stops only itself.
+func (e *env) measureTurns(ctx context.Context, modes []string, n int) ([]startupRun, []error) {
+	ctx, cancel := context.WithTimeout(ctx, podTimeout+time.Duration(n*len(modes))*30*time.Second)
+	defer cancel()
+	timings, errs := takeTurns(modes, n, func(mode string, i int) (podTiming, error) { return e.startOne(ctx, mode, false, i) })
+	runs := make([]startupRun, len(modes))
+	for m, mode := range modes {
+		runs[m] = startupRun{Mode: mode}
+		if errs[m] != nil {
+			continue
+		}
+		summarizeStartup(&runs[m], timings[m])
+		for _, t := range timings[m] {
+			runs[m].Wall += t.running.Sub(t.created).Seconds()
+		}
+		runs[m].Hits, runs[m].Misses, errs[m] = e.checkouts(ctx, mode, startupNamespace(mode, false))
+	}
+	return runs, errs
+}
+
+// takeTurns calls start for pod i of each of modes in order, for i from 0
+// to n-1, and returns each mode's timings and the error that stopped it: a
+// mode whose start fails takes no more turns.
+func takeTurns(modes []string, n int, start func(mode string, i int) (podTiming, error)) ([][]podTiming, []error) {
+	timings := make([][]podTiming, len(modes))
+	errs := make([]error, len(modes))
+	for i := range n {
+		for m, mode := range modes {
+			if errs[m] != nil {
+				continue
+			}
+			t, err := start(mode, i)
+			if err != nil {
+				errs[m] = err
+				continue
+			}
+			timings[m] = append(timings[m], t)
+		}
+	}
+	return timings, errs
 }
 
 // summarizeStartup sets the start-up figures of run from its pods' timings.

@@ -210,7 +210,7 @@ func TestRealNodeMarkdown(t *testing.T) {
 	}{
 		"measured": {
 			real: &realNodeResult{N: 3, Startup: startupRuns{run(modePlain, 1, 2), run(modeHit, 1.2, 2.4), run(modeOwnClaim, 1, 2)}},
-			want: []string{"## Start-up latency on a real node", "| d/e | n/a | n/a | 1.20× | 1.20× |", "| real node: start-up d/e p50, sequential | ≤ 1.05 | 1.20× | MISS |"},
+			want: []string{"## Start-up latency on a real node", "| d/e | n/a | n/a | 1.20× | 1.20× |", "the modes taking turns", "| real node: start-up d/e p50, sequential | ≤ 1.05 | 1.20× | MISS |"},
 		},
 		"skipped": {
 			real: &realNodeResult{Skipped: "the real node needs root"},
@@ -531,6 +531,67 @@ func TestBurstRounds(t *testing.T) {
 				}
 				if math.IsNaN(run.Stats.P50) {
 					t.Errorf("mode %s p50 is NaN, which JSON cannot carry", run.Mode)
+				}
+			}
+		})
+	}
+}
+
+func TestTakeTurns(t *testing.T) {
+	type call struct {
+		mode string
+		i    int
+	}
+	modes := []string{modePlain, modeHit, modeOwnClaim}
+	cases := map[string]struct {
+		n         int
+		fail      call // zero mode: none fails
+		wantCalls []call
+		wantN     []int
+		wantErr   []bool
+	}{
+		"each mode's pod i before any mode's pod i+1": {
+			n:         2,
+			wantCalls: []call{{modePlain, 0}, {modeHit, 0}, {modeOwnClaim, 0}, {modePlain, 1}, {modeHit, 1}, {modeOwnClaim, 1}},
+			wantN:     []int{2, 2, 2},
+			wantErr:   []bool{false, false, false},
+		},
+		"a mode that fails takes no more turns, the others go on": {
+			n:         3,
+			fail:      call{modeHit, 1},
+			wantCalls: []call{{modePlain, 0}, {modeHit, 0}, {modeOwnClaim, 0}, {modePlain, 1}, {modeHit, 1}, {modeOwnClaim, 1}, {modePlain, 2}, {modeOwnClaim, 2}},
+			wantN:     []int{3, 1, 3},
+			wantErr:   []bool{false, true, false},
+		},
+		"no pods": {
+			wantN:   []int{0, 0, 0},
+			wantErr: []bool{false, false, false},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var calls []call
+			timings, errs := takeTurns(modes, tc.n, func(mode string, i int) (podTiming, error) {
+				calls = append(calls, call{mode, i})
+				if (call{mode, i}) == tc.fail {
+					return podTiming{}, errors.New("timed out")
+				}
+				return podTiming{pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", mode, i)}}}, nil
+			})
+			if !slices.Equal(calls, tc.wantCalls) {
+				t.Errorf("calls %v, want %v", calls, tc.wantCalls)
+			}
+			for m, mode := range modes {
+				if len(timings[m]) != tc.wantN[m] {
+					t.Errorf("mode %s has %d timings, want %d", mode, len(timings[m]), tc.wantN[m])
+				}
+				for i, tm := range timings[m] {
+					if want := fmt.Sprintf("%s-%d", mode, i); tm.pod.Name != want {
+						t.Errorf("mode %s timing %d is of pod %s, want %s", mode, i, tm.pod.Name, want)
+					}
+				}
+				if (errs[m] != nil) != tc.wantErr[m] {
+					t.Errorf("mode %s error %v, want error %v", mode, errs[m], tc.wantErr[m])
 				}
 			}
 		})
