@@ -262,7 +262,7 @@ chaos-reduced: bins csi-bins ## Run a reduced fault-injection run (about 2 min);
 ##@ Benchmarks
 
 .PHONY: bench
-bench: bins ## Measure pod start-up (modes a-e and the no-op webhook control w), admission latency, bursts, memory, API cost and the checkout with 1,000 more nodes on a simulated cluster, then, where the machine can run the real node, a, d and e there with hostPath volumes and a-e with CSI volumes that must be attached and formatted; results in test/bench/results/ (about 15 min).
+bench: bins ## Measure pod start-up (modes a-e and the no-op webhook control w), admission latency, bursts, memory, API cost and the checkout with 1,000 more nodes on a simulated cluster, then, where the machine can run the real node, a, d and e there with hostPath volumes and a-g with CSI volumes that must be attached and formatted; results in test/bench/results/ (about 27 min).
 	@if hack/real-node-deps.sh; then $(MAKE) --no-print-directory real-node-bins images csi-bins || echo "bench: could not prepare the real node (see above)"; fi
 	flock $(REAL_NODE_LOCK) go run ./test/bench $(BENCH_FLAGS)
 

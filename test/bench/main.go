@@ -164,7 +164,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.CSIN, "csi-n", 6, "pods per start-up mode on the CSI tier (one at a time; most wait for a volume's attach and format), and the size of its warm pools")
 	fs.StringVar(&tiers, "tiers", strings.Join(allTiers, ","), "tiers to run, a subset of "+strings.Join(allTiers, ",")+"; -real-node=false drops the last two")
 	fs.IntVar(&c.ExtraNodes, "extra-nodes", 1000, "fake nodes added for the nodes phase's second checkout level")
-	fs.DurationVar(&c.Timeout, "timeout", 30*time.Minute, "bound on the whole run")
+	fs.DurationVar(&c.Timeout, "timeout", 45*time.Minute, "bound on the whole run")
 	fs.BoolVar(&c.Keep, "keep", false, "leave the cluster up at the end")
 	if err := fs.Parse(args); err != nil {
 		return c, err
