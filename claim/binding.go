@@ -16,13 +16,18 @@ import (
 // binding tell its checkout from the claim's next one. The pod is not
 // known yet: the operator records it when it first sees it.
 //
+// A claim reserved ahead of its pod (ReservedUntil) carries the time of
+// its reservation as its admission, which may be long before the pod it
+// was handed to without a write: its binding records no admission time,
+// and its creation (moments after the pod's) stands for it.
+//
 // It has no finalizer: the operator deletes it at the end of the claim's
 // life (one write), and one deleted before that is made again from the
 // claim (which records its pod), so that a finalizer would cost a write
 // per pod and protect nothing the claim does not.
 func Binding(pvc *corev1.PersistentVolumeClaim, fpvcUID types.UID) *v1alpha1.FluentPVCBinding {
 	fpvc := pvc.Labels[v1alpha1.FluentPVCNameLabelKey]
-	return &v1alpha1.FluentPVCBinding{
+	b := &v1alpha1.FluentPVCBinding{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      pvc.Labels[v1alpha1.BindingNameLabelKey],
 			Namespace: pvc.Namespace,
@@ -38,4 +43,8 @@ func Binding(pvc *corev1.PersistentVolumeClaim, fpvcUID types.UID) *v1alpha1.Flu
 			PVC:       v1alpha1.ObjectIdentity{Name: pvc.Name, UID: pvc.UID},
 		},
 	}
+	if _, reserved := ReservedUntil(pvc); reserved {
+		delete(b.Annotations, v1alpha1.AdmittedAtAnnotationKey)
+	}
+	return b
 }

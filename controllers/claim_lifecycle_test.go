@@ -402,6 +402,28 @@ var _ = Describe("Claim lifecycle", func() {
 		Expect(jobs()).To(BeEmpty(), "a claim no pod used is not drained")
 	})
 
+	It("waits for a reservation's end before reclaiming the claim of a replica that reserved it and went away", func() {
+		// What a webhook replica leaves that reserved a claim ahead of any
+		// pod and stopped without giving it back.
+		name := claim.Name(fpvc.Name)
+		c := claim.NewClaimed(fpvc, ns, name, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), v1alpha1.CheckoutHit, claim.NewCheckoutID(), podsSince(), time.Now()).Object
+		c.Annotations[v1alpha1.ReservedByAnnotationKey] = "gone-replica"
+		c.Annotations[v1alpha1.ReservedUntilAnnotationKey] = time.Now().Add(3 * time.Second).UTC().Format(time.RFC3339Nano)
+		Expect(k8sClient.Create(ctx, c)).To(Succeed())
+
+		By("while the reservation runs, the replica may still hand the claim out: no binding")
+		Consistently(bindingEnded(name)).WithTimeout(2 * time.Second).Should(BeTrue())
+		claimHeld(name)
+
+		By("after it, no pod came: reclaimed without a Job, its binding recording no admission time")
+		Eventually(func(g Gomega) {
+			g.Expect(binding(name)(g).Annotations).NotTo(HaveKey(v1alpha1.AdmittedAtAnnotationKey))
+		}).WithTimeout(fixtures.LongTimeout).Should(Succeed())
+		Eventually(claimReleased(name)).WithTimeout(fixtures.LongTimeout).Should(Succeed())
+		Eventually(bindingEnded(name)).Should(BeTrue())
+		Expect(jobs()).To(BeEmpty(), "a claim no pod used is not drained")
+	})
+
 	It("drains, never reclaims, a claim whose pod was created and deleted while its binding could not be made", func() {
 		By("a policy refuses bindings in the namespace while pods are still admitted")
 		allowBindings := fixtures.RefuseBindings(ctx, k8sClient, ns)
