@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,6 +115,7 @@ func TestStockSync(t *testing.T) {
 		"the FluentPVC's own number":      {fpvc: reserveAhead(3, 2), target: 0, want: 2},
 		"the FluentPVC's own number wins": {fpvc: reserveAhead(3, 1), target: 3, want: 1},
 		"the FluentPVC asks for none":     {fpvc: reserveAhead(3, 0), target: 3},
+		"neither asks (the default)":      {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: 0},
 		"its number, at most the size":    {fpvc: reserveAhead(2, 9), target: 0, want: 2},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -124,6 +126,9 @@ func TestStockSync(t *testing.T) {
 			}
 			if got := f.reserved(t, "ns"); got != tc.want || f.stock.Len() != tc.want {
 				t.Errorf("reserved %d (stock %d), want %d", got, f.stock.Len(), tc.want)
+			}
+			if w := int(f.writes.Load()); w != tc.want {
+				t.Errorf("%d writes, want one per reservation (%d)", w, tc.want)
 			}
 		})
 	}
@@ -294,6 +299,129 @@ func TestStockKeeps(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStockWriteConflict: when another write lands on a claim between
+// the stock's read and its extension, the stock keeps the claim as the
+// cache now shows it if it is still this stock's reservation (and
+// extends it on the next sync), and forgets it otherwise, without an
+// error either way.
+func TestStockWriteConflict(t *testing.T) {
+	ctx := context.Background()
+	for name, tc := range map[string]struct {
+		// meanwhile changes the stored claim.
+		meanwhile func(c *corev1.PersistentVolumeClaim)
+		kept      bool
+	}{
+		"still this stock's, labelled by others": {
+			meanwhile: func(c *corev1.PersistentVolumeClaim) { c.Labels["team"] = "a" },
+			kept:      true,
+		},
+		"given back to the pool by others": {
+			meanwhile: func(c *corev1.PersistentVolumeClaim) {
+				c.Labels[v1alpha1.ClaimRoleLabelKey] = v1alpha1.ClaimRoleWarm
+				delete(c.Annotations, v1alpha1.ReservedByAnnotationKey)
+				delete(c.Annotations, v1alpha1.ReservedUntilAnnotationKey)
+			},
+		},
+		"reserved by another replica": {
+			meanwhile: func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.ReservedByAnnotationKey] = "replica-b" },
+		},
+		"recording a pod": {
+			meanwhile: func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "ns/p-uid" },
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			fpvc := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+			f := newStockFixture(t, 1, append([]client.Object{fpvc}, warmPVCs(fpvc, 1)...)...)
+			if err := f.stock.Sync(ctx); err != nil || f.stock.Len() != 1 {
+				t.Fatalf("reserving: %v, stock %d", err, f.stock.Len())
+			}
+			key := client.ObjectKey{Namespace: "ns", Name: "f-warm-0"}
+			*f.duringWrite = func() {
+				*f.duringWrite = nil
+				c := &corev1.PersistentVolumeClaim{}
+				if err := f.api.Get(ctx, key, c); err != nil {
+					t.Fatal(err)
+				}
+				tc.meanwhile(c)
+				if err := f.api.Update(ctx, c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f.clock.SetTime(fixtures.Epoch.Add(ReserveTTL/2 + time.Second))
+			if err := f.stock.Sync(ctx); err != nil {
+				t.Fatalf("sync with a conflicting write: %v", err)
+			}
+			stored := &corev1.PersistentVolumeClaim{}
+			if err := f.api.Get(ctx, key, stored); err != nil {
+				t.Fatal(err)
+			}
+			if _, until, _ := claim.Reservation(stored); until.After(fixtures.Epoch.Add(ReserveTTL)) {
+				t.Fatalf("the extension landed over the other write (ends %v)", until)
+			}
+			if held := f.stock.Len() == 1; held != tc.kept {
+				t.Fatalf("the stock holds the claim: %v, want %v", held, tc.kept)
+			}
+			if !tc.kept {
+				if got := f.stock.take(ctx, fpvc.Name, "ns", TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
+					t.Errorf("handed out %s, no longer this stock's", got.Name)
+				}
+				return
+			}
+			// Kept as the cache shows it: the next sync extends it.
+			if err := f.stock.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.api.Get(ctx, key, stored); err != nil {
+				t.Fatal(err)
+			}
+			if _, until, ok := claim.Reservation(stored); !ok || !until.After(fixtures.Epoch.Add(ReserveTTL)) || stored.Labels["team"] != "a" {
+				t.Errorf("after the next sync: reserved %v until %v, labels %v; want extended, the other write kept", ok, until, stored.Labels)
+			}
+		})
+	}
+}
+
+// TestStockConcurrentTake: admissions taking claims while a sync extends
+// them hand each claim out at most once, and every claim is either handed
+// out or still held. Run with -race.
+func TestStockConcurrentTake(t *testing.T) {
+	ctx := context.Background()
+	const claims, takers = 4, 8
+	fpvc := fixtures.MakeFluentPVC("f").PoolSize(claims).Obj()
+	f := newStockFixture(t, claims, append([]client.Object{fpvc}, warmPVCs(fpvc, claims)...)...)
+	if err := f.stock.Sync(ctx); err != nil || f.stock.Len() != claims {
+		t.Fatalf("reserving: %v, stock %d", err, f.stock.Len())
+	}
+	f.clock.SetTime(fixtures.Epoch.Add(ReserveTTL/2 + time.Second))
+	hash := TemplateHash(&fpvc.Spec.PVCSpecTemplate)
+	var mu sync.Mutex
+	taken := map[string]int{}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := f.stock.Sync(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	for range takers {
+		wg.Go(func() {
+			if c := f.stock.take(ctx, fpvc.Name, "ns", hash, func(string) bool { return true }, nil); c != nil {
+				mu.Lock()
+				taken[c.Name]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for name, n := range taken {
+		if n > 1 {
+			t.Errorf("%s handed out %d times", name, n)
+		}
+	}
+	if got := len(taken) + f.stock.Len(); got != claims {
+		t.Errorf("%d handed out and %d held, want %d in all", len(taken), f.stock.Len(), claims)
 	}
 }
 
