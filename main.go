@@ -75,6 +75,7 @@ type options struct {
 	validatingWebhookConfig string
 	certSecret              string
 	gracefulShutdown        time.Duration
+	shutdownDrain           time.Duration
 	controllers             controllers.Options
 }
 
@@ -152,6 +153,11 @@ func run(ctx context.Context, args []string) error {
 		goruntime.SetMutexProfileFraction(10)
 		goruntime.SetBlockProfileRate(int(100 * time.Microsecond))
 	}
+	// Told to stop, the replica first drains its webhook connections for
+	// --shutdown-drain: the manager's context ends that long after ctx.
+	drain := &webhook.Drain{}
+	ctx, stop := drain.Stopping(ctx, opts.shutdownDrain)
+	defer stop()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Cache:                         controllers.CacheOptions(),
@@ -223,7 +229,7 @@ func run(ctx context.Context, args []string) error {
 				return
 			}
 			err := webhook.Setup(mgr, webhook.Options{NativeSidecarsUnsupported: nativeUnsupported, Namespace: opts.namespace, Self: self, ServerClock: serverClock,
-				ReserveAhead: opts.reserveAhead, ReservationTTL: opts.reservationTTL, Owner: owner()}, caches)
+				ReserveAhead: opts.reserveAhead, ReservationTTL: opts.reservationTTL, Owner: owner(), Drain: drain}, caches)
 			webhooksRegistered.Store(err == nil)
 			webhookSetupErr <- err
 		case <-ctx.Done():
@@ -289,6 +295,7 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.IntVar(&o.reserveAhead, "reserve-ahead", 0, "How many warm PVCs per FluentPVC and namespace each replica reserves ahead of their pods, so that it hands them out without an API write at admission, for FluentPVCs whose spec.pool.reserveAhead is unset; they count in the pool's size. 0 reserves none. Pools that stage their warm PVCs are not reserved from.")
 	fs.DurationVar(&o.reservationTTL, "reservation-ttl", pool.ReserveTTL, "How long a reservation ahead runs from the write that makes or extends it; its replica extends it when half is left. A replica that dies holds its reservations that long before they are reclaimed; a shorter one costs more extensions (one write per reserved claim per half of it).")
 	fs.DurationVar(&o.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long to wait for running reconciles and requests on shutdown.")
+	fs.DurationVar(&o.shutdownDrain, "shutdown-drain", 0, "How long a replica told to stop keeps serving webhooks before it stops, answering each request with Connection: close, so that the API server moves its connections to other replicas rather than have them cut under a request. 0 stops at once. The pod's terminationGracePeriodSeconds must cover it, any preStop hook and --graceful-shutdown-timeout.")
 	o.controllers.BindFlags(fs)
 	config.RegisterFlags(fs) // --kubeconfig
 	var zapOpts zap.Options
@@ -298,6 +305,9 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	}
 	if o.certManagement != certSelf && o.certManagement != certExternal {
 		return o, zapOpts, fmt.Errorf("--cert-management must be %q or %q, not %q", certSelf, certExternal, o.certManagement)
+	}
+	if o.shutdownDrain < 0 {
+		return o, zapOpts, fmt.Errorf("--shutdown-drain must be 0 or more, not %s", o.shutdownDrain)
 	}
 	if o.reserveAhead < 0 {
 		return o, zapOpts, fmt.Errorf("--reserve-ahead must be 0 or more, not %d", o.reserveAhead)

@@ -315,8 +315,8 @@ func writeSelfSignedCert(dir string) error {
 	return nil
 }
 
-// TestParseFlagsReservations: the reservation flags take what the stock
-// can keep, and refuse the rest with the bounds.
+// TestParseFlagsReservations: the reservation and shutdown flags take
+// what the stock and the drain can do, and refuse the rest with the bounds.
 func TestParseFlagsReservations(t *testing.T) {
 	for name, tc := range map[string]struct {
 		args    []string
@@ -327,6 +327,8 @@ func TestParseFlagsReservations(t *testing.T) {
 		"a negative count":        {args: []string{"--reserve-ahead=-1"}, wantErr: "--reserve-ahead must be 0 or more"},
 		"a reservation too short": {args: []string{"--reservation-ttl=30s"}, wantErr: "--reservation-ttl must be from 1m0s to 10m0s, not 30s"},
 		"a reservation too long":  {args: []string{"--reservation-ttl=11m"}, wantErr: "--reservation-ttl must be from 1m0s to 10m0s, not 11m0s"},
+		"a drain":                 {args: []string{"--shutdown-drain=5s"}},
+		"a negative drain":        {args: []string{"--shutdown-drain=-1s"}, wantErr: "--shutdown-drain must be 0 or more, not -1s"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, _, err := parseFlags(tc.args)

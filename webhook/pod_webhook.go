@@ -66,6 +66,9 @@ type Options struct {
 	ReservationTTL time.Duration
 	// Owner names this replica's process in its reservations.
 	Owner string
+	// Drain, when set, makes the webhooks' answers close their
+	// connections once it is started (Drain).
+	Drain *Drain
 }
 
 // NativeSidecarSupport says why an API server of version gitVersion (its
@@ -180,7 +183,11 @@ func Setup(mgr ctrl.Manager, opts Options, caches *Caches) error {
 			Decoder: admission.NewDecoder(mgr.GetScheme()), Reader: mgr.GetClient(), APIReader: direct, Self: opts.Self, Clock: opts.ServerClock,
 		},
 	} {
-		mgr.GetWebhookServer().Register(path, &admission.Webhook{Handler: detached{h}})
+		var handler http.Handler = &admission.Webhook{Handler: detached{h}}
+		if opts.Drain != nil {
+			handler = opts.Drain.Wrap(handler)
+		}
+		mgr.GetWebhookServer().Register(path, handler)
 	}
 	return nil
 }
