@@ -861,10 +861,18 @@ func graceStart(b *v1alpha1.FluentPVCBinding) time.Time {
 }
 
 // admissionTime is when the webhook handed out b's claim, on the clock of
-// the replica that admitted the pod: for the pool's demand only.
+// the replica that admitted the pod: for the pool's demand only. A binding
+// without that record (a claim reserved ahead, claim.Binding) was made
+// moments after its pod, and its creation stands for the admission once
+// it records the pod; until then it marks no admission (the zero time):
+// a reservation whose replica went away leaves a binding with no pod,
+// and no pod came to the namespace.
 func admissionTime(b *v1alpha1.FluentPVCBinding) time.Time {
 	if t, ok := claim.AdmittedAt(b.Annotations); ok {
 		return t
+	}
+	if b.Spec.Pod.UID == "" {
+		return time.Time{}
 	}
 	return b.CreationTimestamp.Time
 }

@@ -456,6 +456,38 @@ func TestAdmissionTimeOrdersWithinASecond(t *testing.T) {
 	}
 }
 
+// TestAdmissionTimeOfAReservation: the binding of a claim reserved ahead
+// records no admission time; its creation stands for the admission once
+// it records its pod, and a binding with neither marks none.
+func TestAdmissionTimeOfAReservation(t *testing.T) {
+	fpvc := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+	admitted := fixtures.Epoch.Add(200 * time.Millisecond)
+	created := fixtures.Epoch.Add(time.Hour)
+	reserved := func(pod types.UID) *v1alpha1.FluentPVCBinding {
+		c := fixtures.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutHit, admitted)
+		c.Annotations[v1alpha1.ReservedByAnnotationKey] = "replica-a"
+		c.Annotations[v1alpha1.ReservedUntilAnnotationKey] = admitted.Add(5 * time.Minute).Format(time.RFC3339Nano)
+		b := fixtures.Binding(c, fpvc.UID)
+		b.CreationTimestamp = metav1.NewTime(created)
+		b.Spec.Pod.UID = pod
+		return b
+	}
+	for name, tc := range map[string]struct {
+		b    *v1alpha1.FluentPVCBinding
+		want time.Time
+	}{
+		"checked out at its pod's admission":             {b: fixtures.Binding(fixtures.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutHit, admitted), fpvc.UID), want: admitted},
+		"reserved ahead, its pod recorded":               {b: reserved("pod-uid"), want: created},
+		"reserved ahead, no pod (its replica went away)": {b: reserved("")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := admissionTime(tc.b); !got.Equal(tc.want) {
+				t.Errorf("admissionTime = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestSettleJob settles a plan once the API server answered the creation
 // of its finalizer Job.
 func TestSettleJob(t *testing.T) {
