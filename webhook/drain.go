@@ -8,18 +8,19 @@ import (
 )
 
 // Drain lets a replica that is about to stop hand its webhook traffic to
-// the others without failing a request. The API server keeps its
-// connections to a replica open and reuses them whatever the Service's
-// endpoints say, so it goes on sending admissions to a replica that is
-// leaving. When the replica's server shuts down, it closes the
-// connections that are idle at that moment; a request the API server
-// writes on one of them just then fails with EOF, and the API server does
-// not retry a POST. Once started, a Drain answers every request with
-// "Connection: close": each connection ends after the answer to its next
-// request (over HTTP/2, with a GOAWAY), and the API server opens the next
-// one to a replica that is still in the endpoints. Left to drain for a
-// few seconds of traffic, a replica then has no connection left for the
-// shutdown to cut. The zero Drain is ready to use.
+// the others without failing a request. The API server calls webhooks
+// over HTTP/1.1 and keeps its connections to a replica open, reusing them
+// whatever the Service's endpoints say, so it goes on sending admissions
+// to a replica that is leaving. When the replica's server shuts down, it
+// closes the connections that are idle at that moment; a request the API
+// server writes on one of them just then fails with EOF, and the API
+// server does not retry a POST. Once started, a Drain answers every
+// request with "Connection: close": each connection ends after the answer
+// to its next request, and the API server opens the next one to a
+// replica that is still in the endpoints. Left to drain for a few seconds
+// of traffic, a replica then has no connection left for the shutdown to
+// cut. (Over HTTP/2 the answer starts a graceful GOAWAY, as the shutdown
+// itself would.) The zero Drain is ready to use.
 type Drain struct{ on atomic.Bool }
 
 // Start makes every answer from now on close its connection.

@@ -18,8 +18,8 @@ import (
 )
 
 // post sends one POST through c and says whether it went over a reused
-// connection.
-func post(t *testing.T, c *http.Client, url string) (reused bool) {
+// connection, and with which major version of HTTP.
+func post(t *testing.T, c *http.Client, url string) (reused bool, proto int) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader("{}"))
 	if err != nil {
@@ -34,7 +34,7 @@ func post(t *testing.T, c *http.Client, url string) (reused bool) {
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
-	return reused
+	return reused, resp.ProtoMajor
 }
 
 // TestDrain: once a drain starts, every answer closes its connection
@@ -42,6 +42,10 @@ func post(t *testing.T, c *http.Client, url string) (reused bool) {
 // next request opens a new one; before it, connections are reused.
 func TestDrain(t *testing.T) {
 	for name, h2 := range map[string]bool{"HTTP/1.1": false, "HTTP/2": true} {
+		wantProto := 1
+		if h2 {
+			wantProto = 2
+		}
 		t.Run(name, func(t *testing.T) {
 			var d Drain
 			srv := httptest.NewUnstartedServer(d.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -57,15 +61,17 @@ func TestDrain(t *testing.T) {
 					tr.TLSClientConfig.NextProtos = []string{"http/1.1"}
 				}
 			}
-			post(t, c, srv.URL)
-			if !post(t, c, srv.URL) {
+			if _, proto := post(t, c, srv.URL); proto != wantProto {
+				t.Fatalf("answered over HTTP/%d, want HTTP/%d", proto, wantProto)
+			}
+			if reused, _ := post(t, c, srv.URL); !reused {
 				t.Fatal("before the drain, the second request opened a new connection")
 			}
 			d.Start()
 			for i := range 3 {
 				// The answer to the first closes the connection it came
 				// on; each later one comes on a new connection.
-				if reused := post(t, c, srv.URL); reused != (i == 0) {
+				if reused, _ := post(t, c, srv.URL); reused != (i == 0) {
 					t.Errorf("request %d while draining: reused a connection %v, want %v", i, reused, i == 0)
 				}
 			}
@@ -110,9 +116,12 @@ func TestDrainShutdownUnderLoad(t *testing.T) {
 	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 
 	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
 	var failed, sent atomic.Int32
 	var wg sync.WaitGroup
+	defer func() {
+		stop()
+		wg.Wait()
+	}()
 	for range 8 {
 		wg.Go(func() {
 			for ctx.Err() == nil {
@@ -139,6 +148,10 @@ func TestDrainShutdownUnderLoad(t *testing.T) {
 	}
 	dropped.Store(true)
 	d.Start()
+	waitFor(t, "the leaving server to hold no connection", func() bool { return open.Load() == 0 })
+	// A dial made just before the endpoints changed may still wait to be
+	// accepted: more traffic, and again none.
+	more(200)
 	waitFor(t, "the leaving server to hold no connection", func() bool { return open.Load() == 0 })
 	shutdownCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -175,6 +188,7 @@ func TestDrainStopping(t *testing.T) {
 			if d.Draining() || ctx.Err() != nil {
 				t.Fatal("draining or stopped before the parent ended")
 			}
+			start := time.Now()
 			cancelParent()
 			if period == 0 {
 				<-ctx.Done()
@@ -183,7 +197,6 @@ func TestDrainStopping(t *testing.T) {
 				}
 				return
 			}
-			start := time.Now()
 			<-ctx.Done()
 			if waited := time.Since(start); waited < period {
 				t.Errorf("stopped %s after the parent, want %s", waited, period)
