@@ -43,7 +43,10 @@ type Event struct {
 	// write, the object as persisted.
 	ResponseObject json.RawMessage `json:"responseObject,omitempty"`
 	// RequestReceivedTimestamp is when the request reached the API server.
-	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
+	// Annotations are the audit annotations, among them the admission
+	// webhooks' (failed-open.validating.webhook.admission.k8s.io/...).
+	Annotations              map[string]string `json:"annotations,omitempty"`
+	RequestReceivedTimestamp time.Time         `json:"requestReceivedTimestamp"`
 	// StageTimestamp is when the event's stage was reached.
 	StageTimestamp time.Time `json:"stageTimestamp"`
 }

@@ -283,6 +283,16 @@ func (l *auditLog) unlabelledPod(ns, name string, claims ...string) {
 	l.write("create", "", "pods", "", pod)
 }
 
+// failedOpenPod is unlabelledPod admitted without an answer of webhook
+// (failure policy Ignore), as the API server's audit annotation says.
+func (l *auditLog) failedOpenPod(ns, name, webhook string, claims ...string) {
+	pod := labelledPod(ns, name, claims[0], claims[1:]...)
+	pod.Labels = map[string]string{"app": "debug"}
+	pod.UID = l.uid(name)
+	e := l.write("create", "", "pods", "", pod)
+	e.Annotations = map[string]string{failedOpenKeyPrefix + "round_0_index_1": webhook}
+}
+
 // drainPod logs the Job controller's create of the pod of drain Job job.
 func (l *auditLog) drainPod(job *batchv1.Job) {
 	pod := &corev1.Pod{

@@ -182,6 +182,11 @@ type Stats struct {
 type Report struct {
 	Violations []Violation
 	Excused    []Excuse
+	// FailedOpen are the claims shared with an unlabelled pod that the API
+	// server admitted without the mount webhook's answer (its failure
+	// policy is Ignore, docs/design.md): not I1 violations, which are a
+	// webhook's wrong answers, but listed.
+	FailedOpen []string
 	Stats      Stats
 	Holders    HolderReport
 }
@@ -207,7 +212,9 @@ func Check(events []Event, final State, opts Options) Report {
 	h := buildHistory(events, opts)
 	uses := h.claimUses()
 	var r Report
-	r.Violations = append(r.Violations, h.checkShared(uses)...)
+	shared, failedOpen := h.checkShared(uses)
+	r.Violations = append(r.Violations, shared...)
+	r.FailedOpen = failedOpen
 	released, excused, stats := h.checkReleases(uses, final)
 	r.Violations = append(r.Violations, released...)
 	r.Excused = excused
@@ -300,9 +307,13 @@ func (h *history) claimUses() []claimUse {
 
 // checkShared (I1): for every two consecutive creates of pods using one
 // claim UID, a drain Job of that claim must have been created after the
-// first pod and succeeded before the second pod was created.
-func (h *history) checkShared(uses []claimUse) []Violation {
-	var out []Violation
+// first pod and succeeded before the second pod was created. An
+// unlabelled pod that the API server admitted without the mount webhook's
+// answer (failedOpen) is no violation, only listed (failedOpen): the
+// webhook's failure policy lets a pod through when no replica answers,
+// and the binding controller keeps the claim's drain off while the pod
+// mounts it.
+func (h *history) checkShared(uses []claimUse) (out []Violation, failedOpen []string) {
 	last := map[types.UID]claimUse{}
 	for _, u := range h.sortedUses(uses) {
 		if u.claim == nil {
@@ -310,6 +321,11 @@ func (h *history) checkShared(uses []claimUse) []Violation {
 		}
 		uid := u.claim.ref.UID
 		prev, seen := last[uid]
+		if seen && !u.pod.labelled && u.pod.failedOpen != "" && h.drainBetween(uid, prev.pod.pos, u.pod.pos) == nil {
+			failedOpen = append(failedOpen, fmt.Sprintf("%s: pod %s created %s, admitted while webhook %s failed open, beside pod %s",
+				u.claim.ref.String(), u.pod.pod, u.pod.ev.where(), u.pod.failedOpen, prev.pod.pod))
+			continue
+		}
 		last[uid] = u
 		if !seen || h.drainBetween(uid, prev.pod.pos, u.pod.pos) != nil {
 			continue
@@ -322,7 +338,7 @@ func (h *history) checkShared(uses []claimUse) []Violation {
 				prev.pod.pod, prev.pod.ev.where(), u.pod.pod, u.pod.ev.where()),
 		})
 	}
-	return out
+	return out, failedOpen
 }
 
 // sortedUses orders uses by their pods' creates.

@@ -233,6 +233,47 @@ func TestCheckAudit(t *testing.T) {
 			},
 		},
 		{
+			name: "I1 excused: an unlabelled copy admitted while the mount webhook failed open is listed, not a violation",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.failedOpenPod("ns", "a-debug", "mounts.fluent-pvc-operator.tech.zozo.com", "c")
+				l.drainAndDelete(c, 1)
+			},
+			want: counts{},
+			check: func(t *testing.T, r Report) {
+				if len(r.FailedOpen) != 1 || !strings.Contains(r.FailedOpen[0], "ns/a-debug") {
+					t.Errorf("failed open = %v, want the copy listed", r.FailedOpen)
+				}
+				if md := strings.Join(r.Markdown(), "\n"); !strings.Contains(md, "failed open") {
+					t.Errorf("the report does not list it:\n%s", md)
+				}
+			},
+		},
+		{
+			name: "I1 violation: a copy admitted while another webhook failed open",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				l.failedOpenPod("ns", "a-debug", "policy.example.com", "c")
+				l.drainAndDelete(c, 1)
+			},
+			want: counts{InvariantSharedClaim: 1},
+		},
+		{
+			name: "I1 violation: a labelled pod sharing a claim is never excused by a webhook that failed open",
+			log: func(l *auditLog) {
+				c := l.claim("ns", "c")
+				l.pod("ns", "a", "c")
+				b := labelledPod("ns", "b", "c")
+				b.UID = l.uid("b")
+				e := l.write("create", "", "pods", "", b)
+				e.Annotations = map[string]string{failedOpenKeyPrefix + "round_0_index_1": "mounts.fluent-pvc-operator.tech.zozo.com"}
+				l.drainAndDelete(c, 1)
+			},
+			want: counts{InvariantSharedClaim: 1},
+		},
+		{
 			name: "I1 and I2 violations: an unlabelled pod mounts a claim while its drain runs",
 			log: func(l *auditLog) {
 				c := l.claim("ns", "c")

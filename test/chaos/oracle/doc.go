@@ -9,7 +9,11 @@
 //     --copy-to), but the operator's drain and binder Job pods and its
 //     holders: pods that Options.Operator created, labelled as the holder
 //     of a warm claim, controlled by that claim and mounting it, and no
-//     other PVC, read-only. A pod that only looks like a holder counts;
+//     other PVC, read-only. A pod that only looks like a holder counts.
+//     An unlabelled pod that the API server admitted without the
+//     operator's mount webhook's answer (its audit annotation says the
+//     webhook failed open: no replica answered, and the failure policy is
+//     Ignore) is listed in Report.FailedOpen instead;
 //   - I2: a claim a created pod used is let go of (its pvc-protection
 //     finalizer removed, turned warm, or deleted) before a drain Job of it
 //     succeeded, unless its namespace's deletion, or a deletion of the

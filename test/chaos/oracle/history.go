@@ -60,6 +60,29 @@ type podCreate struct {
 	binding string
 	// volumes are the names of the PVCs the pod's volumes mount.
 	volumes []string
+	// failedOpen names the operator's mount webhook when the API server
+	// admitted the pod without its answer (no replica answered, and its
+	// failure policy is Ignore): "" otherwise.
+	failedOpen string
+}
+
+// failedOpenKeyPrefix begins the audit annotation with which the API
+// server records a validating webhook that it could not call and whose
+// failure policy let the request through; its value is the webhook's name.
+const failedOpenKeyPrefix = "failed-open.validating.webhook.admission.k8s.io/"
+
+// mountWebhookPrefix begins the names of the operator's mount webhooks.
+const mountWebhookPrefix = "mounts."
+
+// failedOpenMount is the name of the operator's mount webhook that failed
+// open on the request of e, or "".
+func failedOpenMount(e *Event) string {
+	for k, v := range e.Annotations {
+		if strings.HasPrefix(k, failedOpenKeyPrefix) && strings.HasPrefix(v, mountWebhookPrefix) {
+			return v
+		}
+	}
+	return ""
 }
 
 // claimWrite is the state of a PVC after one logged write.
@@ -260,11 +283,12 @@ func (h *history) addPod(e *Event, line int) bool {
 		return true
 	}
 	p := podCreate{
-		ev:       e,
-		pos:      pos,
-		pod:      objRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
-		labelled: pod.Labels[v1alpha1.FluentPVCNameLabelKey] != "",
-		binding:  pod.Labels[v1alpha1.BindingNameLabelKey],
+		ev:         e,
+		pos:        pos,
+		pod:        objRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		labelled:   pod.Labels[v1alpha1.FluentPVCNameLabelKey] != "",
+		binding:    pod.Labels[v1alpha1.BindingNameLabelKey],
+		failedOpen: failedOpenMount(e),
 	}
 	for _, v := range pod.Spec.Volumes {
 		if v.PersistentVolumeClaim != nil && !slices.Contains(p.volumes, v.PersistentVolumeClaim.ClaimName) {

@@ -24,6 +24,7 @@ func (r Report) Markdown() []string {
 		{"writes whose object did not decode", s.Undecodable},
 		{"labelled pods created", s.PodsCreated},
 		{"unlabelled pods created that mount a claim", s.UnlabelledClaimPods},
+		{"of those, admitted without the mount webhook's answer (failed open) beside the claim's pod", len(r.FailedOpen)},
 		{"claims (PVC UIDs) they used", s.ClaimsReferenced},
 		{"claims reserved ahead of their pods (reserved-by)", s.ClaimsReserved},
 		{"of those, used by created pods", s.ReservedClaimsUsed},
@@ -48,6 +49,12 @@ func (r Report) Markdown() []string {
 		lines = append(lines, "", "Violations:", "")
 		for _, v := range r.Violations {
 			lines = append(lines, fmt.Sprintf("- **%s** `%s`: %s", v.Invariant, v.Object, oneLine(v.Detail)))
+		}
+	}
+	if len(r.FailedOpen) > 0 {
+		lines = append(lines, "", "Claims shared with an unlabelled pod admitted without the mount webhook's answer (no replica answered; its failure policy is Ignore):", "")
+		for _, f := range r.FailedOpen {
+			lines = append(lines, "- "+oneLine(f))
 		}
 	}
 	if len(r.Excused) > 0 {
