@@ -13,11 +13,13 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
@@ -57,7 +59,7 @@ const (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 type options struct {
-	reserveAhead         int
+	reserveAhead         reserveAhead
 	reservationTTL       time.Duration
 	metricsAddr          string
 	pprofAddr            string
@@ -158,9 +160,14 @@ func run(ctx context.Context, args []string) error {
 	drain := &webhook.Drain{}
 	ctx, stop := drain.Stopping(ctx, opts.shutdownDrain)
 	defer stop()
+	// The replicas behind the webhook's Service share each pool's
+	// reservations.
+	service := types.NamespacedName{Namespace: opts.namespace, Name: opts.webhookService}
+	cacheOptions := controllers.CacheOptions()
+	cacheOptions.ByObject[&discoveryv1.EndpointSlice{}] = webhook.ServiceEndpoints(service)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
-		Cache:                         controllers.CacheOptions(),
+		Cache:                         cacheOptions,
 		Metrics:                       metricsserver.Options{BindAddress: opts.metricsAddr},
 		HealthProbeBindAddress:        opts.probeAddr,
 		PprofBindAddress:              opts.pprofAddr,
@@ -229,7 +236,7 @@ func run(ctx context.Context, args []string) error {
 				return
 			}
 			err := webhook.Setup(mgr, webhook.Options{NativeSidecarsUnsupported: nativeUnsupported, Namespace: opts.namespace, Self: self, ServerClock: serverClock,
-				ReserveAhead: opts.reserveAhead, ReservationTTL: opts.reservationTTL, Owner: owner(), Drain: drain}, caches)
+				ReserveAhead: int(opts.reserveAhead), ReservationTTL: opts.reservationTTL, Owner: owner(), Drain: drain, Service: service}, caches)
 			webhooksRegistered.Store(err == nil)
 			webhookSetupErr <- err
 		case <-ctx.Done():
@@ -275,6 +282,30 @@ func run(ctx context.Context, args []string) error {
 	return <-runErr
 }
 
+// reserveAhead is --reserve-ahead: a number of claims, 0 or more, or
+// pool.ReserveShare, written "share".
+type reserveAhead int
+
+func (r *reserveAhead) String() string {
+	if int(*r) == pool.ReserveShare {
+		return "share"
+	}
+	return strconv.Itoa(int(*r))
+}
+
+func (r *reserveAhead) Set(s string) error {
+	if s == "share" {
+		*r = reserveAhead(pool.ReserveShare)
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return fmt.Errorf("want a number of claims, 0 or more, or \"share\", not %q", s)
+	}
+	*r = reserveAhead(n)
+	return nil
+}
+
 func parseFlags(args []string) (options, zap.Options, error) {
 	var o options
 	fs := flag.NewFlagSet("fluent-pvc-operator", flag.ContinueOnError)
@@ -292,7 +323,7 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.StringVar(&o.webhookConfig, "webhook-config-name", "fluent-pvc-operator-mutating-webhook-configuration", "MutatingWebhookConfiguration whose caBundle the operator injects.")
 	fs.StringVar(&o.validatingWebhookConfig, "validating-webhook-config-name", "fluent-pvc-operator-validating-webhook-configuration", "ValidatingWebhookConfiguration (of FluentPVCs) whose caBundle the operator injects.")
 	fs.StringVar(&o.certSecret, "cert-secret-name", "fluent-pvc-operator-webhook-server-cert", "Secret that holds the operator's own CA and serving certificate.")
-	fs.IntVar(&o.reserveAhead, "reserve-ahead", 0, "How many warm PVCs per FluentPVC and namespace each replica reserves ahead of their pods, so that it hands them out without an API write at admission, for FluentPVCs whose spec.pool.reserveAhead is unset; they count in the pool's size. 0 reserves none. Pools that stage their warm PVCs are not reserved from.")
+	fs.Var(&o.reserveAhead, "reserve-ahead", "How many warm PVCs per FluentPVC and namespace each replica reserves ahead of their pods, so that it hands them out without an API write at admission, for FluentPVCs whose spec.pool.reserveAhead is unset: a number, or \"share\" for the replica's share of the pool (its size divided by the ready endpoints of --webhook-service-name, rounded up). Whatever is asked, a replica reserves at most its share. They count in the pool's size. 0 reserves none. Pools that stage their warm PVCs are not reserved from.")
 	fs.DurationVar(&o.reservationTTL, "reservation-ttl", pool.ReserveTTL, "How long a reservation ahead runs from the write that makes or extends it; its replica extends it when half is left. A replica that dies holds its reservations that long before they are reclaimed; a shorter one costs more extensions (one write per reserved claim per half of it).")
 	fs.DurationVar(&o.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long to wait for running reconciles and requests on shutdown.")
 	fs.DurationVar(&o.shutdownDrain, "shutdown-drain", 0, "How long a replica told to stop keeps serving webhooks before it stops, answering each request with Connection: close, so that the API server moves its connections to other replicas rather than have them cut under a request. 0 stops at once. The pod's terminationGracePeriodSeconds must cover it, any preStop hook and --graceful-shutdown-timeout.")
@@ -308,9 +339,6 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	}
 	if o.shutdownDrain < 0 {
 		return o, zapOpts, fmt.Errorf("--shutdown-drain must be 0 or more, not %s", o.shutdownDrain)
-	}
-	if o.reserveAhead < 0 {
-		return o, zapOpts, fmt.Errorf("--reserve-ahead must be 0 or more, not %d", o.reserveAhead)
 	}
 	if o.reservationTTL < pool.MinReserveTTL || o.reservationTTL > claim.MaxReservation {
 		return o, zapOpts, fmt.Errorf("--reservation-ttl must be from %s to %s, not %s", pool.MinReserveTTL, claim.MaxReservation, o.reservationTTL)

@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -321,20 +322,26 @@ func TestParseFlagsReservations(t *testing.T) {
 	for name, tc := range map[string]struct {
 		args    []string
 		wantErr string
+		// reserve is the stock's target parsed, when there is no error.
+		reserve int
 	}{
 		"the defaults":            {},
-		"a shorter reservation":   {args: []string{"--reserve-ahead=2", "--reservation-ttl=1m"}},
-		"a negative count":        {args: []string{"--reserve-ahead=-1"}, wantErr: "--reserve-ahead must be 0 or more"},
+		"a shorter reservation":   {args: []string{"--reserve-ahead=2", "--reservation-ttl=1m"}, reserve: 2},
+		"the replica's share":     {args: []string{"--reserve-ahead=share"}, reserve: pool.ReserveShare},
+		"a negative count":        {args: []string{"--reserve-ahead=-1"}, wantErr: `invalid value "-1" for flag -reserve-ahead: want a number of claims, 0 or more, or "share", not "-1"`},
+		"a word":                  {args: []string{"--reserve-ahead=all"}, wantErr: `want a number of claims, 0 or more, or "share", not "all"`},
 		"a reservation too short": {args: []string{"--reservation-ttl=30s"}, wantErr: "--reservation-ttl must be from 1m0s to 10m0s, not 30s"},
 		"a reservation too long":  {args: []string{"--reservation-ttl=11m"}, wantErr: "--reservation-ttl must be from 1m0s to 10m0s, not 11m0s"},
 		"a drain":                 {args: []string{"--shutdown-drain=5s"}},
 		"a negative drain":        {args: []string{"--shutdown-drain=-1s"}, wantErr: "--shutdown-drain must be 0 or more, not -1s"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, _, err := parseFlags(tc.args)
+			o, _, err := parseFlags(tc.args)
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("parseFlags(%v): %v", tc.args, err)
+			case tc.wantErr == "" && int(o.reserveAhead) != tc.reserve:
+				t.Fatalf("parseFlags(%v): --reserve-ahead %d, want %d", tc.args, o.reserveAhead, tc.reserve)
 			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
 				t.Fatalf("parseFlags(%v) = %v, want an error with %q", tc.args, err, tc.wantErr)
 			}

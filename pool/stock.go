@@ -46,13 +46,18 @@ const writeMargin = 10 * time.Second
 // reservations to extend or give back.
 const stockPoll = time.Second
 
+// ReserveShare, as a Stock's Target, reserves the replica's share of each
+// pool: its size divided by the replicas, rounded up (Stock.Replicas).
+const ReserveShare = -1
+
 // giveBackTimeout bounds how long a Stock that stops spends giving its
 // reservations back.
 const giveBackTimeout = 10 * time.Second
 
 // Stock is what one webhook replica holds of the warm pools: up to the
 // pool's reserveAhead (Target when unset) claims per FluentPVC and
-// namespace, reserved ahead of their pods
+// namespace, at most its share of the pool (Limit), reserved ahead of
+// their pods
 // (claim.Reserve), which its admissions hand out without an API write.
 // The reservation is the checkout's write made before the pod comes, so
 // a claim handed out is already a claim, with everything its drain needs.
@@ -62,8 +67,8 @@ const giveBackTimeout = 10 * time.Second
 // Sync keeps the stock: it reserves Bound warm PVCs of the current
 // template, extends reservations before they end, and gives back (to the
 // pool, as warm PVCs) those of a FluentPVC that is gone, being deleted,
-// staged or changed its template, and those beyond its pool's size. A
-// claim is handed out, extended or given back under the stock's lock, so
+// staged or changed its template, and those beyond its Limit (the size
+// shrank, or more replicas share the pool). A claim is handed out, extended or given back under the stock's lock, so
 // never two of them at once; once handed out, the stock forgets it. A
 // replica that dies holds its stock until the reservations end; the
 // binding controller then reclaims them as claims whose pods never came.
@@ -71,9 +76,14 @@ type Stock struct {
 	// Owner names this process in the claims it reserves.
 	Owner string
 	// Target is how many claims to hold per FluentPVC and namespace for a
-	// FluentPVC whose spec.pool.reserveAhead is unset; at most the pool's
-	// size.
+	// FluentPVC whose spec.pool.reserveAhead is unset, or ReserveShare.
+	// Whatever asks, a stock holds at most its share of the pool: the
+	// size divided by the replicas, rounded up.
 	Target int
+	// Replicas, when set, says how many webhook replicas serve
+	// admissions, and so share the pools; an error or fewer than 1 counts
+	// as 1 (the replica is alone, or cannot tell).
+	Replicas func(context.Context) (int, error)
 	// Checkouts are the replica's checkouts, whose cache and writer the
 	// stock uses and whose record of the warm PVCs taken it shares, so
 	// that neither tries a PVC the other took while the cache lags.
@@ -203,7 +213,7 @@ func (s *Stock) Len() int {
 // reservable are the FluentPVCs whose pools the stock reserves from, by
 // name: a pool of some size that asks for reservations (limit), not being
 // deleted, not staged.
-func (s *Stock) reservable(ctx context.Context) (map[string]*v1alpha1.FluentPVC, error) {
+func (s *Stock) reservable(ctx context.Context, replicas int) (map[string]*v1alpha1.FluentPVC, error) {
 	var fpvcs v1alpha1.FluentPVCList
 	if err := s.Checkouts.Cache.List(ctx, &fpvcs); err != nil {
 		return nil, fmt.Errorf("listing FluentPVCs: %w", err)
@@ -211,7 +221,7 @@ func (s *Stock) reservable(ctx context.Context) (map[string]*v1alpha1.FluentPVC,
 	out := map[string]*v1alpha1.FluentPVC{}
 	for i := range fpvcs.Items {
 		f := &fpvcs.Items[i]
-		if s.limit(f) <= 0 || !f.DeletionTimestamp.IsZero() {
+		if s.limit(f, replicas) <= 0 || !f.DeletionTimestamp.IsZero() {
 			continue
 		}
 		staged, err := Stages(ctx, s.Checkouts.Cache, f)
@@ -225,11 +235,12 @@ func (s *Stock) reservable(ctx context.Context) (map[string]*v1alpha1.FluentPVC,
 	return out, nil
 }
 
-// Sync brings the stock to Target per FluentPVC and namespace where the
+// Sync brings the stock to its Limit per FluentPVC and namespace where the
 // pool has Bound warm PVCs, extends the reservations that run out, and
 // gives back those no longer wanted (see Stock).
 func (s *Stock) Sync(ctx context.Context) error {
-	fpvcs, err := s.reservable(ctx)
+	replicas := s.replicas(ctx)
+	fpvcs, err := s.reservable(ctx, replicas)
 	if err != nil {
 		return err
 	}
@@ -238,7 +249,7 @@ func (s *Stock) Sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	extend, giveBack, count := s.plan(fpvcs, terminating, now)
+	extend, giveBack, count := s.plan(fpvcs, terminating, now, replicas)
 	errs := []error{}
 	for _, c := range giveBack {
 		errs = append(errs, s.write(ctx, c, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Unreserve(c, s.Owner) }))
@@ -249,7 +260,7 @@ func (s *Stock) Sync(ctx context.Context) error {
 		}))
 	}
 	for name, f := range fpvcs {
-		errs = append(errs, s.reserve(ctx, f, count[name], now))
+		errs = append(errs, s.reserve(ctx, f, count[name], now, replicas))
 	}
 	s.report(fpvcs)
 	return errors.Join(errs...)
@@ -258,7 +269,7 @@ func (s *Stock) Sync(ctx context.Context) error {
 // plan picks, under the lock, the claims to extend and to give back, and
 // marks them busy; count is how many the stock keeps per FluentPVC and
 // namespace.
-func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, terminating map[string]bool, now time.Time) (extend, giveBack []*corev1.PersistentVolumeClaim, count map[string]map[string]int) {
+func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, terminating map[string]bool, now time.Time, replicas int) (extend, giveBack []*corev1.PersistentVolumeClaim, count map[string]map[string]int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	count = map[string]map[string]int{}
@@ -278,7 +289,7 @@ func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, terminating map[strin
 			continue
 		case !ok || c.Labels[v1alpha1.TemplateHashLabelKey] != TemplateHash(&f.Spec.PVCSpecTemplate) || terminating[c.Namespace]:
 			giveBack = append(giveBack, c)
-		case count[name][c.Namespace] >= s.limit(f):
+		case count[name][c.Namespace] >= s.limit(f, replicas):
 			giveBack = append(giveBack, c)
 		default:
 			if count[name] == nil {
@@ -347,14 +358,40 @@ func (s *Stock) ttl() time.Duration {
 	return min(max(s.TTL, MinReserveTTL), claim.MaxReservation)
 }
 
-// limit is how many claims of f's pool the stock holds per namespace:
-// spec.pool.reserveAhead, or Target when it is unset, at most the size.
-func (s *Stock) limit(f *v1alpha1.FluentPVC) int {
-	want := s.Target
+// replicas is how many replicas share the pools (Replicas), at least 1.
+func (s *Stock) replicas(ctx context.Context) int {
+	if s.Replicas == nil {
+		return 1
+	}
+	n, err := s.Replicas(ctx)
+	if err != nil {
+		log.FromContext(ctx).V(1).Info("counting the webhook's replicas; reserving as if alone", "error", err.Error())
+		return 1
+	}
+	return max(n, 1)
+}
+
+// Limit is how many claims of f's pool a stock holds per namespace, for a
+// Target of target among replicas replicas: spec.pool.reserveAhead, or
+// target when it is unset, at most the replica's share of the size (the
+// size divided by the replicas, rounded up), which ReserveShare asks for
+// whole.
+func Limit(f *v1alpha1.FluentPVC, target, replicas int) int {
+	want := target
 	if f.Spec.Pool.ReserveAhead != nil {
 		want = int(*f.Spec.Pool.ReserveAhead)
 	}
-	return max(0, min(want, int(f.Spec.Pool.Size)))
+	size, replicas := int(f.Spec.Pool.Size), max(replicas, 1)
+	share := (size + replicas - 1) / replicas
+	if want == ReserveShare {
+		want = share
+	}
+	return max(0, min(want, share))
+}
+
+// limit is Limit for the stock's Target.
+func (s *Stock) limit(f *v1alpha1.FluentPVC, replicas int) int {
+	return Limit(f, s.Target, replicas)
 }
 
 // write makes transition's write of held claim c, busy meanwhile, and
@@ -407,7 +444,7 @@ func (s *Stock) write(ctx context.Context, c *corev1.PersistentVolumeClaim, tran
 // reserve reserves Bound warm PVCs of f's pool, in every namespace that
 // has them, until the stock holds its limit there (held: how many it
 // holds, by namespace).
-func (s *Stock) reserve(ctx context.Context, f *v1alpha1.FluentPVC, held map[string]int, now time.Time) error {
+func (s *Stock) reserve(ctx context.Context, f *v1alpha1.FluentPVC, held map[string]int, now time.Time, replicas int) error {
 	c := s.Checkouts
 	var warm corev1.PersistentVolumeClaimList
 	if err := c.Cache.List(ctx, &warm, client.MatchingFields{WarmIndex: f.Name}, client.UnsafeDisableDeepCopy); err != nil {
@@ -417,7 +454,7 @@ func (s *Stock) reserve(ctx context.Context, f *v1alpha1.FluentPVC, held map[str
 	for _, w := range warm.Items {
 		byNS[w.Namespace] = append(byNS[w.Namespace], w)
 	}
-	hash, limit := TemplateHash(&f.Spec.PVCSpecTemplate), s.limit(f)
+	hash, limit := TemplateHash(&f.Spec.PVCSpecTemplate), s.limit(f, replicas)
 	var errs []error
 	for ns, items := range byNS {
 		want := limit - held[ns]

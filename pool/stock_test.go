@@ -105,22 +105,39 @@ func TestStockSync(t *testing.T) {
 		fpvc   *v1alpha1.FluentPVC
 		extra  []client.Object
 		target int
-		want   int
+		// replicas is what Stock.Replicas answers; unset when 0, an
+		// error when -1.
+		replicas int
+		want     int
 	}{
-		"up to the target":                {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: 2, want: 2},
-		"at most the pool's size":         {fpvc: fixtures.MakeFluentPVC("f").PoolSize(1).Obj(), target: 5, want: 1},
-		"every warm PVC there is":         {fpvc: fixtures.MakeFluentPVC("f").PoolSize(5).Obj(), target: 5, want: 3},
-		"a staged pool: none":             {fpvc: staged, extra: []client.Object{class, driver}, target: 2},
-		"a FluentPVC being deleted: none": {fpvc: deleting, target: 2},
-		"the FluentPVC's own number":      {fpvc: reserveAhead(3, 2), target: 0, want: 2},
-		"the FluentPVC's own number wins": {fpvc: reserveAhead(3, 1), target: 3, want: 1},
-		"the FluentPVC asks for none":     {fpvc: reserveAhead(3, 0), target: 3},
-		"neither asks (the default)":      {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: 0},
-		"its number, at most the size":    {fpvc: reserveAhead(2, 9), target: 0, want: 2},
+		"up to the target":                 {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: 2, want: 2},
+		"its share, alone: the whole pool": {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: ReserveShare, replicas: 1, want: 3},
+		"its share of two replicas, rounded up": {
+			fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: ReserveShare, replicas: 2, want: 2},
+		"the replicas unknown: as if alone": {
+			fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: ReserveShare, replicas: -1, want: 3},
+		"the target, at most its share":                 {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: 3, replicas: 3, want: 1},
+		"the FluentPVC's own number, at most its share": {fpvc: reserveAhead(3, 3), target: 0, replicas: 2, want: 2},
+		"at most the pool's size":                       {fpvc: fixtures.MakeFluentPVC("f").PoolSize(1).Obj(), target: 5, want: 1},
+		"every warm PVC there is":                       {fpvc: fixtures.MakeFluentPVC("f").PoolSize(5).Obj(), target: 5, want: 3},
+		"a staged pool: none":                           {fpvc: staged, extra: []client.Object{class, driver}, target: 2},
+		"a FluentPVC being deleted: none":               {fpvc: deleting, target: 2},
+		"the FluentPVC's own number":                    {fpvc: reserveAhead(3, 2), target: 0, want: 2},
+		"the FluentPVC's own number wins":               {fpvc: reserveAhead(3, 1), target: 3, want: 1},
+		"the FluentPVC asks for none":                   {fpvc: reserveAhead(3, 0), target: 3},
+		"neither asks (the default)":                    {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: 0},
+		"its number, at most the size":                  {fpvc: reserveAhead(2, 9), target: 0, want: 2},
 	} {
 		t.Run(name, func(t *testing.T) {
 			objs := append(append([]client.Object{tc.fpvc}, tc.extra...), warmPVCs(tc.fpvc, 3)...)
 			f := newStockFixture(t, tc.target, objs...)
+			switch tc.replicas {
+			case 0:
+			case -1:
+				f.stock.Replicas = func(context.Context) (int, error) { return 0, errors.New("forbidden") }
+			default:
+				f.stock.Replicas = func(context.Context) (int, error) { return tc.replicas, nil }
+			}
 			if err := f.stock.Sync(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -129,6 +146,37 @@ func TestStockSync(t *testing.T) {
 			}
 			if w := int(f.writes.Load()); w != tc.want {
 				t.Errorf("%d writes, want one per reservation (%d)", w, tc.want)
+			}
+		})
+	}
+}
+
+// TestLimit: what a FluentPVC asks for, or the stock's target, at most
+// the replica's share of the pool.
+func TestLimit(t *testing.T) {
+	for name, tc := range map[string]struct {
+		size, target, replicas int
+		reserveAhead           *int32
+		want                   int
+	}{
+		"nothing asked":                             {size: 4, target: 0, replicas: 1},
+		"the target":                                {size: 4, target: 2, replicas: 1, want: 2},
+		"the share, alone":                          {size: 4, target: ReserveShare, replicas: 1, want: 4},
+		"the share of two":                          {size: 4, target: ReserveShare, replicas: 2, want: 2},
+		"the share of two, rounded up":              {size: 5, target: ReserveShare, replicas: 2, want: 3},
+		"the share of more replicas than PVCs":      {size: 1, target: ReserveShare, replicas: 3, want: 1},
+		"no replica counted: alone":                 {size: 4, target: ReserveShare, replicas: 0, want: 4},
+		"a size of 0":                               {size: 0, target: ReserveShare, replicas: 1},
+		"the target, at most the share":             {size: 4, target: 4, replicas: 2, want: 2},
+		"the FluentPVC's number":                    {size: 4, target: ReserveShare, replicas: 1, reserveAhead: ptr.To[int32](1), want: 1},
+		"the FluentPVC's number, at most the share": {size: 4, target: 0, replicas: 2, reserveAhead: ptr.To[int32](4), want: 2},
+		"the FluentPVC asks for none":               {size: 4, target: ReserveShare, replicas: 1, reserveAhead: ptr.To[int32](0)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := fixtures.MakeFluentPVC("f").PoolSize(int32(tc.size)).Obj()
+			f.Spec.Pool.ReserveAhead = tc.reserveAhead
+			if got := Limit(f, tc.target, tc.replicas); got != tc.want {
+				t.Errorf("Limit = %d, want %d", got, tc.want)
 			}
 		})
 	}
@@ -192,8 +240,11 @@ func TestStockKeeps(t *testing.T) {
 	ctx := context.Background()
 	for name, tc := range map[string]struct {
 		change func(f *v1alpha1.FluentPVC)
-		after  time.Duration
-		close  bool
+		// replicas, when set, is how many replicas share the pool
+		// after the first sync (alone before it).
+		replicas int
+		after    time.Duration
+		close    bool
 		// namespaceGoing deletes the namespace (held by a finalizer).
 		namespaceGoing bool
 		want           int // claims still reserved
@@ -207,12 +258,13 @@ func TestStockKeeps(t *testing.T) {
 			after: ReserveTTL - writeMargin + time.Second, want: 2, forgotten: true},
 		"extended too late to be sure: forgotten": {
 			after: ReserveTTL/2 + time.Second, writeTakes: ReserveTTL / 2, want: 2, extended: true, forgotten: true},
-		"half its time left: extended": {after: ReserveTTL/2 + time.Second, want: 2, extended: true},
-		"most of its time left: kept":  {after: time.Second, want: 2},
-		"the template changed":         {change: func(f *v1alpha1.FluentPVC) { f.Spec.PVCSpecTemplate.VolumeName = "other" }},
-		"the pool shrank":              {change: func(f *v1alpha1.FluentPVC) { f.Spec.Pool.Size = 1 }, want: 1},
-		"the FluentPVC asks for fewer": {change: func(f *v1alpha1.FluentPVC) { f.Spec.Pool.ReserveAhead = ptr.To[int32](1) }, want: 1},
-		"the FluentPVC asks for none":  {change: func(f *v1alpha1.FluentPVC) { f.Spec.Pool.ReserveAhead = ptr.To[int32](0) }},
+		"half its time left: extended":    {after: ReserveTTL/2 + time.Second, want: 2, extended: true},
+		"most of its time left: kept":     {after: time.Second, want: 2},
+		"the template changed":            {change: func(f *v1alpha1.FluentPVC) { f.Spec.PVCSpecTemplate.VolumeName = "other" }},
+		"the pool shrank":                 {change: func(f *v1alpha1.FluentPVC) { f.Spec.Pool.Size = 1 }, want: 1},
+		"the FluentPVC asks for fewer":    {change: func(f *v1alpha1.FluentPVC) { f.Spec.Pool.ReserveAhead = ptr.To[int32](1) }, want: 1},
+		"the FluentPVC asks for none":     {change: func(f *v1alpha1.FluentPVC) { f.Spec.Pool.ReserveAhead = ptr.To[int32](0) }},
+		"another replica shares the pool": {replicas: 2, want: 1},
 		"the FluentPVC is being deleted": {change: func(f *v1alpha1.FluentPVC) {
 			f.Finalizers = []string{"keep"}
 		}},
@@ -252,6 +304,9 @@ func TestStockKeeps(t *testing.T) {
 				if err := f.api.Delete(ctx, ns); err != nil {
 					t.Fatal(err)
 				}
+			}
+			if tc.replicas > 0 {
+				f.stock.Replicas = func(context.Context) (int, error) { return tc.replicas, nil }
 			}
 			f.clock.SetTime(fixtures.Epoch.Add(tc.after))
 			if tc.writeTakes > 0 {
