@@ -200,10 +200,11 @@ type PoolSpec struct {
 	// reserveAhead is how many of the pool's warm PVCs in each namespace
 	// each operator replica reserves ahead of their pods, so that its
 	// admissions hand them out without an API write. Reserved PVCs count
-	// in size (at most size are reserved), so with several replicas keep
-	// it at most size divided by the replicas. A pool that stages its warm
-	// PVCs is not reserved from. From 0 (none) to 1000; unset (the
-	// default) means the operator's --reserve-ahead, itself 0 by default.
+	// in size, and a replica reserves at most its share of it: size
+	// divided by the webhook's ready replicas, rounded up. A pool that
+	// stages its warm PVCs is not reserved from. From 0 (none) to 1000;
+	// unset (the default) means the operator's --reserve-ahead ("share"
+	// as the chart and config/default install it, 0 in the binary).
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000

@@ -17,12 +17,13 @@ import (
 
 // FluentPVCs of the admission phase.
 const (
-	fpvcAdmission         = "bench-admission"          // warm pools for the hit levels
-	fpvcAdmissionReserved = "bench-admission-reserved" // warm pools reserved ahead, for the reserved levels
+	fpvcAdmission         = "bench-admission"          // warm pools reserving none, for the hit levels
+	fpvcAdmissionReserved = "bench-admission-reserved" // warm pools left to the operator's --reserve-ahead, for the reserved levels
 )
 
 // checkoutReserved labels the levels whose hits are handed out from
-// reservations ahead (-reserve-ahead): the operator counts them as hits.
+// reservations ahead (the operator's --reserve-ahead, the chart's
+// "share"): the operator counts them as hits.
 const checkoutReserved = "reserved"
 
 func admissionHitNamespaces(levels []int) []string {
@@ -213,10 +214,11 @@ func (e *env) admissionPhase(ctx context.Context, res *results) error {
 	}
 	// One pool per level, all filled ahead (prefillPools); a level's pool
 	// leaves the FluentPVC once used, so that it does not refill during the
-	// next level. The reserved levels' pools are reserved ahead (each
-	// full once all its warm PVCs are).
+	// next level. The reserved levels' pools are reserved ahead by the
+	// operator's default (each full once all its warm PVCs are), when it
+	// reserves whole pools.
 	kinds := []struct{ kind, fpvc string }{{pool.ResultHit, fpvcAdmission}}
-	if e.cfg.ReserveAhead > 0 {
+	if operatorReserve(e.cfg.OperatorArgs) == pool.ReserveShare {
 		kinds = append(kinds, struct{ kind, fpvc string }{checkoutReserved, fpvcAdmissionReserved})
 	}
 	var poolNSs []string

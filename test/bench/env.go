@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -240,14 +242,14 @@ func (t *runningTracker) await(ctx context.Context, pod *corev1.Pod) (bound, run
 // every few seconds, so it may still show a pool full that a checkout
 // emptied moments ago.
 func (e *env) waitPoolWarm(ctx context.Context, name string, want int32, nss ...string) error {
-	// A pool that asks for reservations (spec.pool.reserveAhead) is full
-	// once that many are reserved; one that stages its warm PVCs is not
-	// reserved from.
+	// A pool the operator reserves from (spec.pool.reserveAhead, or its
+	// --reserve-ahead; the bench runs one replica) is full once that many
+	// are reserved; one that stages its warm PVCs is not reserved from.
 	f := &v1alpha1.FluentPVC{}
 	if err := e.cl.Get(ctx, client.ObjectKey{Name: name}, f); err != nil {
 		return fmt.Errorf("reading FluentPVC %s: %w", name, err)
 	}
-	reserveWant := ptr.Deref(f.Spec.Pool.ReserveAhead, 0)
+	reserveWant := int32(pool.Limit(f, operatorReserve(e.cfg.OperatorArgs), 1))
 	if reserveWant > 0 {
 		if staged, err := pool.Stages(ctx, e.cl, f); err != nil || staged {
 			reserveWant = 0
@@ -418,11 +420,13 @@ func (e *env) createFluentPVC(ctx context.Context, name string, size int32, name
 
 // fluentPVC is the tier's FluentPVC named name on the tier's storage class
 // (e.storageClass), with a pool of size in namespaces (not staged if it is
-// fpvcUnstaged): on kwok,
-// config/samples' with small requests, and the pools of d and the cost
-// phase reserved ahead (-reserve-ahead), as are the whole pools of the
-// reserved admission levels; on the real node, with busybox for
-// the sidecar and the finalizer Job, which start there.
+// fpvcUnstaged): on kwok, config/samples' with small requests, and the
+// pools of d and the cost phase reserving -reserve-ahead when it is set;
+// on the real node, with busybox for the sidecar and the finalizer Job,
+// which start there. The pools of the admission phase's hit levels and of
+// the nodes phase reserve none (spec.pool.reserveAhead: 0): they measure
+// the checkout that writes. Every other pool leaves reservations to the
+// operator's --reserve-ahead.
 func (e *env) fluentPVC(name string, size int32, namespaces ...string) *v1alpha1.FluentPVC {
 	f := fixtures.MakeFluentPVC(name).StorageClass(e.storageClass()).PoolSize(size).Mutate(func(f *v1alpha1.FluentPVC) {
 		f.Spec.Pool.Namespaces = namespaces
@@ -430,17 +434,11 @@ func (e *env) fluentPVC(name string, size int32, namespaces ...string) *v1alpha1
 			f.Spec.Pool.Staging = v1alpha1.PoolStagingDisabled
 		}
 	})
-	if !e.real && e.cfg.ReserveAhead > 0 {
-		var reserve int32
-		switch name {
-		case fpvcHit, fpvcCost:
-			reserve = int32(e.cfg.ReserveAhead)
-		case fpvcAdmissionReserved:
-			reserve = size // every hit of a reserved level comes from a reservation
-		}
-		if reserve > 0 {
-			f.Mutate(func(f *v1alpha1.FluentPVC) { f.Spec.Pool.ReserveAhead = ptr.To(reserve) })
-		}
+	switch {
+	case name == fpvcAdmission || name == fpvcNodes:
+		f.Mutate(func(f *v1alpha1.FluentPVC) { f.Spec.Pool.ReserveAhead = ptr.To[int32](0) })
+	case !e.real && e.cfg.ReserveAhead > 0 && (name == fpvcHit || name == fpvcCost):
+		f.Mutate(func(f *v1alpha1.FluentPVC) { f.Spec.Pool.ReserveAhead = ptr.To(int32(e.cfg.ReserveAhead)) })
 	}
 	if e.real {
 		return f.RealContainers(realMountPath, images.BusyboxContainer("sidecar", realSidecarScript), images.BusyboxContainer("drain", realDrainScript)).Obj()
@@ -613,4 +611,23 @@ func (e *env) settle(ctx context.Context) error {
 
 func fluentPVCRef(name string) *v1alpha1.FluentPVC {
 	return &v1alpha1.FluentPVC{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}
+
+// operatorReserve is the stock's target of an operator run with args (its
+// last --reserve-ahead): a number of claims or pool.ReserveShare; 0 when
+// the args do not set it (the binary's default).
+func operatorReserve(args []string) int {
+	target := 0
+	for _, a := range args {
+		v, ok := strings.CutPrefix(a, "--reserve-ahead=")
+		if !ok {
+			continue
+		}
+		if v == "share" {
+			target = pool.ReserveShare
+		} else if n, err := strconv.Atoi(v); err == nil {
+			target = n
+		}
+	}
+	return target
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"os"
 	"testing"
+
+	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
 // TestSmoke runs the bench's reduced mode (-smoke) on its own kwok cluster:
@@ -84,5 +86,32 @@ func TestParseFlagsErrors(t *testing.T) {
 				t.Errorf("parseFlags(%v) = nil error, want one", args)
 			}
 		})
+	}
+}
+
+// TestOperatorReserve: the bench runs the operator as the chart does
+// (reserving its share) unless -operator-args says otherwise; the last
+// --reserve-ahead wins, as in the operator's own flag parsing.
+func TestOperatorReserve(t *testing.T) {
+	for name, tc := range map[string]struct {
+		operatorArgs string
+		want         int
+	}{
+		"the chart's default": {want: pool.ReserveShare},
+		"none":                {operatorArgs: "--reserve-ahead=0", want: 0},
+		"a number":            {operatorArgs: "--pprof-bind-address=127.0.0.1:6060 --reserve-ahead=3", want: 3},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := parseFlags([]string{"-operator-args", tc.operatorArgs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := operatorReserve(c.OperatorArgs); got != tc.want {
+				t.Errorf("operatorReserve(%v) = %d, want %d", c.OperatorArgs, got, tc.want)
+			}
+		})
+	}
+	if got := operatorReserve(nil); got != 0 {
+		t.Errorf("operatorReserve(nil) = %d, want 0 (the binary's default)", got)
 	}
 }
