@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 )
 
 const (
@@ -81,15 +82,23 @@ func (e *env) burstPhase(ctx context.Context, res *results) error {
 	return err
 }
 
-// warmBound counts the warm, Bound PVCs of ns in the bench's cache.
-func (e *env) warmBound(ctx context.Context, ns string) (int, error) {
+// warmBound counts the Bound PVCs of ns's pool in the bench's cache, as
+// the pool counts them: warm PVCs, and claims reserved ahead that no pod
+// carries (handedOut names the claims the burst's pods carry: a claim
+// handed out from a reservation keeps it until its binding records the
+// pod).
+func (e *env) warmBound(ctx context.Context, ns string, handedOut map[string]bool) (int, error) {
 	var pvcs corev1.PersistentVolumeClaimList
-	if err := e.cache.List(ctx, &pvcs, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm}); err != nil {
+	if err := e.cache.List(ctx, &pvcs, client.InNamespace(ns)); err != nil {
 		return 0, err
 	}
 	n := 0
 	for _, c := range pvcs.Items {
-		if c.Status.Phase == corev1.ClaimBound && c.DeletionTimestamp == nil {
+		if c.Status.Phase != corev1.ClaimBound || c.DeletionTimestamp != nil {
+			continue
+		}
+		_, _, reserved := claim.Reservation(&c)
+		if claim.StateOf(&c) == claim.Warm || (reserved && !handedOut[c.Name]) {
 			n++
 		}
 	}
@@ -134,6 +143,12 @@ func (e *env) burst(ctx context.Context) (r burstResult, err error) {
 		return r, err
 	}
 	r.CreateSeconds = end.Sub(start).Seconds()
+	handedOut := map[string]bool{}
+	for _, p := range pods {
+		if name := podClaim(p); name != "" {
+			handedOut[name] = true
+		}
+	}
 
 	// From the burst's end, side by side and each bounded: the pool warm
 	// again (from the PVC informer's cache) and the pods Running.
@@ -143,7 +158,7 @@ func (e *env) burst(ctx context.Context) (r burstResult, err error) {
 		r.MinWarm = r.Pool
 		last := 0
 		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, burstRefillTimeout, true, func(ctx context.Context) (bool, error) {
-			n, err := e.warmBound(ctx, ns)
+			n, err := e.warmBound(ctx, ns, handedOut)
 			if err != nil {
 				return false, err
 			}
