@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -14,12 +15,15 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -375,6 +379,102 @@ var _ = Describe("Pod admission", func() {
 		}
 	})
 
+	It("shares a pool's reservations among the replicas behind the webhook Service's ready endpoints", func() {
+		pooled := createFluentPVC(fixtures.MakeFluentPVC("shared-" + ns).PoolSize(3).Obj())
+		for range 3 {
+			warm := claim.NewWarm(pooled, ns, pool.TemplateHash(&pooled.Spec.PVCSpecTemplate), "").Object
+			warm.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
+			Expect(k8sClient.Create(ctx, warm)).To(Succeed())
+			warm.Status.Phase = corev1.ClaimBound
+			Expect(k8sClient.Status().Update(ctx, warm)).To(Succeed())
+		}
+		Eventually(func(g Gomega) {
+			var l corev1.PersistentVolumeClaimList
+			g.Expect(mgrClient.List(ctx, &l, client.InNamespace(ns), client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: pooled.Name})).To(Succeed())
+			bound := 0
+			for _, c := range l.Items {
+				if c.Status.Phase == corev1.ClaimBound {
+					bound++
+				}
+			}
+			g.Expect(bound).To(Equal(3), "the cache sees the pool full")
+		}).Should(Succeed())
+		// The Service's endpoints as the EndpointSlice controller writes
+		// them: a and b ready.
+		svc := types.NamespacedName{Namespace: ns, Name: "webhook"}
+		slice := &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: "webhook-x1", Labels: map[string]string{discoveryv1.LabelServiceName: svc.Name}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+		}
+		setEndpoints := func(ready map[string]bool) {
+			slice.Endpoints = nil
+			for i, name := range []string{"a", "b", "c"} {
+				r, ok := ready[name]
+				if !ok {
+					continue
+				}
+				slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
+					Addresses:  []string{fmt.Sprintf("10.0.0.%d", i+1)},
+					Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(r)},
+					TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "operator-" + name},
+				})
+			}
+		}
+		setEndpoints(map[string]bool{"a": true, "b": true})
+		Expect(k8sClient.Create(ctx, slice)).To(Succeed())
+
+		replicas := webhook.Replicas(k8sClient, syncedInformer{}, svc)
+		stock := func(owner string) *pool.Stock {
+			s := pool.NewStock(owner, pool.ReserveShare, pool.NewCheckouter(mgrClient, k8sClient, k8sClient), clock.RealClock{})
+			s.Replicas = replicas
+			DeferCleanup(func() { Expect(s.Close(context.Background())).To(Succeed()) })
+			return s
+		}
+		a, b := stock("replica-a"), stock("replica-b")
+		// reserved counts the pool's claims by the replica that reserved
+		// them, "" for the warm PVCs no one did.
+		reserved := func(g Gomega) map[string]int {
+			var l corev1.PersistentVolumeClaimList
+			g.Expect(k8sClient.List(ctx, &l, client.InNamespace(ns), client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: pooled.Name})).To(Succeed())
+			out := map[string]int{}
+			for i := range l.Items {
+				by, _, _ := claim.Reservation(&l.Items[i])
+				out[by]++
+			}
+			return out
+		}
+		sync := func(g Gomega) {
+			g.Expect(a.Sync(ctx)).To(Succeed())
+			g.Expect(b.Sync(ctx)).To(Succeed())
+			got := reserved(g)
+			g.Expect(got["replica-a"]).To(BeNumerically("<=", 2), "at most a share of 3 over 2 replicas, rounded up")
+			g.Expect(got["replica-b"]).To(BeNumerically("<=", 2))
+		}
+
+		By("two ready replicas: the first to look takes its share, the other what is left")
+		Eventually(func(g Gomega) {
+			sync(g)
+			g.Expect(reserved(g)).To(Equal(map[string]int{"replica-a": 2, "replica-b": 1}))
+			g.Expect([]int{a.Len(), b.Len()}).To(Equal([]int{2, 1}))
+		}).Should(Succeed())
+
+		By("a third replica becomes ready: each gives back what it holds beyond a share of 1")
+		setEndpoints(map[string]bool{"a": true, "b": true, "c": true})
+		Expect(k8sClient.Update(ctx, slice)).To(Succeed())
+		Eventually(func(g Gomega) {
+			sync(g)
+			g.Expect(reserved(g)).To(Equal(map[string]int{"replica-a": 1, "replica-b": 1, "": 1}))
+		}).Should(Succeed())
+
+		By("only one replica ready: each reserves as if alone, and the one left is taken")
+		setEndpoints(map[string]bool{"a": true, "b": false, "c": false})
+		Expect(k8sClient.Update(ctx, slice)).To(Succeed())
+		Eventually(func(g Gomega) {
+			sync(g)
+			g.Expect(reserved(g)).NotTo(HaveKey(""))
+		}).Should(Succeed())
+	})
+
 	It("denies a pod created from a copy of another pod's manifest, which would share its claim", func() {
 		// The copy carries the binding label and the claim volume, so it
 		// looks already admitted.
@@ -552,6 +652,11 @@ func (c unsyncedCache) Get(ctx context.Context, key client.ObjectKey, obj client
 }
 
 // staleCache is a cache that has not seen any FluentPVC's deletion yet.
+// syncedInformer is an informer that has synced.
+type syncedInformer struct{ cache.Informer }
+
+func (syncedInformer) HasSynced() bool { return true }
+
 type staleCache struct{ client.Reader }
 
 func (c staleCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
