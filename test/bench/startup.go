@@ -349,14 +349,18 @@ func (e *env) measureTurns(ctx context.Context, modes []string, n int) ([]startu
 	return runs, errs
 }
 
-// takeTurns calls start for pod i of each of modes in order, for i from 0
-// to n-1, and returns each mode's timings and the error that stopped it: a
-// mode whose start fails takes no more turns.
+// takeTurns calls start for pod i of each of modes, for i from 0 to n-1,
+// the first mode of round i being modes[i mod len(modes)] and the others
+// following in order, so that no mode always starts its pod beside more
+// live pods than another; it returns each mode's timings and the error
+// that stopped it: a mode whose start fails takes no more turns.
 func takeTurns(modes []string, n int, start func(mode string, i int) (podTiming, error)) ([][]podTiming, []error) {
 	timings := make([][]podTiming, len(modes))
 	errs := make([]error, len(modes))
 	for i := range n {
-		for m, mode := range modes {
+		for k := range modes {
+			m := (i + k) % len(modes)
+			mode := modes[m]
 			if errs[m] != nil {
 				continue
 			}

@@ -550,16 +550,16 @@ func TestTakeTurns(t *testing.T) {
 		wantN     []int
 		wantErr   []bool
 	}{
-		"each mode's pod i before any mode's pod i+1": {
-			n:         2,
-			wantCalls: []call{{modePlain, 0}, {modeHit, 0}, {modeOwnClaim, 0}, {modePlain, 1}, {modeHit, 1}, {modeOwnClaim, 1}},
-			wantN:     []int{2, 2, 2},
+		"each mode's pod i before any mode's pod i+1, each mode first in turn": {
+			n:         4,
+			wantCalls: []call{{modePlain, 0}, {modeHit, 0}, {modeOwnClaim, 0}, {modeHit, 1}, {modeOwnClaim, 1}, {modePlain, 1}, {modeOwnClaim, 2}, {modePlain, 2}, {modeHit, 2}, {modePlain, 3}, {modeHit, 3}, {modeOwnClaim, 3}},
+			wantN:     []int{4, 4, 4},
 			wantErr:   []bool{false, false, false},
 		},
 		"a mode that fails takes no more turns, the others go on": {
 			n:         3,
 			fail:      call{modeHit, 1},
-			wantCalls: []call{{modePlain, 0}, {modeHit, 0}, {modeOwnClaim, 0}, {modePlain, 1}, {modeHit, 1}, {modeOwnClaim, 1}, {modePlain, 2}, {modeOwnClaim, 2}},
+			wantCalls: []call{{modePlain, 0}, {modeHit, 0}, {modeOwnClaim, 0}, {modeHit, 1}, {modeOwnClaim, 1}, {modePlain, 1}, {modeOwnClaim, 2}, {modePlain, 2}},
 			wantN:     []int{3, 1, 3},
 			wantErr:   []bool{false, true, false},
 		},
