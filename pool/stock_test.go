@@ -45,16 +45,22 @@ type stockFixture struct {
 	writes *atomic.Int32
 	// duringWrite, when set, runs inside each update, before it is made.
 	duringWrite *func()
+	// writing, when set, runs inside each update, before it is made,
+	// with the name of the object updated.
+	writing *func(name string)
 }
 
 func newStockFixture(t *testing.T, target int, objs ...client.Object) stockFixture {
 	t.Helper()
 	var writes atomic.Int32
-	during := new(func())
+	during, writing := new(func()), new(func(string))
 	count := func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
 		writes.Add(1)
 		if *during != nil {
 			(*during)()
+		}
+		if *writing != nil {
+			(*writing)(obj.GetName())
 		}
 		return c.Update(ctx, obj, opts...)
 	}
@@ -62,7 +68,7 @@ func newStockFixture(t *testing.T, target int, objs ...client.Object) stockFixtu
 	api := indexed(fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).
 		WithInterceptorFuncs(interceptor.Funcs{Update: count}).Build()
 	clk := clocktesting.NewFakePassiveClock(fixtures.Epoch)
-	return stockFixture{api: api, clock: clk, writes: &writes, duringWrite: during,
+	return stockFixture{api: api, clock: clk, writes: &writes, duringWrite: during, writing: writing,
 		stock: NewStock("replica-a", target, NewCheckouter(api, api, api), clk)}
 }
 
@@ -477,6 +483,61 @@ func TestStockConcurrentTake(t *testing.T) {
 	}
 	if got := len(taken) + f.stock.Len(); got != claims {
 		t.Errorf("%d handed out and %d held, want %d in all", len(taken), f.stock.Len(), claims)
+	}
+}
+
+// TestStockTakeDuringExtension: an admission that comes while a sync
+// writes an extension (each write runs a take) never gets the claim being
+// written, nor one still waiting for its extension, only those extended;
+// every claim is handed out once, as extended.
+func TestStockTakeDuringExtension(t *testing.T) {
+	ctx := context.Background()
+	const claims = 3
+	fpvc := fixtures.MakeFluentPVC("f").PoolSize(claims).Obj()
+	f := newStockFixture(t, claims, append([]client.Object{fpvc}, warmPVCs(fpvc, claims)...)...)
+	if err := f.stock.Sync(ctx); err != nil || f.stock.Len() != claims {
+		t.Fatalf("reserving: %v, stock %d", err, f.stock.Len())
+	}
+	f.clock.SetTime(fixtures.Epoch.Add(ReserveTTL/2 + time.Second))
+	hash := TemplateHash(&fpvc.Spec.PVCSpecTemplate)
+	take := func() *corev1.PersistentVolumeClaim {
+		return f.stock.take(ctx, fpvc.Name, "ns", hash, func(string) bool { return true }, nil)
+	}
+	handed := map[string]int{}
+	handOut := func(c *corev1.PersistentVolumeClaim) {
+		handed[c.Name]++
+		if _, until, _ := claim.Reservation(c); !until.After(fixtures.Epoch.Add(ReserveTTL)) {
+			t.Errorf("%s handed out as reserved until %v, not as extended", c.Name, until)
+		}
+	}
+	tries := 0
+	*f.writing = func(name string) {
+		tries++
+		if c := take(); c != nil {
+			if c.Name == name {
+				t.Errorf("%s handed out while its extension was written", name)
+			}
+			handOut(c)
+		}
+	}
+	before := f.writes.Load()
+	if err := f.stock.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w := f.writes.Load() - before; w != claims || tries != claims {
+		t.Fatalf("%d extensions, %d takes during them; want %d of each", w, tries, claims)
+	}
+	*f.writing = nil
+	for c := take(); c != nil; c = take() {
+		handOut(c)
+	}
+	if len(handed) != claims {
+		t.Errorf("handed out %v, want each of the %d claims", handed, claims)
+	}
+	for name, n := range handed {
+		if n != 1 {
+			t.Errorf("%s handed out %d times", name, n)
+		}
 	}
 }
 
