@@ -135,11 +135,6 @@ var smokeDefaults = map[string]string{
 	"timeout":        "15m",
 }
 
-// chartArgs are the flags of the chart's operator whose values differ
-// from the binary's defaults and change what the bench measures: the bench
-// runs the operator as the chart installs it.
-var chartArgs = []string{"--reserve-ahead=share"}
-
 func parseFlags(args []string) (config, error) {
 	var c config
 	var levels, phases, tiers, opArgs string
@@ -162,7 +157,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.ParallelSlow, "parallel-slow", true, "run sequential b and c side by side (each still one pod at a time)")
 	fs.BoolVar(&c.SkipSlow, "skip-slow", false, "start-up: run only a, w, d and e on the simulated tier, not b and c (which wait ~L per pod); for quick measurements, not for results files")
 	fs.StringVar(&phases, "phases", strings.Join(allPhases, ","), "phases to run, a subset of "+strings.Join(allPhases, ","))
-	fs.StringVar(&opArgs, "operator-args", "", "extra flags of the operator, space-separated, after the chart's defaults that differ from the binary's ("+strings.Join(chartArgs, " ")+"), which they may override (e.g. --pprof-bind-address=127.0.0.1:6060, --reserve-ahead=0)")
+	fs.StringVar(&opArgs, "operator-args", "", "extra flags of the operator, space-separated, after the chart's defaults that differ from the binary's ("+strings.Join(cluster.ChartArgs, " ")+"), which they may override (e.g. --pprof-bind-address=127.0.0.1:6060, --reserve-ahead=0)")
 	fs.IntVar(&c.ReserveAhead, "reserve-ahead", 0, "spec.pool.reserveAhead of the warm pools of mode d and of the cost phase on the simulated tier; 0 leaves it unset, and the operator's --reserve-ahead (the chart's \"share\": the whole pool, for one replica) decides")
 	fs.BoolVar(&c.RealNode, "real-node", true, "also run the real-node tier (a kubelet with containerd) after the kwok one; skipped, saying why, where this machine cannot run it")
 	fs.IntVar(&c.RealN, "real-n", 20, "pods per start-up mode on the real node (one at a time)")
@@ -206,7 +201,7 @@ func parseFlags(args []string) (config, error) {
 		}
 		c.Tiers = append(c.Tiers, t)
 	}
-	c.OperatorArgs = append(slices.Clone(chartArgs), strings.Fields(opArgs)...)
+	c.OperatorArgs = append(slices.Clone(cluster.ChartArgs), strings.Fields(opArgs)...)
 	if c.ReserveAhead < 0 || c.ReserveAhead > 1000 {
 		return c, errors.New("-reserve-ahead must be from 0 to 1000")
 	}

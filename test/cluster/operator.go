@@ -62,6 +62,12 @@ type OperatorOptions struct {
 	WebhookPort int
 }
 
+// ChartArgs are the flags of the chart's (and config/default's) operator
+// whose values differ from the binary's defaults and change how it serves
+// pods: a run that shows or measures the operator as installed passes
+// them (RunOperator does not).
+var ChartArgs = []string{"--reserve-ahead=share"}
+
 // ServiceAccount is the operator's identity in config/default.
 const ServiceAccount = "system:serviceaccount:fluent-pvc-operator-system:fluent-pvc-operator-controller-manager"
 

@@ -133,7 +133,8 @@ func run(o options) error {
 				cluster.StorageClassCSI, o.delay, o.attachDelay, o.formatDelay)
 		}
 	}
-	op, err := cluster.RunOperator(context.Background(), kc, cluster.OperatorOptions{})
+	// The operator as the chart installs it.
+	op, err := cluster.RunOperator(context.Background(), kc, cluster.OperatorOptions{Args: cluster.ChartArgs})
 	if err != nil {
 		return err
 	}
