@@ -68,8 +68,10 @@ const giveBackTimeout = 10 * time.Second
 // template, extends reservations before they end, and gives back (to the
 // pool, as warm PVCs) those of a FluentPVC that is gone, being deleted,
 // staged or changed its template, and those beyond its Limit (the size
-// shrank, or more replicas share the pool). A claim is handed out, extended or given back under the stock's lock, so
-// never two of them at once; once handed out, the stock forgets it. A
+// shrank, or more replicas share the pool). A claim is handed out,
+// extended or given back under the stock's lock, so never two of them at
+// once; once handed out, or given back (whether or not the write is known
+// to have landed), the stock forgets it. A
 // replica that dies holds its stock until the reservations end; the
 // binding controller then reclaims them as claims whose pods never came.
 type Stock struct {
@@ -81,9 +83,13 @@ type Stock struct {
 	// size divided by the replicas, rounded up.
 	Target int
 	// Replicas, when set, says how many webhook replicas serve
-	// admissions, and so share the pools; an error or fewer than 1 counts
-	// as 1 (the replica is alone, or cannot tell).
+	// admissions, and so share the pools; fewer than 1 counts as 1 (the
+	// replica is alone). On an error the last count stands (1 before any).
 	Replicas func(context.Context) (int, error)
+	// Stopping, when set, says that the replica is stopping: it reserves
+	// no more (it gives everything back once stopped), while it keeps and
+	// hands out what it holds.
+	Stopping func() bool
 	// Checkouts are the replica's checkouts, whose cache and writer the
 	// stock uses and whose record of the warm PVCs taken it shares, so
 	// that neither tries a PVC the other took while the cache lags.
@@ -94,6 +100,11 @@ type Stock struct {
 	// extends it, from MinReserveTTL to claim.MaxReservation; ReserveTTL
 	// when 0. The holder extends it when half is left.
 	TTL time.Duration
+
+	// lastReplicas is the last count of Replicas, 0 before any;
+	// countFailing says whether its last call failed.
+	lastReplicas int
+	countFailing bool
 
 	mu     sync.Mutex
 	closed bool
@@ -259,7 +270,11 @@ func (s *Stock) Sync(ctx context.Context) error {
 			return claim.Extend(c, s.Owner, now.Add(s.ttl()))
 		}))
 	}
+	stopping := s.Stopping != nil && s.Stopping()
 	for name, f := range fpvcs {
+		if stopping {
+			break
+		}
 		errs = append(errs, s.reserve(ctx, f, count[name], now, replicas))
 	}
 	s.report(fpvcs)
@@ -358,17 +373,27 @@ func (s *Stock) ttl() time.Duration {
 	return min(max(s.TTL, MinReserveTTL), claim.MaxReservation)
 }
 
-// replicas is how many replicas share the pools (Replicas), at least 1.
+// replicas is how many replicas share the pools (Replicas), at least 1;
+// the last count while Replicas fails, said once when it starts failing
+// and once when it stops. Only Sync calls it.
 func (s *Stock) replicas(ctx context.Context) int {
 	if s.Replicas == nil {
 		return 1
 	}
 	n, err := s.Replicas(ctx)
 	if err != nil {
-		log.FromContext(ctx).V(1).Info("counting the webhook's replicas; reserving as if alone", "error", err.Error())
-		return 1
+		if !s.countFailing {
+			log.FromContext(ctx).Info("cannot count the webhook's replicas; each pool's share stays as last counted (as if alone before any count)",
+				"replicas", max(s.lastReplicas, 1), "error", err.Error())
+		}
+		s.countFailing = true
+		return max(s.lastReplicas, 1)
 	}
-	return max(n, 1)
+	if s.countFailing || n != s.lastReplicas {
+		log.FromContext(ctx).Info("the webhook's replicas share each pool's reservations", "replicas", max(n, 1))
+	}
+	s.countFailing, s.lastReplicas = false, max(n, 1)
+	return s.lastReplicas
 }
 
 // Limit is how many claims of f's pool a stock holds per namespace, for a
@@ -434,6 +459,12 @@ func (s *Stock) write(ctx context.Context, c *corev1.PersistentVolumeClaim, tran
 		}
 		st.pvc = cached.DeepCopy()
 		return nil // tried again on the next sync
+	case w.Object != nil && w.To() != claim.Claimed:
+		// A give-back whose outcome is unknown (a timeout, say) may have
+		// landed, and the cache still shows the claim reserved until it
+		// catches up: never handed out again by this stock. A reservation
+		// that stays is reclaimed once it ends.
+		delete(s.held, key)
 	}
 	if err != nil {
 		return fmt.Errorf("claim %s: %w", key, err)

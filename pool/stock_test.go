@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -48,12 +49,16 @@ type stockFixture struct {
 	// writing, when set, runs inside each update, before it is made,
 	// with the name of the object updated.
 	writing *func(name string)
+	// answer, when set, is what each update returns once made, by the
+	// name of the object updated: an error the client sees although the
+	// update landed.
+	answer *func(name string) error
 }
 
 func newStockFixture(t *testing.T, target int, objs ...client.Object) stockFixture {
 	t.Helper()
 	var writes atomic.Int32
-	during, writing := new(func()), new(func(string))
+	during, writing, answer := new(func()), new(func(string)), new(func(string) error)
 	count := func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
 		writes.Add(1)
 		if *during != nil {
@@ -62,13 +67,16 @@ func newStockFixture(t *testing.T, target int, objs ...client.Object) stockFixtu
 		if *writing != nil {
 			(*writing)(obj.GetName())
 		}
-		return c.Update(ctx, obj, opts...)
+		if err := c.Update(ctx, obj, opts...); err != nil || *answer == nil {
+			return err
+		}
+		return (*answer)(obj.GetName())
 	}
 	objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}})
 	api := indexed(fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).
 		WithInterceptorFuncs(interceptor.Funcs{Update: count}).Build()
 	clk := clocktesting.NewFakePassiveClock(fixtures.Epoch)
-	return stockFixture{api: api, clock: clk, writes: &writes, duringWrite: during, writing: writing,
+	return stockFixture{api: api, clock: clk, writes: &writes, duringWrite: during, writing: writing, answer: answer,
 		stock: NewStock("replica-a", target, NewCheckouter(api, api, api), clk)}
 }
 
@@ -114,8 +122,10 @@ func TestStockSync(t *testing.T) {
 		// replicas is what Stock.Replicas answers; unset when 0, an
 		// error when -1.
 		replicas int
+		stopping bool
 		want     int
 	}{
+		"a stopping replica: none":         {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: ReserveShare, stopping: true},
 		"up to the target":                 {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: 2, want: 2},
 		"its share, alone: the whole pool": {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: ReserveShare, replicas: 1, want: 3},
 		"its share of two replicas, rounded up": {
@@ -144,6 +154,7 @@ func TestStockSync(t *testing.T) {
 			default:
 				f.stock.Replicas = func(context.Context) (int, error) { return tc.replicas, nil }
 			}
+			f.stock.Stopping = func() bool { return tc.stopping }
 			if err := f.stock.Sync(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -539,6 +550,99 @@ func TestStockTakeDuringExtension(t *testing.T) {
 			t.Errorf("%s handed out %d times", name, n)
 		}
 	}
+}
+
+// TestStockReplicasUnknown: while the replicas cannot be counted, the
+// last count stands; before any count, the replica reserves as if alone.
+func TestStockReplicasUnknown(t *testing.T) {
+	ctx := context.Background()
+	fpvc := fixtures.MakeFluentPVC("f").PoolSize(4).Obj()
+	f := newStockFixture(t, ReserveShare, append([]client.Object{fpvc}, warmPVCs(fpvc, 4)...)...)
+	counted := 0
+	f.stock.Replicas = func(context.Context) (int, error) {
+		if counted == 0 {
+			return 0, errors.New("forbidden")
+		}
+		return counted, nil
+	}
+	for _, step := range []struct {
+		counted, want int
+	}{
+		{counted: 4, want: 1},
+		{counted: 0, want: 1}, // the count fails: still a share of 1
+		{counted: 2, want: 2},
+		{counted: 0, want: 2},
+		{counted: 1, want: 4},
+	} {
+		counted = step.counted
+		if err := f.stock.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.stock.Len(); got != step.want {
+			t.Errorf("counted %d: holds %d, want %d", step.counted, got, step.want)
+		}
+	}
+}
+
+// TestStockGiveBackUnknown: a give-back whose answer is an error, although
+// it landed (a timeout, say), leaves the claim forgotten: never handed out
+// again while the cache still shows it reserved.
+func TestStockGiveBackUnknown(t *testing.T) {
+	ctx := context.Background()
+	fpvc := fixtures.MakeFluentPVC("f").PoolSize(2).Obj()
+	f := newStockFixture(t, ReserveShare, append([]client.Object{fpvc}, warmPVCs(fpvc, 2)...)...)
+	if err := f.stock.Sync(ctx); err != nil || f.stock.Len() != 2 {
+		t.Fatalf("reserving: %v, stock %d", err, f.stock.Len())
+	}
+	// The cache as it was before the give-back lands in it: still reserved.
+	var before corev1.PersistentVolumeClaimList
+	if err := f.api.List(ctx, &before); err != nil {
+		t.Fatal(err)
+	}
+	f.stock.Checkouts.Cache = frozen{Reader: f.api, pvcs: before.Items}
+	f.stock.Replicas = func(context.Context) (int, error) { return 2, nil }
+	*f.answer = func(string) error { return apierrors.NewTimeoutError("the write's answer", 1) }
+	if err := f.stock.Sync(ctx); err == nil {
+		t.Fatal("a give-back answered with a timeout: no error")
+	}
+	if got := f.reserved(t, "ns"); got != 1 {
+		t.Fatalf("%d reserved after giving one back, want 1", got)
+	}
+	*f.answer = nil
+	hash := TemplateHash(&fpvc.Spec.PVCSpecTemplate)
+	var handed []string
+	for c := f.stock.take(ctx, fpvc.Name, "ns", hash, func(string) bool { return true }, nil); c != nil; c = f.stock.take(ctx, fpvc.Name, "ns", hash, func(string) bool { return true }, nil) {
+		handed = append(handed, c.Name)
+	}
+	if len(handed) != 1 {
+		t.Fatalf("handed out %v, want only the claim still reserved", handed)
+	}
+	live := &corev1.PersistentVolumeClaim{}
+	if err := f.api.Get(ctx, client.ObjectKey{Namespace: "ns", Name: handed[0]}, live); err != nil {
+		t.Fatal(err)
+	}
+	if by, _, ok := claim.Reservation(live); !ok || by != "replica-a" {
+		t.Errorf("handed out %s, which the API server shows given back", handed[0])
+	}
+}
+
+// frozen answers Gets of PVCs from pvcs, as a cache that has not caught
+// up, and everything else from the Reader.
+type frozen struct {
+	client.Reader
+	pvcs []corev1.PersistentVolumeClaim
+}
+
+func (f frozen) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok {
+		for i := range f.pvcs {
+			if f.pvcs[i].Namespace == key.Namespace && f.pvcs[i].Name == key.Name {
+				f.pvcs[i].DeepCopyInto(pvc)
+				return nil
+			}
+		}
+	}
+	return f.Reader.Get(ctx, key, obj, opts...)
 }
 
 // TestStockStillHeld: a claim is handed out while the cache shows it

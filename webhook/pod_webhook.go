@@ -171,6 +171,11 @@ func Setup(mgr ctrl.Manager, opts Options, caches *Caches) error {
 	}
 	m.Pool.Stock = pool.NewStock(opts.Owner, opts.ReserveAhead, m.Pool, serverClock)
 	m.Pool.Stock.TTL = opts.ReservationTTL
+	if opts.Drain != nil {
+		// A replica told to stop reserves no more: it gives its stock back
+		// once stopped.
+		m.Pool.Stock.Stopping = opts.Drain.Draining
+	}
 	if opts.Service.Name != "" {
 		// Not waited for: until it syncs, the stock reserves as if alone.
 		i, err := mgr.GetCache().GetInformer(context.Background(), &discoveryv1.EndpointSlice{}, cache.BlockUntilSynced(false))

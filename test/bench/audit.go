@@ -96,7 +96,8 @@ type auditQuery struct {
 	// Pods divides the counts.
 	Pods int
 	// Namespace is the phase's: the operator's requests about namespaced
-	// objects elsewhere are counted in Elsewhere as well.
+	// objects elsewhere are other pods' work (the reservations of other
+	// pools, kept and extended meanwhile), counted in Elsewhere only.
 	Namespace string
 	// Admitted are pods of Namespace whose create calls (the API server's
 	// receipt to its response) are admissions: the operator's reads
@@ -124,14 +125,22 @@ type auditTally struct {
 	// their user agent (webhook.UserAgentSuffix): an admission's own.
 	WebhookReads map[string]float64 `json:"webhookReads,omitempty"`
 	// Elsewhere are the requests about namespaced objects outside
-	// Namespace: work of another phase's objects, if any.
+	// Namespace, in none of the above: work for other pods than the
+	// phase's, such as the extensions of other pools' reservations.
 	Elsewhere float64 `json:"elsewhere,omitempty"`
+	// ElsewhereWrites are the writes among them, by requestKey.
+	ElsewhereWrites map[string]float64 `json:"elsewhereWrites,omitempty"`
 }
 
 // WriteTotal is the sum of Writes.
 func (t auditTally) WriteTotal() float64 {
+	return sumValues(t.Writes)
+}
+
+// sumValues is the sum of m's values.
+func sumValues(m map[string]float64) float64 {
 	var s float64
-	for _, v := range t.Writes {
+	for _, v := range m {
 		s += v
 	}
 	return s
@@ -165,7 +174,7 @@ func requestKey(verb string, ref *auditObjectRef) string {
 // cut short by the API server still writing it, and dropped; any other
 // line that does not decode is an error.
 func tallyAudit(r io.Reader, q auditQuery) (auditTally, error) {
-	t := auditTally{Writes: map[string]float64{}, Failed: map[string]float64{}, Reads: map[string]float64{}, AdmissionReads: map[string]float64{}, WebhookReads: map[string]float64{}}
+	t := auditTally{Writes: map[string]float64{}, Failed: map[string]float64{}, Reads: map[string]float64{}, AdmissionReads: map[string]float64{}, WebhookReads: map[string]float64{}, ElsewhereWrites: map[string]float64{}}
 	type window struct{ from, to time.Time }
 	var admissions []window
 	var reads []auditEvent
@@ -182,6 +191,15 @@ func tallyAudit(r io.Reader, q auditQuery) (auditTally, error) {
 			return
 		}
 		key := requestKey(e.Verb, ref)
+		if ref.Namespace != "" && ref.Namespace != q.Namespace {
+			if slices.Contains(auditWriteVerbs, e.Verb) {
+				t.ElsewhereWrites[key]++
+				t.Elsewhere++
+			} else if slices.Contains(auditReadVerbs, e.Verb) {
+				t.Elsewhere++
+			}
+			return
+		}
 		switch {
 		case slices.Contains(auditWriteVerbs, e.Verb):
 			t.Writes[key]++
@@ -194,11 +212,6 @@ func tallyAudit(r io.Reader, q auditQuery) (auditTally, error) {
 			if strings.HasSuffix(e.UserAgent, " "+webhook.UserAgentSuffix) {
 				t.WebhookReads[key]++
 			}
-		default:
-			return
-		}
-		if ref.Namespace != "" && ref.Namespace != q.Namespace {
-			t.Elsewhere++
 		}
 	}
 	br := bufio.NewReaderSize(r, 1<<20)
@@ -230,7 +243,7 @@ func tallyAudit(r io.Reader, q auditQuery) (auditTally, error) {
 		}
 	}
 	if q.Pods > 0 {
-		for _, m := range []map[string]float64{t.Writes, t.Failed, t.Reads, t.AdmissionReads, t.WebhookReads} {
+		for _, m := range []map[string]float64{t.Writes, t.Failed, t.Reads, t.AdmissionReads, t.WebhookReads, t.ElsewhereWrites} {
 			for k := range m {
 				m[k] /= float64(q.Pods)
 			}

@@ -140,17 +140,20 @@ func TestTallyAudit(t *testing.T) {
 				WebhookReads: map[string]float64{"get fluentpvcs": 0.5},
 			},
 		},
-		"requests about another namespace's objects are counted elsewhere too": {
+		"requests about another namespace's objects are other pods' work, counted elsewhere only": {
 			log: lines(
 				req{verb: "create", resource: "persistentvolumeclaims", ns: "bench-burst", s: 11},
+				req{verb: "update", resource: "persistentvolumeclaims", ns: "bench-burst", name: "c1", s: 11},
 				req{verb: "get", resource: "persistentvolumeclaims", ns: "bench-burst", name: "c0", s: 11},
 				req{verb: "patch", group: group, resource: "fluentpvcs", sub: "status", ns: "-", name: "burst", s: 11},
+				req{verb: "update", resource: "persistentvolumeclaims", name: "c2", s: 11},
 			),
 			q: query,
 			want: auditTally{
-				Writes:    map[string]float64{"create persistentvolumeclaims": 0.5, "patch fluentpvcs/status": 0.5},
-				Reads:     map[string]float64{"get persistentvolumeclaims": 0.5},
-				Elsewhere: 1,
+				// The FluentPVC is cluster-scoped: counted.
+				Writes:          map[string]float64{"patch fluentpvcs/status": 0.5, "update persistentvolumeclaims": 0.5},
+				ElsewhereWrites: map[string]float64{"create persistentvolumeclaims": 0.5, "update persistentvolumeclaims": 0.5},
+				Elsewhere:       1.5,
 			},
 		},
 		"a last line cut short is dropped": {
