@@ -422,8 +422,32 @@ var _ = Describe("Pod admission", func() {
 		}
 		setEndpoints(map[string]bool{"a": true, "b": true})
 		Expect(k8sClient.Create(ctx, slice)).To(Succeed())
-
-		replicas := webhook.Replicas(k8sClient, syncedInformer{}, svc)
+		// Ready endpoints of another Service here, and of a Service of the
+		// same name elsewhere: not the webhook's replicas.
+		for _, other := range []types.NamespacedName{{Namespace: ns, Name: "metrics"}, {Namespace: "default", Name: svc.Name}} {
+			o := slice.DeepCopy()
+			o.ObjectMeta = metav1.ObjectMeta{Namespace: other.Namespace, GenerateName: other.Name + "-", Labels: map[string]string{discoveryv1.LabelServiceName: other.Name}}
+			o.Endpoints = append(o.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.0.1.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+			Expect(k8sClient.Create(ctx, o)).To(Succeed())
+			DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(context.Background(), o))).To(Succeed()) })
+		}
+		// A cache of the EndpointSlices as the manager's holds them
+		// (ServiceEndpoints).
+		slices, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{
+			&discoveryv1.EndpointSlice{}: webhook.ServiceEndpoints(svc),
+		}})
+		Expect(err).NotTo(HaveOccurred())
+		informer, err := slices.GetInformer(ctx, &discoveryv1.EndpointSlice{}, cache.BlockUntilSynced(false))
+		Expect(err).NotTo(HaveOccurred())
+		cacheCtx, stopCache := context.WithCancel(context.Background())
+		DeferCleanup(stopCache)
+		go func() {
+			defer GinkgoRecover()
+			Expect(slices.Start(cacheCtx)).To(Succeed())
+		}()
+		Expect(slices.WaitForCacheSync(ctx)).To(BeTrue())
+		replicas := webhook.Replicas(slices, informer, svc)
+		Eventually(func() (int, error) { return replicas(ctx) }).Should(Equal(2), "the webhook Service's ready endpoints alone")
 		stock := func(owner string) *pool.Stock {
 			s := pool.NewStock(owner, pool.ReserveShare, pool.NewCheckouter(mgrClient, k8sClient, k8sClient), clock.RealClock{})
 			s.Replicas = replicas
@@ -471,7 +495,9 @@ var _ = Describe("Pod admission", func() {
 		Expect(k8sClient.Update(ctx, slice)).To(Succeed())
 		Eventually(func(g Gomega) {
 			sync(g)
-			g.Expect(reserved(g)).NotTo(HaveKey(""))
+			got := reserved(g)
+			g.Expect(got).NotTo(HaveKey(""))
+			g.Expect(got["replica-a"] + got["replica-b"]).To(Equal(3))
 		}).Should(Succeed())
 	})
 
@@ -652,11 +678,6 @@ func (c unsyncedCache) Get(ctx context.Context, key client.ObjectKey, obj client
 }
 
 // staleCache is a cache that has not seen any FluentPVC's deletion yet.
-// syncedInformer is an informer that has synced.
-type syncedInformer struct{ cache.Informer }
-
-func (syncedInformer) HasSynced() bool { return true }
-
 type staleCache struct{ client.Reader }
 
 func (c staleCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {

@@ -218,7 +218,7 @@ func (e *env) admissionPhase(ctx context.Context, res *results) error {
 	// operator's default (each full once all its warm PVCs are), when it
 	// reserves whole pools.
 	kinds := []struct{ kind, fpvc string }{{pool.ResultHit, fpvcAdmission}}
-	if operatorReserve(e.cfg.OperatorArgs) == pool.ReserveShare {
+	if t := operatorReserve(e.cfg.OperatorArgs); t == pool.ReserveShare || t >= e.cfg.AdmissionPods {
 		kinds = append(kinds, struct{ kind, fpvc string }{checkoutReserved, fpvcAdmissionReserved})
 	}
 	var poolNSs []string
