@@ -587,7 +587,7 @@ func (r *results) markdown(chart string) string {
 
 	if bu := r.Burst; bu != nil {
 		w("\n## Burst against a smaller pool\n\n")
-		w("All pods created at once (one create call each, concurrently). Hits and misses from the claims' checkout annotation. The pool is warm again when the bench's PVC informer shows %d PVCs labelled `%s=%s` and Bound in the namespace, counted from the last create's return, waited for at most %s; the pods are waited for at most %s, side by side. Fewest warm PVCs seen after the burst's end: %d.\n\n",
+		w("All pods created at once (one create call each, concurrently). Hits and misses from the claims' checkout annotation. The pool is warm again when the bench's PVC informer shows %d Bound PVCs of the pool in the namespace, labelled `%s=%s` or reserved ahead and carried by none of the burst's pods (as the pool counts them), counted from the last create's return, waited for at most %s; the pods are waited for at most %s, side by side. Fewest warm PVCs seen after the burst's end: %d.\n\n",
 			bu.Pool, v1alpha1.ClaimRoleLabelKey, v1alpha1.ClaimRoleWarm, burstRefillTimeout, burstRunTimeout, bu.MinWarm)
 		w("| pods | pool | hits | misses | distinct claims | shared claims | pods without a claim | creates took | pool warm again after the burst's end | start-up p50 / p99 (from the burst's start) |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		w("| %d | %d | %d | %d | %d | %d | %d | %.2fs | %s | %s / %s |\n", bu.Pods, bu.Pool, bu.Hits, bu.Misses, bu.Claims, bu.Shared, bu.NoClaim,
