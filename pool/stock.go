@@ -270,12 +270,10 @@ func (s *Stock) Sync(ctx context.Context) error {
 			return claim.Extend(c, s.Owner, now.Add(s.ttl()))
 		}))
 	}
-	stopping := s.Stopping != nil && s.Stopping()
-	for name, f := range fpvcs {
-		if stopping {
-			break
+	if s.Stopping == nil || !s.Stopping() {
+		for name, f := range fpvcs {
+			errs = append(errs, s.reserve(ctx, f, count[name], now, replicas))
 		}
-		errs = append(errs, s.reserve(ctx, f, count[name], now, replicas))
 	}
 	s.report(fpvcs)
 	return errors.Join(errs...)

@@ -80,6 +80,18 @@ func newStockFixture(t *testing.T, target int, objs ...client.Object) stockFixtu
 		stock: NewStock("replica-a", target, NewCheckouter(api, api, api), clk)}
 }
 
+// newReservedFixture is a stockFixture of target over a pool of size
+// Bound warm PVCs of FluentPVC "f", synced once: it holds them all.
+func newReservedFixture(t *testing.T, target, size int) (stockFixture, *v1alpha1.FluentPVC) {
+	t.Helper()
+	fpvc := fixtures.MakeFluentPVC("f").PoolSize(int32(size)).Obj()
+	f := newStockFixture(t, target, append([]client.Object{fpvc}, warmPVCs(fpvc, size)...)...)
+	if err := f.stock.Sync(context.Background()); err != nil || f.stock.Len() != size {
+		t.Fatalf("reserving: %v, stock %d, want %d", err, f.stock.Len(), size)
+	}
+	return f, fpvc
+}
+
 // reserved counts the claims of namespace ns that replica-a reserved.
 func (f stockFixture) reserved(t *testing.T, ns string) int {
 	t.Helper()
@@ -462,11 +474,7 @@ func TestStockWriteConflict(t *testing.T) {
 func TestStockConcurrentTake(t *testing.T) {
 	ctx := context.Background()
 	const claims, takers = 4, 8
-	fpvc := fixtures.MakeFluentPVC("f").PoolSize(claims).Obj()
-	f := newStockFixture(t, claims, append([]client.Object{fpvc}, warmPVCs(fpvc, claims)...)...)
-	if err := f.stock.Sync(ctx); err != nil || f.stock.Len() != claims {
-		t.Fatalf("reserving: %v, stock %d", err, f.stock.Len())
-	}
+	f, fpvc := newReservedFixture(t, claims, claims)
 	f.clock.SetTime(fixtures.Epoch.Add(ReserveTTL/2 + time.Second))
 	hash := TemplateHash(&fpvc.Spec.PVCSpecTemplate)
 	var mu sync.Mutex
@@ -504,11 +512,7 @@ func TestStockConcurrentTake(t *testing.T) {
 func TestStockTakeDuringExtension(t *testing.T) {
 	ctx := context.Background()
 	const claims = 3
-	fpvc := fixtures.MakeFluentPVC("f").PoolSize(claims).Obj()
-	f := newStockFixture(t, claims, append([]client.Object{fpvc}, warmPVCs(fpvc, claims)...)...)
-	if err := f.stock.Sync(ctx); err != nil || f.stock.Len() != claims {
-		t.Fatalf("reserving: %v, stock %d", err, f.stock.Len())
-	}
+	f, fpvc := newReservedFixture(t, claims, claims)
 	f.clock.SetTime(fixtures.Epoch.Add(ReserveTTL/2 + time.Second))
 	hash := TemplateHash(&fpvc.Spec.PVCSpecTemplate)
 	take := func() *corev1.PersistentVolumeClaim {
@@ -589,11 +593,7 @@ func TestStockReplicasUnknown(t *testing.T) {
 // again while the cache still shows it reserved.
 func TestStockGiveBackUnknown(t *testing.T) {
 	ctx := context.Background()
-	fpvc := fixtures.MakeFluentPVC("f").PoolSize(2).Obj()
-	f := newStockFixture(t, ReserveShare, append([]client.Object{fpvc}, warmPVCs(fpvc, 2)...)...)
-	if err := f.stock.Sync(ctx); err != nil || f.stock.Len() != 2 {
-		t.Fatalf("reserving: %v, stock %d", err, f.stock.Len())
-	}
+	f, fpvc := newReservedFixture(t, ReserveShare, 2)
 	// The cache as it was before the give-back lands in it: still reserved.
 	var before corev1.PersistentVolumeClaimList
 	if err := f.api.List(ctx, &before); err != nil {
