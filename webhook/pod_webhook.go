@@ -220,11 +220,11 @@ const UserAgentSuffix = "webhook"
 func NewPodMutator(cache, apiReader client.Reader, w client.Writer, d admission.Decoder, clk clock.PassiveClock) *PodMutator {
 	return &PodMutator{
 		Reader: cache, APIReader: apiReader, Writer: w, Decoder: d, Clock: clk,
-		Pool: pool.NewCheckouter(cache, apiReader, w), Handouts: NewHandouts(),
+		Pool: pool.NewCheckouter(cache, apiReader, w),
 	}
 }
 
-// +kubebuilder:webhook:path=/mutate-v1-pod,mutating=true,failurePolicy=fail,sideEffects=NoneOnDryRun,groups="",resources=pods,verbs=create,versions=v1,name=pod.fluent-pvc-operator.tech.zozo.com,admissionReviewVersions=v1,reinvocationPolicy=IfNeeded,timeoutSeconds=10
+// +kubebuilder:webhook:path=/mutate-v1-pod,mutating=true,failurePolicy=fail,sideEffects=NoneOnDryRun,groups="",resources=pods,verbs=create,versions=v1,name=pod.fluent-pvc-operator.tech.zozo.com,admissionReviewVersions=v1,reinvocationPolicy=Never,timeoutSeconds=10
 
 // +kubebuilder:rbac:groups=fluent-pvc-operator.tech.zozo.com,resources=fluentpvcs,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=create;update
@@ -242,8 +242,8 @@ type PodMutator struct {
 	// Reader reads FluentPVCs, from the manager's cache.
 	Reader client.Reader
 	// APIReader reads nodes, for pods that name one, what an already
-	// injected pod's claim is (unless Handouts know it), and the
-	// FluentPVC once a miss created its claim; it bypasses the cache.
+	// injected pod's claim is, and the FluentPVC once a miss created its
+	// claim; it bypasses the cache.
 	APIReader client.Reader
 	// Writer creates and checks out claims.
 	Writer  client.Writer
@@ -260,11 +260,6 @@ type PodMutator struct {
 	// Self is the operator's own user name, which creates holder pods
 	// ("" when unknown).
 	Self string
-	// Handouts are the claims this process handed out moments ago, which
-	// tell the API server's reinvocation of an admission from a copy of
-	// an admitted pod's manifest without a live read; nil: every pod that
-	// already carries a claim is checked live.
-	Handouts *Handouts
 }
 
 // Handle implements admission.Handler.
@@ -336,24 +331,16 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 		return deletingDenial(name), resultDenied, reasonFluentPVCDeleting
 	}
 	if objects.PodInjected(pod, &fpvc.Spec) {
-		// A reinvocation on this webhook's own output, or a pod created from
-		// a copy of another pod's manifest, which would share its claim.
-		switch own, err := m.ownHandout(ctx, pod, ptr.Deref(req.DryRun, false)); {
-		case err != nil:
-			return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
-		case own:
-			return admission.Allowed("the pod already has the claim its admission handed it"), resultSkipped, reasonNone
-		}
+		// The webhook is never reinvoked (reinvocationPolicy Never), so a
+		// pod that already carries a claim was not admitted by it: it is a
+		// copy of an admitted pod's manifest, which would share its claim.
 		why, err := m.claimTaken(ctx, pod, ptr.Deref(req.DryRun, false))
 		if err != nil {
 			return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
 		}
-		if why != "" {
-			return admission.Denied(fmt.Sprintf("the pod looks like a copy of another pod's manifest: it carries claim %s, which %s. "+
-				"Remove the label %s and the volume %q%s, so that the pod gets a claim of its own",
-				pod.Labels[v1alpha1.BindingNameLabelKey], why, v1alpha1.BindingNameLabelKey, fpvc.Spec.PVCVolumeName, copiedFinalizer(pod))), resultDenied, reasonCopied
-		}
-		return admission.Allowed("the pod already has its claim"), resultSkipped, reasonNone
+		return admission.Denied(fmt.Sprintf("the pod looks like a copy of another pod's manifest: it carries claim %s, which %s. "+
+			"Remove the label %s and the volume %q%s, so that the pod gets a claim of its own",
+			pod.Labels[v1alpha1.BindingNameLabelKey], why, v1alpha1.BindingNameLabelKey, fpvc.Spec.PVCVolumeName, copiedFinalizer(pod))), resultDenied, reasonCopied
 	}
 	if errs := objects.PodConflicts(pod, &fpvc.Spec); len(errs) > 0 {
 		return admission.Denied(fmt.Sprintf("the pod clashes with what FluentPVC %q injects: %s", name, errs.ToAggregate())), resultDenied, reasonConflict
@@ -405,9 +392,6 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 				return deletingDenial(name), resultDenied, reasonFluentPVCDeleting
 			}
 		}
-		if m.Handouts != nil {
-			m.Handouts.Record(types.NamespacedName{Namespace: pod.Namespace, Name: claimName}, HandoutPod(pod), m.Clock.Now())
-		}
 	}
 
 	mutated := pod.DeepCopy()
@@ -450,53 +434,10 @@ func (m *PodMutator) deletingLive(ctx context.Context, name string) (bool, error
 	return !f.DeletionTimestamp.IsZero(), nil
 }
 
-// ownHandout says whether pod, which carries a claim, is the output of an
-// admission of this process, reinvoked: the claim is among the Handouts,
-// handed to a pod of this name (taken from them), no pod in the cache
-// carries it, and neither its binding nor the claim, as cached, records a
-// pod. A copy of the admitted pod's manifest passes the first test when
-// no reinvocation took the claim; the original, which the copy was made
-// from, fails the others once the cache has seen it. A dry run hands out
-// nothing.
-func (m *PodMutator) ownHandout(ctx context.Context, pod *corev1.Pod, dryRun bool) (bool, error) {
-	name := pod.Labels[v1alpha1.BindingNameLabelKey]
-	key := types.NamespacedName{Namespace: pod.Namespace, Name: name}
-	if dryRun || m.Handouts == nil || !m.Handouts.Take(key, HandoutPod(pod), m.Clock.Now()) {
-		return false, nil
-	}
-	var pods corev1.PodList
-	if err := m.Reader.List(ctx, &pods, client.InNamespace(pod.Namespace), client.MatchingLabels{v1alpha1.BindingNameLabelKey: name}, client.UnsafeDisableDeepCopy); err != nil {
-		return false, fmt.Errorf("listing the pods of claim %s: %w", name, err)
-	}
-	if len(pods.Items) > 0 {
-		return false, nil
-	}
-	b := &v1alpha1.FluentPVCBinding{}
-	switch err := m.Reader.Get(ctx, key, b); {
-	case err == nil && b.Spec.Pod.UID != "":
-		return false, nil
-	case err != nil && !apierrors.IsNotFound(err):
-		return false, fmt.Errorf("reading binding %s: %w", key, err)
-	}
-	pvc := &corev1.PersistentVolumeClaim{}
-	switch err := m.Reader.Get(ctx, key, pvc); {
-	case err == nil:
-		used, _ := claim.PodOf(pvc)
-		return used.UID == "", nil
-	case apierrors.IsNotFound(err):
-		return true, nil // a miss's claim, not cached yet
-	default:
-		return false, fmt.Errorf("reading claim %s: %w", key, err)
-	}
-}
-
-// claimTaken says why the claim of pod, which already carries one, is not
-// the one this admission just gave it ("" when it is): the webhook is
-// reinvoked on its own output before the pod exists, so the claim must be a
-// live, claimed one whose binding records no pod and that no pod carries.
-// Everything is read live: a claim made moments ago may not be cached yet,
-// and the cache holds no pod whose opt-in label was removed. A dry run
-// creates no claim, so only the other two are checked.
+// claimTaken says what became of the claim that pod, a copy of an
+// admitted pod's manifest, carries, for its denial. Everything is read
+// live: a claim made moments ago may not be cached yet, and the cache
+// holds no pod whose opt-in label was removed.
 func (m *PodMutator) claimTaken(ctx context.Context, pod *corev1.Pod, dryRun bool) (string, error) {
 	name := pod.Labels[v1alpha1.BindingNameLabelKey]
 	var pods corev1.PodList
@@ -514,7 +455,7 @@ func (m *PodMutator) claimTaken(ctx context.Context, pod *corev1.Pod, dryRun boo
 		return "", fmt.Errorf("reading binding %s: %w", name, err)
 	}
 	if dryRun {
-		return "", nil
+		return "was handed to another pod's admission", nil
 	}
 	pvc := &corev1.PersistentVolumeClaim{}
 	switch err := m.APIReader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: name}, pvc); {
@@ -522,19 +463,14 @@ func (m *PodMutator) claimTaken(ctx context.Context, pod *corev1.Pod, dryRun boo
 		return "does not exist in this namespace", nil
 	case err != nil:
 		return "", fmt.Errorf("reading claim %s: %w", name, err)
-	case !claim.Held(pvc) || pvc.Labels[v1alpha1.BindingNameLabelKey] != name || !pvc.DeletionTimestamp.IsZero():
-		return "is not a claim handed out for a new pod", nil
 	}
 	if by, _, reserved := claim.Reservation(pvc); reserved {
-		// Only the replica that holds the reservation hands it out, and its
-		// own reinvocations are known to it (ownHandout): any other pod
-		// carrying it could share it with the pod it goes to.
 		return fmt.Sprintf("is reserved by webhook replica %s for a pod that replica admits", by), nil
 	}
 	if used, _ := claim.PodOf(pvc); used.UID != "" {
 		return fmt.Sprintf("was used by pod %s", used.Name), nil
 	}
-	return "", nil
+	return "was handed to another pod's admission", nil
 }
 
 // provision hands the pod a claim, from the warm pool when one fits (a hit)

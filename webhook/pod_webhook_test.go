@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -276,25 +277,50 @@ var _ = Describe("Pod admission", func() {
 		Expect(apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{}))).To(BeTrue())
 	})
 
-	It("gives an empty patch and creates nothing when reinvoked on its own output", func() {
+	It("refuses its own output sent again, a copy of the admitted pod, and creates nothing", func() {
 		pod := fixtures.MakePod("twice", ns).FluentPVC(fpvc.Name).Obj()
 		resp := mutator.Handle(ctx, createRequest(pod, false))
 		Expect(resp.Allowed).To(BeTrue())
 		mutated := applyPatch(pod, resp)
 		Expect(claims()).To(HaveLen(1))
 
-		// The API server reinvokes the webhook on its own output, within the
-		// same admission, before the pod exists.
+		// The API server never calls the webhook twice for one pod
+		// (reinvocationPolicy Never): the same output again is a copy.
 		for _, dryRun := range []bool{false, true} {
 			resp := mutator.Handle(ctx, createRequest(mutated, dryRun))
-			Expect(resp.Allowed).To(BeTrue(), "%v", resp.Result)
-			Expect(resp.Patches).To(BeEmpty())
-			Expect(resp.Patch).To(BeEmpty())
+			Expect(resp.Allowed).To(BeFalse(), "dry run %v", dryRun)
+			Expect(resp.Result.Message).To(ContainSubstring("copy of another pod"))
 		}
 		Expect(claims()).To(HaveLen(1))
 	})
 
-	It("hands out a warm PVC and lets its reinvocation through with no live read, though the FluentPVC is being deleted unseen; a second pod with that claim is checked live", func() {
+	It("admits each labelled pod in one call where a LimitRange defaults container resources", func() {
+		Expect(k8sClient.Create(ctx, &corev1.LimitRange{
+			ObjectMeta: metav1.ObjectMeta{Name: "defaults", Namespace: ns},
+			Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
+				Type:           corev1.LimitTypeContainer,
+				// The sample's sidecar sets cpu and memory, not this.
+				Default:        corev1.ResourceList{corev1.ResourceEphemeralStorage: resource.MustParse("1Gi")},
+				DefaultRequest: corev1.ResourceList{corev1.ResourceEphemeralStorage: resource.MustParse("512Mi")},
+			}}},
+		})).To(Succeed())
+		calls := func() float64 {
+			m, err := fixtures.GatherMetrics(metrics.Registry)
+			Expect(err).NotTo(HaveOccurred())
+			return m.Counter("fluentpvc_webhook_admissions_total", nil)
+		}
+		before := calls()
+		const pods = 3
+		for i := range pods {
+			pod := fixtures.MakePod(fmt.Sprint("limited-", i), ns).FluentPVC(fpvc.Name).Obj()
+			Expect(k8sClient.Create(ctx, pod)).To(Succeed())
+			Expect(pod.Labels).To(HaveKey(v1alpha1.BindingNameLabelKey))
+			Expect(pod.Spec.InitContainers[0].Resources.Limits).To(HaveKey(corev1.ResourceEphemeralStorage), "the LimitRange defaulted the sidecar")
+		}
+		Expect(calls()-before).To(BeNumerically("==", pods), "calls of the pod webhook: a second call would refuse the pod on a replica that did not hand out its claim")
+	})
+
+	It("hands out a warm PVC with no live read, though the FluentPVC is being deleted unseen; a second pod with that claim is refused", func() {
 		pooled := createFluentPVC(fixtures.MakeFluentPVC("pooled-" + ns).PoolSize(1).Obj())
 		warm := claim.NewWarm(pooled, ns, pool.TemplateHash(&pooled.Spec.PVCSpecTemplate), "").Object
 		warm.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""} // its volume can be used on any node
@@ -317,9 +343,6 @@ var _ = Describe("Pod admission", func() {
 		Expect(resp.Allowed).To(BeTrue(), "%v", resp.Result)
 		mutated := applyPatch(pod, resp)
 		Expect(mutated.Labels).To(HaveKeyWithValue(v1alpha1.BindingNameLabelKey, warm.Name))
-		resp = m.Handle(ctx, createRequest(mutated, false))
-		Expect(resp.Allowed).To(BeTrue(), "%v", resp.Result)
-		Expect(resp.Patches).To(BeEmpty())
 		Expect(live.calls.Load()).To(BeZero(), "live reads on a hit's admission")
 		// The warm PVC's update was conditioned on its resourceVersion, so
 		// the operator, which lets a deleting FluentPVC go only once every
@@ -330,11 +353,11 @@ var _ = Describe("Pod admission", func() {
 		Expect(claim.Held(got)).To(BeTrue())
 
 		resp = m.Handle(ctx, createRequest(mutated, false))
-		Expect(resp.Allowed).To(BeTrue(), "%v", resp.Result) // no pod uses the claim yet
-		Expect(live.calls.Load()).To(BeNumerically(">", 0), "a second pod with the claim is no reinvocation")
+		Expect(resp.Allowed).To(BeFalse(), "a second pod with the claim, though no pod uses it yet")
+		Expect(resp.Result.Message).To(ContainSubstring("handed to another pod's admission"))
 	})
 
-	It("hands out a reserved claim without a write, lets its reinvocation through, and refuses any other pod that carries it", func() {
+	It("hands out a reserved claim without a write, and refuses any other pod that carries it", func() {
 		pooled := createFluentPVC(fixtures.MakeFluentPVC("reserved-" + ns).PoolSize(1).Obj())
 		warm := claim.NewWarm(pooled, ns, pool.TemplateHash(&pooled.Spec.PVCSpecTemplate), "").Object
 		warm.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
@@ -365,10 +388,6 @@ var _ = Describe("Pod admission", func() {
 		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(warm), got)).To(Succeed())
 		Expect(got.ResourceVersion).To(Equal(reserved.ResourceVersion), "the handout wrote the claim")
 		Expect(stock.Len()).To(BeZero())
-
-		resp = m.Handle(ctx, createRequest(mutated, false))
-		Expect(resp.Allowed).To(BeTrue(), "%v", resp.Result)
-		Expect(resp.Patches).To(BeEmpty())
 
 		other := webhook.NewPodMutator(mgrClient, k8sClient, k8sClient, admission.NewDecoder(scheme), clock.RealClock{})
 		for name, r := range map[string]*webhook.PodMutator{"this replica, a second time": m, "another replica": other} {

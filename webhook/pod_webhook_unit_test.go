@@ -1,11 +1,8 @@
 package webhook
 
 import (
-	"fmt"
 	"testing"
-	"time"
 
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 )
 
@@ -62,71 +59,5 @@ func TestCachesSynced(t *testing.T) {
 				t.Errorf("Synced() = %v, want %q", err, tc.want)
 			}
 		})
-	}
-}
-
-func TestHandouts(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	a := types.NamespacedName{Namespace: "ns", Name: "f-abc"}
-	type step struct {
-		record bool
-		claim  types.NamespacedName
-		pod    string        // "": "app/"
-		at     time.Duration // after t0
-		want   bool          // of a take
-	}
-	cases := map[string]struct {
-		steps   []step
-		wantLen int
-	}{
-		"the reinvocation of its admission takes it": {steps: []step{{record: true, claim: a}, {claim: a, at: time.Millisecond, want: true}}},
-		"taken once: a second pod carrying it is a copy": {steps: []step{
-			{record: true, claim: a}, {claim: a, at: time.Millisecond, want: true}, {claim: a, at: 2 * time.Millisecond},
-		}},
-		"never handed out here (a copy, or another replica's)": {steps: []step{{claim: a}}},
-		"the same name in another namespace":                   {steps: []step{{record: true, claim: a}, {claim: types.NamespacedName{Namespace: "other", Name: a.Name}}}, wantLen: 1},
-		"expired":                                              {steps: []step{{record: true, claim: a}, {claim: a, at: HandoutTTL}}},
-		"just within the TTL":                                  {steps: []step{{record: true, claim: a}, {claim: a, at: HandoutTTL - time.Nanosecond, want: true}}},
-		"a clock that went back":                               {steps: []step{{record: true, claim: a, at: time.Second}, {claim: a}}},
-		"a pod of another name (a copy) carrying it":           {steps: []step{{record: true, claim: a}, {claim: a, pod: "copy/", at: time.Millisecond}}},
-		"a generated name's pod, reinvoked":                    {steps: []step{{record: true, claim: a, pod: "/app-"}, {claim: a, pod: "/app-", at: time.Millisecond, want: true}}},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			h := NewHandouts()
-			for i, s := range tc.steps {
-				if s.pod == "" {
-					s.pod = "app/"
-				}
-				if s.record {
-					h.Record(s.claim, s.pod, t0.Add(s.at))
-					continue
-				}
-				if got := h.Take(s.claim, s.pod, t0.Add(s.at)); got != s.want {
-					t.Errorf("step %d: Take(%s) = %v, want %v", i, s.claim, got, s.want)
-				}
-			}
-			if h.Len() != tc.wantLen {
-				t.Errorf("Len() = %d, want %d", h.Len(), tc.wantLen)
-			}
-		})
-	}
-}
-
-// TestHandoutsPrune checks that a record forgets the expired claims once
-// the set is large, and keeps the ones within the TTL.
-func TestHandoutsPrune(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	h := NewHandouts()
-	for i := range handoutsPruneAt {
-		h.Record(types.NamespacedName{Namespace: "ns", Name: fmt.Sprint("old-", i)}, "app/", t0)
-	}
-	h.Record(types.NamespacedName{Namespace: "ns", Name: "recent"}, "app/", t0.Add(HandoutTTL-time.Second))
-	h.Record(types.NamespacedName{Namespace: "ns", Name: "new"}, "app/", t0.Add(HandoutTTL))
-	if h.Len() != 2 {
-		t.Errorf("Len() = %d, want 2 (recent and new)", h.Len())
-	}
-	if !h.Take(types.NamespacedName{Namespace: "ns", Name: "recent"}, "app/", t0.Add(HandoutTTL)) {
-		t.Error("the claim within the TTL was forgotten")
 	}
 }

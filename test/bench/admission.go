@@ -60,9 +60,9 @@ type admissionLevel struct {
 	// bound), APIServerOver25ms the number of calls above.
 	APIServerWithin25ms float64 `json:"apiserverWithin25ms"`
 	APIServerOver25ms   int     `json:"apiserverOver25ms"`
-	// Reinvocations are the calls the webhook answered "already injected":
-	// the API server calls it again (reinvocationPolicy IfNeeded) when a
-	// later admission plugin changed the pod. APIServer counts them too.
+	// Reinvocations are the calls the webhook skipped as already
+	// injected; the webhook is registered with reinvocationPolicy Never,
+	// so a run counts none. APIServer would count them too.
 	Reinvocations int `json:"reinvocations"`
 	// PVCWrite is the API server's latency (apiserver_request_duration_seconds)
 	// of the webhook's one write, PUT (hit) or POST (miss)

@@ -25,7 +25,7 @@ import (
 // The control mode w runs plain pods through a mutating webhook that makes
 // no API call and adds one label: what any webhook costs on this cluster,
 // served the way the operator's is (controller-runtime, TLS, 127.0.0.1,
-// reinvocationPolicy IfNeeded).
+// reinvocationPolicy Never).
 const (
 	noopWebhookName  = "noop.bench.fluent-pvc-operator.tech.zozo.com"
 	noopLabelKey     = "bench.fluent-pvc-operator.tech.zozo.com/noop-webhook"
@@ -71,7 +71,7 @@ func (e *env) startNoopWebhook(ctx context.Context) (stop func() error, err erro
 			ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{noopLabelKey: "true"}},
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
-			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
+			ReinvocationPolicy:      ptr.To(admissionregistrationv1.NeverReinvocationPolicy),
 			TimeoutSeconds:          ptr.To[int32](10),
 			AdmissionReviewVersions: []string{"v1"},
 		}},
