@@ -445,6 +445,13 @@ func (s *Stock) write(ctx context.Context, c *corev1.PersistentVolumeClaim, tran
 		st.pvc = w.Object
 	case err == nil, apierrors.IsNotFound(err):
 		delete(s.held, key)
+	case w.Object != nil && w.To() != claim.Claimed:
+		// A give-back whose outcome is unknown may have landed: a timeout,
+		// or a conflict, which a client's retry of a write that landed
+		// meets. The cache still shows the claim reserved until it catches
+		// up: never handed out again by this stock. A reservation that
+		// stays is reclaimed once it ends.
+		delete(s.held, key)
 	case apierrors.IsConflict(err):
 		cached := &corev1.PersistentVolumeClaim{}
 		if getErr := s.Checkouts.Cache.Get(ctx, key, cached); getErr != nil {
@@ -457,12 +464,6 @@ func (s *Stock) write(ctx context.Context, c *corev1.PersistentVolumeClaim, tran
 		}
 		st.pvc = cached.DeepCopy()
 		return nil // tried again on the next sync
-	case w.Object != nil && w.To() != claim.Claimed:
-		// A give-back whose outcome is unknown (a timeout, say) may have
-		// landed, and the cache still shows the claim reserved until it
-		// catches up: never handed out again by this stock. A reservation
-		// that stays is reclaimed once it ends.
-		delete(s.held, key)
 	}
 	if err != nil {
 		return fmt.Errorf("claim %s: %w", key, err)

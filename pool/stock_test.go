@@ -592,37 +592,45 @@ func TestStockReplicasUnknown(t *testing.T) {
 // it landed (a timeout, say), leaves the claim forgotten: never handed out
 // again while the cache still shows it reserved.
 func TestStockGiveBackUnknown(t *testing.T) {
-	ctx := context.Background()
-	f, fpvc := newReservedFixture(t, ReserveShare, 2)
-	// The cache as it was before the give-back lands in it: still reserved.
-	var before corev1.PersistentVolumeClaimList
-	if err := f.api.List(ctx, &before); err != nil {
-		t.Fatal(err)
-	}
-	f.stock.Checkouts.Cache = frozen{Reader: f.api, pvcs: before.Items}
-	f.stock.Replicas = func(context.Context) (int, error) { return 2, nil }
-	*f.answer = func(string) error { return apierrors.NewTimeoutError("the write's answer", 1) }
-	if err := f.stock.Sync(ctx); err == nil {
-		t.Fatal("a give-back answered with a timeout: no error")
-	}
-	if got := f.reserved(t, "ns"); got != 1 {
-		t.Fatalf("%d reserved after giving one back, want 1", got)
-	}
-	*f.answer = nil
-	hash := TemplateHash(&fpvc.Spec.PVCSpecTemplate)
-	var handed []string
-	for c := f.stock.take(ctx, fpvc.Name, "ns", hash, func(string) bool { return true }, nil); c != nil; c = f.stock.take(ctx, fpvc.Name, "ns", hash, func(string) bool { return true }, nil) {
-		handed = append(handed, c.Name)
-	}
-	if len(handed) != 1 {
-		t.Fatalf("handed out %v, want only the claim still reserved", handed)
-	}
-	live := &corev1.PersistentVolumeClaim{}
-	if err := f.api.Get(ctx, client.ObjectKey{Namespace: "ns", Name: handed[0]}, live); err != nil {
-		t.Fatal(err)
-	}
-	if by, _, ok := claim.Reservation(live); !ok || by != "replica-a" {
-		t.Errorf("handed out %s, which the API server shows given back", handed[0])
+	for name, answer := range map[string]error{
+		"a timeout": apierrors.NewTimeoutError("the write's answer", 1),
+		// A client's retry of a write that landed, after a 5xx, conflicts
+		// with that write.
+		"a conflict": apierrors.NewConflict(corev1.Resource("persistentvolumeclaims"), "f-warm", errors.New("the object has been modified")),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			f, fpvc := newReservedFixture(t, ReserveShare, 2)
+			// The cache as it was before the give-back lands in it: still
+			// reserved.
+			var before corev1.PersistentVolumeClaimList
+			if err := f.api.List(ctx, &before); err != nil {
+				t.Fatal(err)
+			}
+			f.stock.Checkouts.Cache = frozen{Reader: f.api, pvcs: before.Items}
+			f.stock.Replicas = func(context.Context) (int, error) { return 2, nil }
+			*f.answer = func(string) error { return answer }
+			_ = f.stock.Sync(ctx)
+			if got := f.reserved(t, "ns"); got != 1 {
+				t.Fatalf("%d reserved after giving one back, want 1", got)
+			}
+			*f.answer = nil
+			hash := TemplateHash(&fpvc.Spec.PVCSpecTemplate)
+			var handed []string
+			for c := f.stock.take(ctx, fpvc.Name, "ns", hash, func(string) bool { return true }, nil); c != nil; c = f.stock.take(ctx, fpvc.Name, "ns", hash, func(string) bool { return true }, nil) {
+				handed = append(handed, c.Name)
+			}
+			if len(handed) != 1 {
+				t.Fatalf("handed out %v, want only the claim still reserved", handed)
+			}
+			live := &corev1.PersistentVolumeClaim{}
+			if err := f.api.Get(ctx, client.ObjectKey{Namespace: "ns", Name: handed[0]}, live); err != nil {
+				t.Fatal(err)
+			}
+			if by, _, ok := claim.Reservation(live); !ok || by != "replica-a" {
+				t.Errorf("handed out %s, which the API server shows given back", handed[0])
+			}
+		})
 	}
 }
 
