@@ -298,7 +298,7 @@ var _ = Describe("Pod admission", func() {
 		Expect(k8sClient.Create(ctx, &corev1.LimitRange{
 			ObjectMeta: metav1.ObjectMeta{Name: "defaults", Namespace: ns},
 			Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
-				Type:           corev1.LimitTypeContainer,
+				Type: corev1.LimitTypeContainer,
 				// The sample's sidecar sets cpu and memory, not this.
 				Default:        corev1.ResourceList{corev1.ResourceEphemeralStorage: resource.MustParse("1Gi")},
 				DefaultRequest: corev1.ResourceList{corev1.ResourceEphemeralStorage: resource.MustParse("512Mi")},
