@@ -403,6 +403,12 @@ func (c *Checkouter) podNodes(ctx context.Context, pod *corev1.Pod) ([]*corev1.N
 	return out, nil
 }
 
+// allNodes lists every cached node, as the cache holds them (to read,
+// never to change).
+func (c *Checkouter) allNodes(ctx context.Context) ([]*corev1.Node, error) {
+	return c.podNodes(ctx, &corev1.Pod{})
+}
+
 // take marks the version of pvc read taken at now and says whether it was
 // free: no checkout of this replica tried that version in the recentTTL
 // before now. Every version tried stays taken, whether its write wins, loses a

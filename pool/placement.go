@@ -113,6 +113,21 @@ var parsed = struct {
 
 const maxParsed = 10000
 
+// UsableOnSomeNode says whether a volume of affinity (a
+// NodeAffinityAnnotationKey value) can be used on one of nodes. It is
+// true when nothing says otherwise: no node is known, or the affinity
+// does not parse (a pod's checkout then leaves the volume alone).
+func UsableOnSomeNode(affinity string, nodes []*corev1.Node) bool {
+	if len(nodes) == 0 {
+		return true
+	}
+	m, err := ParseVolumeAffinity(affinity)
+	if err != nil || m.Any() {
+		return true
+	}
+	return slices.ContainsFunc(nodes, m.Match)
+}
+
 // Any is true when the volume can be used on every node.
 func (m *VolumeMatcher) Any() bool { return len(m.terms) == 0 }
 

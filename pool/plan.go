@@ -4,6 +4,9 @@ import (
 	"cmp"
 	"slices"
 	"time"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"k8s.io/apimachinery/pkg/util/sets"
 )
 
 // Claim is what planning needs to know of one pool PVC.
@@ -281,4 +284,18 @@ func Namespaces(listed []string, lastAdmission map[string]time.Time, now time.Ti
 	}
 	slices.Sort(keep)
 	return keep, requeueAfter, capped
+}
+
+// PoolNamespaces are the namespaces that hold f's pool: those
+// spec.pool.namespaces lists when it lists any, else those its status
+// shows learned (Namespaces decides them).
+func PoolNamespaces(f *v1alpha1.FluentPVC) sets.Set[string] {
+	if len(f.Spec.Pool.Namespaces) > 0 {
+		return sets.New(f.Spec.Pool.Namespaces...)
+	}
+	out := sets.New[string]()
+	for _, p := range f.Status.Pool {
+		out.Insert(p.Namespace)
+	}
+	return out
 }

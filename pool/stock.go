@@ -256,11 +256,15 @@ func (s *Stock) Sync(ctx context.Context) error {
 		return err
 	}
 	now := s.Clock.Now()
-	terminating, err := s.prune(ctx)
+	nodes, err := s.Checkouts.allNodes(ctx)
 	if err != nil {
 		return err
 	}
-	extend, giveBack, count := s.plan(fpvcs, terminating, now, replicas)
+	unfit, err := s.prune(ctx, fpvcs, nodes)
+	if err != nil {
+		return err
+	}
+	extend, giveBack, count := s.plan(fpvcs, unfit, now, replicas)
 	errs := []error{}
 	for _, c := range giveBack {
 		errs = append(errs, s.write(ctx, c, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Unreserve(c, s.Owner) }))
@@ -272,17 +276,18 @@ func (s *Stock) Sync(ctx context.Context) error {
 	}
 	if s.Stopping == nil || !s.Stopping() {
 		for name, f := range fpvcs {
-			errs = append(errs, s.reserve(ctx, f, count[name], now, replicas))
+			errs = append(errs, s.reserve(ctx, f, count[name], nodes, now, replicas))
 		}
 	}
 	s.report(fpvcs)
 	return errors.Join(errs...)
 }
 
-// plan picks, under the lock, the claims to extend and to give back, and
-// marks them busy; count is how many the stock keeps per FluentPVC and
-// namespace.
-func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, terminating map[string]bool, now time.Time, replicas int) (extend, giveBack []*corev1.PersistentVolumeClaim, count map[string]map[string]int) {
+// plan picks, under the lock, the claims to extend and to give back (those
+// of another template and those unfit, besides those beyond the limit),
+// and marks them busy; count is how many the stock keeps per FluentPVC
+// and namespace.
+func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, unfit map[types.NamespacedName]bool, now time.Time, replicas int) (extend, giveBack []*corev1.PersistentVolumeClaim, count map[string]map[string]int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	count = map[string]map[string]int{}
@@ -300,7 +305,7 @@ func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, terminating map[strin
 			// binding controller may be reclaiming it already.
 			delete(s.held, key)
 			continue
-		case !ok || c.Labels[v1alpha1.TemplateHashLabelKey] != TemplateHash(&f.Spec.PVCSpecTemplate) || terminating[c.Namespace]:
+		case !ok || c.Labels[v1alpha1.TemplateHashLabelKey] != TemplateHash(&f.Spec.PVCSpecTemplate) || unfit[key]:
 			giveBack = append(giveBack, c)
 		case count[name][c.Namespace] >= s.limit(f, replicas):
 			giveBack = append(giveBack, c)
@@ -320,14 +325,17 @@ func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, terminating map[strin
 }
 
 // prune forgets the claims the cache no longer shows reserved by this
-// stock (stillHeld), and says which namespaces of the others are being
-// deleted: their claims go back, so that their finalizers do not hold
-// the namespace until the reservations end.
-func (s *Stock) prune(ctx context.Context) (map[string]bool, error) {
+// stock (stillHeld), and says which of the others no pod can take, to be
+// given back: those of a namespace being deleted (so that their
+// finalizers do not hold it), of a namespace that left their pool
+// (PoolNamespaces of fpvcs), and those whose volume no node can use
+// (UsableOnSomeNode of nodes) or is attached to a node that is gone.
+func (s *Stock) prune(ctx context.Context, fpvcs map[string]*v1alpha1.FluentPVC, nodes []*corev1.Node) (map[types.NamespacedName]bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	terminating := map[string]bool{}
-	seen := map[string]bool{}
+	unfit := map[types.NamespacedName]bool{}
+	// By namespace, node and affinity: a pool's claims share a few.
+	going, gone, usable := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for key, st := range s.held {
 		if st.busy {
 			continue
@@ -336,17 +344,24 @@ func (s *Stock) prune(ctx context.Context) (map[string]bool, error) {
 			delete(s.held, key)
 			continue
 		}
-		if seen[key.Namespace] {
-			continue
+		g, seen := going[key.Namespace]
+		if !seen {
+			var err error
+			if g, err = s.namespaceGoing(ctx, key.Namespace); err != nil {
+				return nil, err
+			}
+			going[key.Namespace] = g
 		}
-		seen[key.Namespace] = true
-		gone, err := s.namespaceGoing(ctx, key.Namespace)
-		if err != nil {
-			return nil, err
+		affinity, _ := WarmAffinity(st.pvc)
+		u, seen := usable[affinity]
+		if !seen {
+			u = UsableOnSomeNode(affinity, nodes)
+			usable[affinity] = u
 		}
-		terminating[key.Namespace] = gone
+		f := fpvcs[st.pvc.Labels[v1alpha1.FluentPVCNameLabelKey]]
+		unfit[key] = g || (f != nil && !PoolNamespaces(f).Has(key.Namespace)) || !u || s.Checkouts.stranded(ctx, st.pvc, gone)
 	}
-	return terminating, nil
+	return unfit, nil
 }
 
 // namespaceGoing says whether the cache shows namespace ns being deleted
@@ -471,10 +486,10 @@ func (s *Stock) write(ctx context.Context, c *corev1.PersistentVolumeClaim, tran
 	return nil
 }
 
-// reserve reserves Bound warm PVCs of f's pool, in every namespace that
-// has them, until the stock holds its limit there (held: how many it
-// holds, by namespace).
-func (s *Stock) reserve(ctx context.Context, f *v1alpha1.FluentPVC, held map[string]int, now time.Time, replicas int) error {
+// reserve reserves Bound warm PVCs of f's pool whose volume one of nodes
+// can use, in every namespace of the pool that has them, until the stock
+// holds its limit there (held: how many it holds, by namespace).
+func (s *Stock) reserve(ctx context.Context, f *v1alpha1.FluentPVC, held map[string]int, nodes []*corev1.Node, now time.Time, replicas int) error {
 	c := s.Checkouts
 	var warm corev1.PersistentVolumeClaimList
 	if err := c.Cache.List(ctx, &warm, client.MatchingFields{WarmIndex: f.Name}, client.UnsafeDisableDeepCopy); err != nil {
@@ -485,10 +500,12 @@ func (s *Stock) reserve(ctx context.Context, f *v1alpha1.FluentPVC, held map[str
 		byNS[w.Namespace] = append(byNS[w.Namespace], w)
 	}
 	hash, limit := TemplateHash(&f.Spec.PVCSpecTemplate), s.limit(f, replicas)
+	inPool := PoolNamespaces(f)
+	usable := func(affinity string) bool { return UsableOnSomeNode(affinity, nodes) }
 	var errs []error
 	for ns, items := range byNS {
 		want := limit - held[ns]
-		if want <= 0 {
+		if want <= 0 || !inPool.Has(ns) {
 			continue
 		}
 		if going, err := s.namespaceGoing(ctx, ns); err != nil {
@@ -505,7 +522,7 @@ func (s *Stock) reserve(ctx context.Context, f *v1alpha1.FluentPVC, held map[str
 			errs = append(errs, err)
 			continue
 		}
-		for _, cand := range Candidates(items, hash, func(string) bool { return true }) {
+		for _, cand := range Candidates(items, hash, usable) {
 			if want <= 0 {
 				break
 			}

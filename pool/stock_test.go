@@ -72,6 +72,13 @@ func newStockFixture(t *testing.T, target int, objs ...client.Object) stockFixtu
 		}
 		return (*answer)(obj.GetName())
 	}
+	for _, o := range objs {
+		// The pool reconciler learned namespace "ns" for each FluentPVC
+		// that lists none.
+		if f, ok := o.(*v1alpha1.FluentPVC); ok && len(f.Spec.Pool.Namespaces) == 0 && len(f.Status.Pool) == 0 {
+			f.Status.Pool = []v1alpha1.PoolNamespaceStatus{{Namespace: "ns"}}
+		}
+	}
 	objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}})
 	api := indexed(fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).
 		WithInterceptorFuncs(interceptor.Funcs{Update: count}).Build()
@@ -741,5 +748,102 @@ func TestStockTTL(t *testing.T) {
 				t.Errorf("reserved %v until %v, want until %v", ok, until, fixtures.Epoch.Add(tc.want))
 			}
 		})
+	}
+}
+
+// TestStockGivesBackUnfit: a reservation goes back to the pool as soon as
+// no pod can take it: its namespace left the pool (dropped from
+// spec.pool.namespaces, or no longer learned) or is being deleted, or no
+// node can use its volume (its node was deleted); none is made of such a
+// warm PVC either.
+func TestStockGivesBackUnfit(t *testing.T) {
+	onNode := func(node string) string {
+		return VolumeAffinity(&corev1.PersistentVolume{Spec: corev1.PersistentVolumeSpec{NodeAffinity: &corev1.VolumeNodeAffinity{
+			Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{node},
+			}}}}},
+		}}})
+	}
+	node := func(name string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}}}
+	}
+	for name, tc := range map[string]struct {
+		// listed are spec.pool.namespaces at first; nil: "ns" is learned.
+		listed []string
+		// change makes the cluster what it becomes after the reservations.
+		change func(t *testing.T, api client.Client, f *v1alpha1.FluentPVC)
+		want   int
+	}{
+		"nothing changed": {change: func(*testing.T, client.Client, *v1alpha1.FluentPVC) {}, want: 3},
+		"still listed": {listed: []string{"ns", "other"}, change: func(t *testing.T, api client.Client, f *v1alpha1.FluentPVC) {
+			f.Spec.Pool.Namespaces = []string{"ns"}
+			update(t, api, f)
+		}, want: 3},
+		"dropped from spec.pool.namespaces": {listed: []string{"ns"}, change: func(t *testing.T, api client.Client, f *v1alpha1.FluentPVC) {
+			f.Spec.Pool.Namespaces = []string{"other"}
+			update(t, api, f)
+		}},
+		"no longer learned (idle, or deselected)": {change: func(t *testing.T, api client.Client, f *v1alpha1.FluentPVC) {
+			f.Status.Pool = []v1alpha1.PoolNamespaceStatus{{Namespace: "other"}}
+			update(t, api, f)
+		}},
+		"being deleted": {change: func(t *testing.T, api client.Client, _ *v1alpha1.FluentPVC) {
+			ns := &corev1.Namespace{}
+			if err := api.Get(context.Background(), client.ObjectKey{Name: "ns"}, ns); err != nil {
+				t.Fatal(err)
+			}
+			ns.Finalizers = []string{"kubernetes"}
+			update(t, api, ns)
+			if err := api.Delete(context.Background(), ns); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		"their node deleted": {change: func(t *testing.T, api client.Client, _ *v1alpha1.FluentPVC) {
+			if err := api.Delete(context.Background(), node("n1")); err != nil {
+				t.Fatal(err)
+			}
+		}, want: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			fpvc := fixtures.MakeFluentPVC("f").PoolSize(3).Obj()
+			fpvc.Spec.Pool.Namespaces = tc.listed
+			objs := []client.Object{fpvc, node("n1"), node("n2")}
+			// Two volumes local to n1, one to n2.
+			for i, w := range warmPVCs(fpvc, 3) {
+				w.GetAnnotations()[v1alpha1.NodeAffinityAnnotationKey] = onNode([]string{"n1", "n1", "n2"}[i])
+				objs = append(objs, w)
+			}
+			f := newStockFixture(t, ReserveShare, objs...)
+			if err := f.stock.Sync(ctx); err != nil || f.stock.Len() != 3 {
+				t.Fatalf("reserving: %v, stock %d, want 3", err, f.stock.Len())
+			}
+			live := &v1alpha1.FluentPVC{}
+			if err := f.api.Get(ctx, client.ObjectKeyFromObject(fpvc), live); err != nil {
+				t.Fatal(err)
+			}
+			tc.change(t, f.api, live)
+			if err := f.stock.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.reserved(t, "ns"); got != tc.want || f.stock.Len() != tc.want {
+				t.Errorf("reserved %d (stock %d), want %d", got, f.stock.Len(), tc.want)
+			}
+			// Sync again: nothing unfit is reserved anew.
+			if err := f.stock.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.reserved(t, "ns"); got != tc.want {
+				t.Errorf("reserved %d after another sync, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// update writes obj, status included, as the fake API server takes it.
+func update(t *testing.T, api client.Client, obj client.Object) {
+	t.Helper()
+	if err := api.Update(context.Background(), obj); err != nil {
+		t.Fatal(err)
 	}
 }

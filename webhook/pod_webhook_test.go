@@ -358,7 +358,7 @@ var _ = Describe("Pod admission", func() {
 	})
 
 	It("hands out a reserved claim without a write, and refuses any other pod that carries it", func() {
-		pooled := createFluentPVC(fixtures.MakeFluentPVC("reserved-" + ns).PoolSize(1).Obj())
+		pooled := createFluentPVC(fixtures.MakeFluentPVC("reserved-" + ns).PoolSize(1).PoolNamespaces(ns).Obj())
 		warm := claim.NewWarm(pooled, ns, pool.TemplateHash(&pooled.Spec.PVCSpecTemplate), "").Object
 		warm.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
 		Expect(k8sClient.Create(ctx, warm)).To(Succeed())
@@ -399,7 +399,7 @@ var _ = Describe("Pod admission", func() {
 	})
 
 	It("shares a pool's reservations among the replicas behind the webhook Service's ready endpoints", func() {
-		pooled := createFluentPVC(fixtures.MakeFluentPVC("shared-" + ns).PoolSize(3).Obj())
+		pooled := createFluentPVC(fixtures.MakeFluentPVC("shared-" + ns).PoolSize(3).PoolNamespaces(ns).Obj())
 		for range 3 {
 			warm := claim.NewWarm(pooled, ns, pool.TemplateHash(&pooled.Spec.PVCSpecTemplate), "").Object
 			warm.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
