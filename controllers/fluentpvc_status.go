@@ -33,7 +33,7 @@ func withoutCounts(s v1alpha1.FluentPVCStatus) v1alpha1.FluentPVCStatus {
 	s = *s.DeepCopy()
 	s.Bindings, s.Active, s.Warm = v1alpha1.BindingCounts{}, 0, 0
 	for i := range s.Pool {
-		s.Pool[i].Warm, s.Pool[i].Provisioning, s.Pool[i].Staged, s.Pool[i].LastAdmissionTime = 0, 0, 0, nil
+		s.Pool[i].Warm, s.Pool[i].Reserved, s.Pool[i].Provisioning, s.Pool[i].Staged, s.Pool[i].LastAdmissionTime = 0, 0, 0, 0, nil
 	}
 	for i := range s.Conditions {
 		c := &s.Conditions[i]

@@ -72,7 +72,17 @@ func TestPlanPool(t *testing.T) {
 		want        []nsWant
 		wantMissing []string
 		wantRows    []string
+		// wantReserved is the status rows' reserved counts, by namespace,
+		// when set.
+		wantReserved map[string]int32
 	}{
+		"claims reserved ahead count as warm, and the status shows them": {
+			f:            listed(3, "a"),
+			o:            poolObserved{warm: []corev1.PersistentVolumeClaim{warm(listed(3, "a"), "a", "w1", "")}, namespaces: existing("a"), reserved: map[string]int{"a": 2}},
+			want:         []nsWant{{namespace: "a", kept: true, warm: 1}},
+			wantRows:     []string{"a"},
+			wantReserved: map[string]int32{"a": 2},
+		},
 		"a listed namespace short of warm PVCs: the rest created at once": {
 			f:        listed(3, "a"),
 			o:        poolObserved{warm: []corev1.PersistentVolumeClaim{warm(listed(3, "a"), "a", "w1", "")}, namespaces: existing("a")},
@@ -142,6 +152,15 @@ func TestPlanPool(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.wantRows, rows, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("status rows (-want +got):\n%s", diff)
+			}
+			if tc.wantReserved != nil {
+				got := map[string]int32{}
+				for _, r := range pp.result.namespaces {
+					got[r.Namespace] = r.Reserved
+				}
+				if diff := cmp.Diff(tc.wantReserved, got); diff != "" {
+					t.Errorf("status rows' reserved (-want +got):\n%s", diff)
+				}
 			}
 		})
 	}

@@ -655,7 +655,7 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 		if kept {
 			// Reserved claims are warm PVCs ready for a pod, held by a
 			// webhook replica.
-			st := v1alpha1.PoolNamespaceStatus{Namespace: ns, Warm: p.Warm + int32(in.Reserved), Provisioning: p.Provisioning + int32(p.Create), Staged: int32(stagedNS[ns])}
+			st := v1alpha1.PoolNamespaceStatus{Namespace: ns, Warm: p.Warm + int32(in.Reserved), Reserved: int32(in.Reserved), Provisioning: p.Provisioning + int32(p.Create), Staged: int32(stagedNS[ns])}
 			if t, ok := o.lastAdmission[ns]; ok {
 				// Whole seconds, as a status time reads back: a fraction
 				// (from the admitted-at annotation) would make every

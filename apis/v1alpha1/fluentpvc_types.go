@@ -267,6 +267,12 @@ type PoolNamespaceStatus struct {
 	// provisioning is the number of pool PVCs not yet Bound.
 	// +optional
 	Provisioning int32 `json:"provisioning"`
+	// reserved is how many of the warm PVCs are reserved by the webhook's
+	// replicas, each to hand to a pod without an API write; omitted when
+	// none is.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Reserved int32 `json:"reserved,omitempty"`
 	// staged is the number of warm PVCs attached and staged on a node by
 	// a running holder pod, at most the pool's size; omitted when none is.
 	// +optional
