@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"path/filepath"
@@ -30,6 +31,11 @@ type faultRates struct {
 	Throttle float64
 	// Fail answers 500 Internal Server Error.
 	Fail float64
+	// Lost passes a write (a create, update, patch or delete) on, then
+	// answers 500 instead of its result, half the time with Retry-After: 1,
+	// on which client-go sends it again (and meets a conflict or the
+	// object gone, since the first one landed).
+	Lost float64
 	// Delay holds the request for up to MaxDelay before passing it on.
 	Delay    float64
 	MaxDelay time.Duration
@@ -40,7 +46,7 @@ type faultRates struct {
 
 // faultCounts are the faults apiProxy injected.
 type faultCounts struct {
-	Requests, Resets, Throttled, Failed, Delayed, WatchesCut int64
+	Requests, Resets, Throttled, Failed, Lost, Delayed, WatchesCut int64
 }
 
 // operatorUser is the user as whom the operator's requests reach the API
@@ -59,7 +65,7 @@ type apiProxy struct {
 	ln      net.Listener
 	wg      sync.WaitGroup
 
-	requests, resets, throttled, failed, delayed, watchesCut atomic.Int64
+	requests, resets, throttled, failed, lost, delayed, watchesCut atomic.Int64
 
 	// Kubeconfig is a kubeconfig for the proxy.
 	Kubeconfig string
@@ -153,7 +159,15 @@ func (p *apiProxy) serve(w http.ResponseWriter, r *http.Request, next http.Handl
 		p.failed.Add(1)
 		writeStatus(w, http.StatusInternalServerError, "InternalError", "the chaos proxy failed this request")
 		return
-	case roll < rt.Reset+rt.Throttle+rt.Fail+rt.Delay && !watch:
+	case roll < rt.Reset+rt.Throttle+rt.Fail+rt.Lost && r.Method != http.MethodGet:
+		p.lost.Add(1)
+		next.ServeHTTP(httptest.NewRecorder(), r)
+		if rand.N(2) == 0 {
+			w.Header().Set("Retry-After", "1")
+		}
+		writeStatus(w, http.StatusInternalServerError, "InternalError", "the chaos proxy lost the answer of this write")
+		return
+	case roll < rt.Reset+rt.Throttle+rt.Fail+rt.Lost+rt.Delay && !watch:
 		p.delayed.Add(1)
 		t := time.NewTimer(rand.N(rt.MaxDelay))
 		select {
@@ -201,7 +215,7 @@ func writeStatus(w http.ResponseWriter, code int, reason, msg string) {
 func (p *apiProxy) Counts() faultCounts {
 	return faultCounts{
 		Requests: p.requests.Load(), Resets: p.resets.Load(), Throttled: p.throttled.Load(),
-		Failed: p.failed.Load(), Delayed: p.delayed.Load(), WatchesCut: p.watchesCut.Load(),
+		Failed: p.failed.Load(), Lost: p.lost.Load(), Delayed: p.delayed.Load(), WatchesCut: p.watchesCut.Load(),
 	}
 }
 

@@ -82,7 +82,7 @@ func TestChaos(t *testing.T) {
 	}
 
 	proxy, err := newAPIProxy(kc, filepath.Join(kc.Dir, "apiproxy"), faultRates{
-		Reset: 0.005, Throttle: 0.01, Fail: 0.01, Delay: 0.05, MaxDelay: time.Second, WatchCut: 0.2,
+		Reset: 0.005, Throttle: 0.01, Fail: 0.01, Lost: 0.005, Delay: 0.05, MaxDelay: time.Second, WatchCut: 0.2,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -144,6 +144,8 @@ func TestChaos(t *testing.T) {
 	every(loadCtx, &wg, m.NodeEvery, d.deleteNode)
 	every(loadCtx, &wg, m.StagedNodeEvery, d.deleteStagedNode)
 	every(loadCtx, &wg, m.HolderKillEvery, d.killHolder)
+	every(loadCtx, &wg, m.RecreateEvery, d.recreatePod)
+	every(loadCtx, &wg, m.LeavePoolEvery, d.leavePool)
 	<-loadCtx.Done()
 	wg.Wait()
 	stopLoad()
@@ -190,6 +192,9 @@ func TestChaos(t *testing.T) {
 	}
 	if n := d.t.CopiesAdmitted.Load(); n > 0 {
 		t.Errorf("%d pods created from a copied manifest were admitted", n)
+	}
+	if n := len(report.Refused); n > 0 {
+		t.Errorf("%d labelled pods created without a claim were refused by the pod webhook (audit IDs %v)", n, report.Refused)
 	}
 	if !settled {
 		t.Errorf("the system did not settle within %s", m.Settle)
@@ -351,6 +356,7 @@ func (r results) Markdown() string {
 	row("API faults: connections reset", r.Faults.Resets)
 	row("API faults: 429 answers", r.Faults.Throttled)
 	row("API faults: 500 answers", r.Faults.Failed)
+	row("API faults: writes made whose answer was lost (500; half with Retry-After, which client-go retries)", r.Faults.Lost)
 	row("API faults: delayed requests (up to 1 s)", r.Faults.Delayed)
 	row("API faults: watches cut", r.Faults.WatchesCut)
 	row("drain Jobs failed", r.FailedDrains)
@@ -361,7 +367,10 @@ func (r results) Markdown() string {
 	row("bindings stripped of finalizers and deleted", t.BindingsStripped.Load())
 	row("opt-in labels removed from running pods", t.LabelsRemoved.Load())
 	row("copied manifests denied", t.CopiesDenied.Load())
-	row("copied manifests admitted", t.CopiesAdmitted.Load())
+	row("same-name re-creations and generateName copies of running pods denied", t.RecreationsDenied.Load())
+	row("copied manifests and re-creations admitted", t.CopiesAdmitted.Load())
+	row("namespaces left out of the main pool for a window (spec.pool.namespaces)", t.NamespacesLeft.Load())
+	row("load namespaces have a LimitRange with container defaults", "yes")
 	row("unlabelled copies (kubectl debug --copy-to) denied", t.DebugCopiesDenied.Load())
 	row("unlabelled copies admitted (deleted after 3-6 s)", t.DebugCopiesAdmitted.Load())
 	row("unlabelled pods created that mount a claim (audit log)", r.Report.Stats.UnlabelledClaimPods)

@@ -26,6 +26,9 @@ type mode struct {
 	// holders.
 	DebugCopyEvery, ClaimDeleteEvery, BindingRefusalEvery, BindingQuotaEvery, DrainRefusalEvery, NodeEvery, StagedNodeEvery,
 	HolderKillEvery [2]time.Duration
+	// Same-name re-creations and generateName copies of running pods;
+	// namespaces leaving the main pool for a window.
+	RecreateEvery, LeavePoolEvery [2]time.Duration
 	// Window is how long a refusal or quota lasts; NodeDown how long a
 	// deleted node stays away.
 	Window, NodeDown [2]time.Duration
@@ -45,6 +48,7 @@ var (
 		BindingRefusalEvery: [2]time.Duration{5 * time.Second, 20 * time.Second}, BindingQuotaEvery: [2]time.Duration{10 * time.Second, 25 * time.Second},
 		DrainRefusalEvery: [2]time.Duration{10 * time.Second, 25 * time.Second}, NodeEvery: [2]time.Duration{10 * time.Second, 20 * time.Second},
 		StagedNodeEvery: [2]time.Duration{10 * time.Second, 20 * time.Second}, HolderKillEvery: [2]time.Duration{3 * time.Second, 8 * time.Second},
+		RecreateEvery: [2]time.Duration{6 * time.Second, 12 * time.Second}, LeavePoolEvery: [2]time.Duration{15 * time.Second, 25 * time.Second},
 		Window: [2]time.Duration{15 * time.Second, 25 * time.Second}, NodeDown: [2]time.Duration{30 * time.Second, 60 * time.Second},
 	}
 	full = mode{
@@ -58,6 +62,7 @@ var (
 		BindingRefusalEvery: [2]time.Duration{30 * time.Second, 60 * time.Second}, BindingQuotaEvery: [2]time.Duration{40 * time.Second, 80 * time.Second},
 		DrainRefusalEvery: [2]time.Duration{40 * time.Second, 80 * time.Second}, NodeEvery: [2]time.Duration{60 * time.Second, 120 * time.Second},
 		StagedNodeEvery: [2]time.Duration{60 * time.Second, 120 * time.Second}, HolderKillEvery: [2]time.Duration{5 * time.Second, 12 * time.Second},
+		RecreateEvery: [2]time.Duration{8 * time.Second, 15 * time.Second}, LeavePoolEvery: [2]time.Duration{30 * time.Second, 60 * time.Second},
 		Window: [2]time.Duration{15 * time.Second, 25 * time.Second}, NodeDown: [2]time.Duration{30 * time.Second, 60 * time.Second},
 	}
 )

@@ -2,9 +2,11 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -33,7 +36,7 @@ const deploymentsPerNamespace = 2
 // tally counts what the driver did, for the results.
 type tally struct {
 	BarePods, LocalPods, StagedPods, SidecarFailPods, ReplicaKills, ReplicaExits, NamespacesDeleted, PoolChanges, TemplateChanges,
-	BindingsStripped, LabelsRemoved, CopiesDenied, CopiesAdmitted, Scales, Errors atomic.Int64
+	BindingsStripped, LabelsRemoved, CopiesDenied, CopiesAdmitted, RecreationsDenied, NamespacesLeft, Scales, Errors atomic.Int64
 	// The faults of faults.go.
 	DebugCopiesDenied, DebugCopiesAdmitted, ClaimDeletesDenied, ClaimDeletesAdmitted, ClaimDeletingReported, ClaimsGivenUp,
 	BindingRefusals, PodFinalizersStripped, BindingQuotas, DrainPodRefusals, NodesDeleted atomic.Int64
@@ -115,6 +118,10 @@ func loadFluentPVC(w *fixtures.FluentPVCWrapper) *v1alpha1.FluentPVC {
 	return w.DeletePodOnSidecarFailure(true).
 		Mutate(func(f *v1alpha1.FluentPVC) {
 			f.Spec.CommonVolumes, f.Spec.CommonVolumeMounts = nil, nil
+			// The load namespaces' LimitRange gives the sidecar its
+			// resources after the webhook injected it, as in most
+			// multi-tenant clusters.
+			f.Spec.SidecarContainerTemplate.Resources = corev1.ResourceRequirements{}
 			f.Spec.PVCFinalizerJobSpecTemplate.BackoffLimit = ptr.To[int32](0)
 			f.Spec.PVCFinalizerJobSpecTemplate.Template.Labels = map[string]string{flakyLabelKey: "true"}
 		}).Obj()
@@ -130,6 +137,10 @@ func (d *driver) addNamespace(ctx context.Context) {
 		d.fail("creating namespace "+name, err)
 		return
 	}
+	// Container defaults, which the API server applies after the mutating
+	// webhooks: a webhook registered with reinvocationPolicy IfNeeded
+	// would be called a second time for every labelled pod.
+	d.fail("creating a LimitRange", d.c.Create(ctx, limitRange(name)))
 	for i := range deploymentsPerNamespace {
 		// The second Deployment's pods take staged claims.
 		fpvc := fluentPVCName
@@ -153,6 +164,19 @@ func (d *driver) addNamespace(ctx context.Context) {
 	d.mu.Lock()
 	d.namespaces = append(d.namespaces, name)
 	d.mu.Unlock()
+}
+
+// limitRange defaults the cpu and memory of the containers of namespace
+// ns that set none.
+func limitRange(ns string) *corev1.LimitRange {
+	return &corev1.LimitRange{
+		ObjectMeta: metav1.ObjectMeta{Name: "container-defaults", Namespace: ns},
+		Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{
+			Type:           corev1.LimitTypeContainer,
+			Default:        corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+			DefaultRequest: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+		}}},
+	}
 }
 
 func (d *driver) randomNamespace() string {
@@ -402,6 +426,84 @@ func (d *driver) removeLabel(ctx context.Context) {
 		return
 	}
 	d.t.LabelsRemoved.Add(1)
+}
+
+// recreatePod deletes a running bare pod and creates its live manifest
+// again under the same name, claim volume included, as `kubectl replace
+// --force` does; or, one time in two, creates a copy of it under its
+// generateName while it runs. The webhook must deny both.
+func (d *driver) recreatePod(ctx context.Context) {
+	pod := d.runningLabelled(ctx, true)
+	if pod == nil {
+		return
+	}
+	cp := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: pod.Namespace, Name: pod.Name,
+			Labels: pod.Labels, Annotations: pod.Annotations, Finalizers: pod.Finalizers,
+		},
+		Spec: *pod.Spec.DeepCopy(),
+	}
+	if rand.N(2) == 0 {
+		cp.Name, cp.GenerateName = "", pod.GenerateName
+	} else {
+		if err := d.c.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &pod.UID}); err != nil {
+			d.fail("deleting a pod to create it again", err)
+			return
+		}
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+			return apierrors.IsNotFound(d.c.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})), nil
+		})
+		if err != nil {
+			return // still terminating (its sidecar's finalizer, say): not tried
+		}
+	}
+	err := d.c.Create(ctx, cp)
+	switch {
+	case err == nil:
+		d.t.CopiesAdmitted.Add(1)
+		d.logf("a re-creation of pod %s/%s (as %s) was admitted", pod.Namespace, pod.Name, cp.Name)
+		d.mu.Lock()
+		d.bare[client.ObjectKeyFromObject(cp)] = time.Now().Add(10 * time.Second)
+		d.mu.Unlock()
+	case denied(err):
+		d.t.RecreationsDenied.Add(1)
+	default:
+		d.fail("creating a pod again", err)
+	}
+}
+
+// leavePool lists, for a window, all but one of the load namespaces in
+// the main FluentPVC's spec.pool.namespaces, then lists none again (it
+// learns them from admissions): the namespace left out leaves the pool,
+// reservations included, while its pods keep coming (and miss).
+func (d *driver) leavePool(ctx context.Context) {
+	d.mu.Lock()
+	keep := slices.Clone(d.namespaces)
+	d.mu.Unlock()
+	if len(keep) < 2 {
+		return
+	}
+	left := rand.N(len(keep))
+	out := keep[left]
+	keep = slices.Delete(keep, left, left+1)
+	set := func(ctx context.Context, namespaces []string) error {
+		raw, err := json.Marshal(map[string]any{"spec": map[string]any{"pool": map[string]any{"namespaces": namespaces}}})
+		if err != nil {
+			return err
+		}
+		return d.c.Patch(ctx, &v1alpha1.FluentPVC{ObjectMeta: metav1.ObjectMeta{Name: fluentPVCName}}, client.RawPatch(types.MergePatchType, raw))
+	}
+	if err := set(ctx, keep); err != nil {
+		d.fail("listing the pool's namespaces", err)
+		return
+	}
+	d.t.NamespacesLeft.Add(1)
+	d.logf("namespace %s left the pool of %s", out, fluentPVCName)
+	// The window is cut short when the load stops.
+	pause(ctx, between(d.m.Window))
+	d.fail("listing no pool namespace again", set(context.WithoutCancel(ctx), nil))
+	d.logf("the pool of %s learns its namespaces again", fluentPVCName)
 }
 
 // copyPod creates a pod from a running pod's manifest, claim volume and

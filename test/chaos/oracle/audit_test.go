@@ -1,12 +1,15 @@
 package oracle
 
 import (
+	"cmp"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
@@ -164,5 +167,44 @@ func TestPolicy(t *testing.T) {
 		if got := p.level(tc.verb, tc.group, tc.resource); got != tc.want {
 			t.Errorf("%s %s/%s: level %s, want %s", tc.verb, tc.group, tc.resource, got, tc.want)
 		}
+	}
+}
+
+// TestRefusedFresh: a labelled pod sent without a claim that the pod
+// webhook denies counts as refused; a copy that carries a claim, an
+// unlabelled pod, another webhook's denial, an admitted pod and a dry run
+// do not.
+func TestRefusedFresh(t *testing.T) {
+	pod := func(labels map[string]string) json.RawMessage {
+		raw, err := json.Marshal(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Labels: labels}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	labelled := map[string]string{v1alpha1.FluentPVCNameLabelKey: "f"}
+	copied := map[string]string{v1alpha1.FluentPVCNameLabelKey: "f", v1alpha1.BindingNameLabelKey: "f-abc"}
+	denied := &ResponseStatus{Code: 403, Message: podWebhookDenial + ": the pod looks like a copy"}
+	for name, tc := range map[string]struct {
+		uri    string
+		status *ResponseStatus
+		obj    json.RawMessage
+		want   bool
+	}{
+		"a fresh labelled pod denied":     {status: denied, obj: pod(labelled), want: true},
+		"a copy carrying a claim, denied": {status: denied, obj: pod(copied)},
+		"an unlabelled pod denied":        {status: denied, obj: pod(nil)},
+		"denied by another webhook":       {status: &ResponseStatus{Code: 403, Message: `admission webhook "other.example.com" denied the request`}, obj: pod(labelled)},
+		"admitted":                        {status: &ResponseStatus{Code: 201}, obj: pod(labelled)},
+		"an admission that failed":        {status: &ResponseStatus{Code: 500, Message: podWebhookDenial + ": creating claim: the server is unavailable"}, obj: pod(labelled)},
+		"a dry run denied":                {uri: "/api/v1/namespaces/ns/pods?dryRun=All", status: denied, obj: pod(labelled)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := &Event{Verb: "create", RequestURI: cmp.Or(tc.uri, "/api/v1/namespaces/ns/pods"), ObjectRef: &ObjectRef{Resource: "pods", Namespace: "ns"},
+				ResponseStatus: tc.status, RequestObject: tc.obj}
+			if got := refusedFresh(e); got != tc.want {
+				t.Errorf("refusedFresh = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

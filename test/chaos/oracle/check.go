@@ -187,8 +187,11 @@ type Report struct {
 	// policy is Ignore, docs/design.md): not I1 violations, which are a
 	// webhook's wrong answers, but listed.
 	FailedOpen []string
-	Stats      Stats
-	Holders    HolderReport
+	// Refused are the audit IDs of labelled pods, created without a
+	// claim, that the pod webhook denied: none should be.
+	Refused []string
+	Stats   Stats
+	Holders HolderReport
 }
 
 // Count is the number of violations of invariant id.
@@ -226,6 +229,7 @@ func Check(events []Event, final State, opts Options) Report {
 		r.Violations = append(r.Violations, checkStuck(final, opts.stuckAfter())...)
 		r.Violations = append(r.Violations, checkFinalHolders(final)...)
 	}
+	r.Refused = h.refused
 	r.Stats = stats
 	r.Stats.AuditEvents = len(events)
 	r.Stats.Undecodable = h.undecodable

@@ -2,6 +2,7 @@ package oracle
 
 import (
 	"encoding/json"
+	"net/http"
 	"slices"
 	"sort"
 	"strings"
@@ -160,6 +161,9 @@ type history struct {
 	users    map[string]bool
 	operator string
 	pods     []podCreate
+	// refused are the audit IDs of the creates of labelled pods without
+	// a claim that the pod webhook denied (refusedFresh).
+	refused []string
 	// holders are the operator's holder pods, in log order.
 	holders []holderLife
 	// Moments of pods, by UID: the first binding to a node, the first
@@ -208,6 +212,9 @@ func buildHistory(events []Event, opts Options) *history {
 	}
 	for i := range events {
 		e := &events[i]
+		if refusedFresh(e) {
+			h.refused = append(h.refused, e.AuditID)
+		}
 		if e.ObjectRef == nil || !e.Succeeded() || e.DryRun() {
 			continue
 		}
@@ -245,6 +252,27 @@ func buildHistory(events []Event, opts Options) *history {
 	h.attributeDrains()
 	h.findLeaderless()
 	return h
+}
+
+// podWebhookDenial starts the message of a pod create that the operator's
+// pod webhook denied.
+const podWebhookDenial = `admission webhook "pod.fluent-pvc-operator.tech.zozo.com" denied the request`
+
+// refusedFresh is true for a create of a labelled pod that carries no
+// claim yet (not a copy of an admitted pod's manifest) which the pod
+// webhook denied (403): every FluentPVC of the load exists, so the webhook
+// has no reason to refuse it. An admission that failed (500, an API fault
+// under the webhook's write) is not a refusal.
+func refusedFresh(e *Event) bool {
+	if !e.is("", "pods", "") || e.Verb != "create" || e.DryRun() || e.ResponseStatus == nil ||
+		e.ResponseStatus.Code != http.StatusForbidden || !strings.Contains(e.ResponseStatus.Message, podWebhookDenial) {
+		return false
+	}
+	var pod corev1.Pod
+	if !decode(e.RequestObject, &pod) {
+		return false
+	}
+	return pod.Labels[v1alpha1.FluentPVCNameLabelKey] != "" && pod.Labels[v1alpha1.BindingNameLabelKey] == ""
 }
 
 // addPodWrite records a write of a pod: its create, a start its

@@ -14,6 +14,7 @@ func (r Report) Markdown() []string {
 	for _, inv := range Invariants {
 		lines = append(lines, fmt.Sprintf("| %s | %s | %d |", inv.ID, inv.Title, r.Count(inv.ID)))
 	}
+	lines = append(lines, fmt.Sprintf("| refused | labelled pods created without a claim that the pod webhook denied | %d |", len(r.Refused)))
 	s := r.Stats
 	lines = append(lines, "", "| seen | count |", "|---|---|")
 	for _, row := range []struct {
@@ -49,6 +50,12 @@ func (r Report) Markdown() []string {
 		lines = append(lines, "", "Violations:", "")
 		for _, v := range r.Violations {
 			lines = append(lines, fmt.Sprintf("- **%s** `%s`: %s", v.Invariant, v.Object, oneLine(v.Detail)))
+		}
+	}
+	if len(r.Refused) > 0 {
+		lines = append(lines, "", "Labelled pods refused at creation (audit IDs):", "")
+		for _, id := range r.Refused {
+			lines = append(lines, "- `"+id+"`")
 		}
 	}
 	if len(r.FailedOpen) > 0 {
