@@ -38,6 +38,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apiclock"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/checkout"
 	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/controllers"
 	"github.com/st-tech/fluent-pvc-operator/pool"
@@ -324,7 +325,7 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.StringVar(&o.validatingWebhookConfig, "validating-webhook-config-name", "fluent-pvc-operator-validating-webhook-configuration", "ValidatingWebhookConfiguration (of FluentPVCs) whose caBundle the operator injects.")
 	fs.StringVar(&o.certSecret, "cert-secret-name", "fluent-pvc-operator-webhook-server-cert", "Secret that holds the operator's own CA and serving certificate.")
 	fs.Var(&o.reserveAhead, "reserve-ahead", "How many warm PVCs per FluentPVC and namespace each replica reserves ahead of their pods, so that it hands them out without an API write at admission, for FluentPVCs whose spec.pool.reserveAhead is unset: a number, or \"share\" for the replica's share of the pool (its size divided by the ready endpoints of --webhook-service-name, rounded up). Whatever is asked, a replica reserves at most its share. They count in the pool's size. 0 reserves none. Pools that stage their warm PVCs are not reserved from.")
-	fs.DurationVar(&o.reservationTTL, "reservation-ttl", pool.ReserveTTL, "How long a reservation ahead runs from the write that makes or extends it; its replica extends it when half is left. A replica that dies holds its reservations that long before they are reclaimed; a shorter one costs more extensions (one write per reserved claim per half of it).")
+	fs.DurationVar(&o.reservationTTL, "reservation-ttl", checkout.ReserveTTL, "How long a reservation ahead runs from the write that makes or extends it; its replica extends it when half is left. A replica that dies holds its reservations that long before they are reclaimed; a shorter one costs more extensions (one write per reserved claim per half of it).")
 	fs.DurationVar(&o.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long to wait for running reconciles and requests on shutdown.")
 	fs.DurationVar(&o.shutdownDrain, "shutdown-drain", 0, "How long a replica told to stop keeps serving webhooks before it stops, answering each request with Connection: close, so that the API server moves its connections to other replicas rather than have them cut under a request. 0 stops at once. The pod's terminationGracePeriodSeconds must cover it, any preStop hook and --graceful-shutdown-timeout.")
 	o.controllers.BindFlags(fs)
@@ -340,8 +341,8 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	if o.shutdownDrain < 0 {
 		return o, zapOpts, fmt.Errorf("--shutdown-drain must be 0 or more, not %s", o.shutdownDrain)
 	}
-	if o.reservationTTL < pool.MinReserveTTL || o.reservationTTL > claim.MaxReservation {
-		return o, zapOpts, fmt.Errorf("--reservation-ttl must be from %s to %s, not %s", pool.MinReserveTTL, claim.MaxReservation, o.reservationTTL)
+	if o.reservationTTL < checkout.MinReserveTTL || o.reservationTTL > claim.MaxReservation {
+		return o, zapOpts, fmt.Errorf("--reservation-ttl must be from %s to %s, not %s", checkout.MinReserveTTL, claim.MaxReservation, o.reservationTTL)
 	}
 	if err := o.controllers.Validate(); err != nil {
 		return o, zapOpts, err

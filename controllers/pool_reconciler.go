@@ -21,6 +21,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/checkout"
 	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
@@ -502,7 +503,7 @@ func heldHit(c *corev1.PersistentVolumeClaim) bool {
 // storageClass is class name, or the default class when name is nil; nil
 // when there is none (or name is "", static binding).
 func (r *PoolReconciler) storageClass(ctx context.Context, name *string) (*storagev1.StorageClass, error) {
-	return pool.StorageClassOf(ctx, r, name)
+	return checkout.StorageClassOf(ctx, r, name)
 }
 
 // poolPlan is what one pool reconcile does, decided by planPool.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/checkout"
 	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
@@ -45,7 +46,7 @@ func (r *PoolReconciler) observeStaging(ctx context.Context, f *v1alpha1.FluentP
 			perNode[holderNode(h)]++
 		}
 	}
-	driver, staging, err := pool.StagingOf(ctx, r, f, sc)
+	driver, staging, err := checkout.StagingOf(ctx, r, f, sc)
 	if err != nil {
 		return err
 	}

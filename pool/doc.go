@@ -4,6 +4,7 @@
 //
 // The decisions (which warm PVC a pod may take, how many to create or
 // delete, which are stale) are pure functions over plain values, tested with
-// tables. Checkout is the thin part that talks to the API server for the
-// webhook; the pool controller in package controllers applies Plan.
+// tables; the package imports no API client. Package checkout carries
+// them out at a pod's admission (the checkout and the stock of reserved
+// claims); the pool controller in package controllers applies Plan.
 package pool

@@ -37,7 +37,7 @@ var (
 	}, []string{"fluentpvc", "result"})
 
 	// Reserved is how many claims this replica holds reserved ahead of
-	// their pods, by FluentPVC (Stock).
+	// their pods, by FluentPVC (checkout.Stock).
 	Reserved = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "fluentpvc_pool_reserved_claims",
 		Help: "Claims this webhook replica holds reserved ahead of their pods (--reserve-ahead), which it hands out without an API write, by FluentPVC.",

@@ -306,23 +306,3 @@ func TestTemplateHash(t *testing.T) {
 		t.Errorf("different templates hash the same")
 	}
 }
-
-func TestMissReason(t *testing.T) {
-	cases := map[string]struct {
-		warm, candidates int
-		lostRace         bool
-		want             string
-	}{
-		"empty pool":            {want: "the pool has no warm PVC in the namespace"},
-		"none usable":           {warm: 3, want: "no warm PVC is Bound, from the current template, usable on a node the pod can run on and without a holder being created"},
-		"lost every race":       {warm: 3, candidates: 2, lostRace: true, want: "concurrent admissions took every warm PVC tried"},
-		"all taken just before": {warm: 3, candidates: 2, want: "every warm PVC was taken moments ago by this replica"},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			if got := missReason(tc.warm, tc.candidates, tc.lostRace); got != tc.want {
-				t.Errorf("missReason = %q, want %q", got, tc.want)
-			}
-		})
-	}
-}

@@ -35,6 +35,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/checkout"
 	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
@@ -101,11 +102,11 @@ type fuzzEnv struct {
 	decoder admission.Decoder
 	fpvc    *v1alpha1.FluentPVC
 	// indexes are the webhook's own cache indexes (warm PVCs, holders), as
-	// pool.IndexWarm defines them.
+	// checkout.IndexWarm defines them.
 	indexes fieldIndexes
 }
 
-// fieldIndex is an index that pool.IndexWarm adds to a cache, captured
+// fieldIndex is an index that checkout.IndexWarm adds to a cache, captured
 // for the fake client's builder.
 type fieldIndex struct {
 	obj   client.Object
@@ -132,7 +133,7 @@ func newFuzzEnv(f testing.TB) *fuzzEnv {
 		scheme: scheme, codecs: serializer.NewCodecFactory(scheme), decoder: admission.NewDecoder(scheme),
 		fpvc: fixtures.MakeFluentPVC(fuzzFPVC).Obj(),
 	}
-	if err := pool.IndexWarm(context.Background(), &env.indexes); err != nil {
+	if err := checkout.IndexWarm(context.Background(), &env.indexes); err != nil {
 		f.Fatal(err)
 	}
 	return env
@@ -218,7 +219,7 @@ func (e *fuzzEnv) cluster(t *testing.T, warmPool bool) *fuzzCluster {
 			return c.List(ctx, list, opts...)
 		},
 	})
-	// pool.Checkouter compares its readers with ==, which panics on the
+	// checkout.Checkouter compares its readers with ==, which panics on the
 	// interceptor's struct of funcs; a pointer compares.
 	return &fuzzCluster{live: live, api: &struct{ client.Reader }{api}}
 }

@@ -30,6 +30,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/checkout"
 	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
@@ -59,7 +60,7 @@ type Options struct {
 	// unknown: no pod is taken for a holder.
 	Self string
 	// ReserveAhead is how many warm PVCs per FluentPVC and namespace this
-	// replica reserves ahead of their pods (pool.Stock), handed out
+	// replica reserves ahead of their pods (checkout.Stock), handed out
 	// without an API write, for FluentPVCs whose spec.pool.reserveAhead
 	// is unset; 0 reserves none for them, pool.ReserveShare its share.
 	ReserveAhead int
@@ -68,7 +69,7 @@ type Options struct {
 	// (pool.Limit); the manager's cache must hold its EndpointSlices
 	// (ServiceEndpoints). Unnamed, the replica reserves as if alone.
 	Service types.NamespacedName
-	// ReservationTTL is how long a reservation runs (pool.Stock's TTL).
+	// ReservationTTL is how long a reservation runs (checkout.Stock's TTL).
 	ReservationTTL time.Duration
 	// Owner names this replica's process in its reservations.
 	Owner string
@@ -105,7 +106,7 @@ type Caches struct {
 // warm PVCs), from the cache's start rather than from the first admission.
 // Call it before the manager starts: it never waits for a list.
 func Watch(mgr ctrl.Manager) (*Caches, error) {
-	if err := pool.IndexWarm(context.Background(), mgr.GetFieldIndexer()); err != nil {
+	if err := checkout.IndexWarm(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return nil, fmt.Errorf("indexing warm PVCs: %w", err)
 	}
 	read := map[string]client.Object{
@@ -160,7 +161,7 @@ func Setup(mgr ctrl.Manager, opts Options, caches *Caches) error {
 		return fmt.Errorf("making the webhooks' client: %w", err)
 	}
 	m := NewPodMutator(mgr.GetClient(), direct, direct, admission.NewDecoder(mgr.GetScheme()), opts.Clock)
-	m.Pool.Nodes = pool.NewNodeStore(nodes)
+	m.Pool.Nodes = checkout.NewNodeStore(nodes)
 	m.NativeSidecarsUnsupported = opts.NativeSidecarsUnsupported
 	m.Self = opts.Self
 	// Every replica keeps a stock: a FluentPVC may ask for reservations
@@ -169,7 +170,7 @@ func Setup(mgr ctrl.Manager, opts Options, caches *Caches) error {
 	if serverClock == nil {
 		serverClock = clock.RealClock{}
 	}
-	m.Pool.Stock = pool.NewStock(opts.Owner, opts.ReserveAhead, m.Pool, serverClock)
+	m.Pool.Stock = checkout.NewStock(opts.Owner, opts.ReserveAhead, m.Pool, serverClock)
 	m.Pool.Stock.TTL = opts.ReservationTTL
 	if opts.Drain != nil {
 		// A replica told to stop reserves no more: it gives its stock back
@@ -220,7 +221,7 @@ const UserAgentSuffix = "webhook"
 func NewPodMutator(cache, apiReader client.Reader, w client.Writer, d admission.Decoder, clk clock.PassiveClock) *PodMutator {
 	return &PodMutator{
 		Reader: cache, APIReader: apiReader, Writer: w, Decoder: d, Clock: clk,
-		Pool: pool.NewCheckouter(cache, apiReader, w),
+		Pool: checkout.NewCheckouter(cache, apiReader, w),
 	}
 }
 
@@ -250,7 +251,7 @@ type PodMutator struct {
 	Decoder admission.Decoder
 	Clock   clock.PassiveClock
 	// Pool takes warm PVCs.
-	Pool *pool.Checkouter
+	Pool *checkout.Checkouter
 	// NativeSidecarsUnsupported is Options.NativeSidecarsUnsupported.
 	NativeSidecarsUnsupported string
 	// PodsSince is a resourceVersion the API server reached before now

@@ -32,6 +32,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/checkout"
 	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
@@ -366,7 +367,7 @@ var _ = Describe("Pod admission", func() {
 		Expect(k8sClient.Status().Update(ctx, warm)).To(Succeed())
 
 		m := webhook.NewPodMutator(mgrClient, k8sClient, k8sClient, admission.NewDecoder(scheme), clock.RealClock{})
-		stock := pool.NewStock("replica-a", 1, m.Pool, clock.RealClock{})
+		stock := checkout.NewStock("replica-a", 1, m.Pool, clock.RealClock{})
 		m.Pool.Stock = stock
 		Eventually(func(g Gomega) {
 			g.Expect(stock.Sync(ctx)).To(Succeed())
@@ -467,8 +468,8 @@ var _ = Describe("Pod admission", func() {
 		Expect(slices.WaitForCacheSync(ctx)).To(BeTrue())
 		replicas := webhook.Replicas(slices, informer, svc)
 		Eventually(func() (int, error) { return replicas(ctx) }).Should(Equal(2), "the webhook Service's ready endpoints alone")
-		stock := func(owner string) *pool.Stock {
-			s := pool.NewStock(owner, pool.ReserveShare, pool.NewCheckouter(mgrClient, k8sClient, k8sClient), clock.RealClock{})
+		stock := func(owner string) *checkout.Stock {
+			s := checkout.NewStock(owner, pool.ReserveShare, checkout.NewCheckouter(mgrClient, k8sClient, k8sClient), clock.RealClock{})
 			s.Replicas = replicas
 			DeferCleanup(func() { Expect(s.Close(context.Background())).To(Succeed()) })
 			return s

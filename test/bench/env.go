@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/checkout"
 	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
@@ -251,7 +252,7 @@ func (e *env) waitPoolWarm(ctx context.Context, name string, want int32, nss ...
 	}
 	reserveWant := int32(pool.Limit(f, operatorReserve(e.cfg.OperatorArgs), 1))
 	if reserveWant > 0 {
-		if staged, err := pool.Stages(ctx, e.cl, f); err != nil || staged {
+		if staged, err := checkout.Stages(ctx, e.cl, f); err != nil || staged {
 			reserveWant = 0
 		}
 	}

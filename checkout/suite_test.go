@@ -1,4 +1,4 @@
-package pool_test
+package checkout_test
 
 import (
 	"context"
@@ -24,7 +24,7 @@ var (
 func TestIntegration(t *testing.T) {
 	RegisterFailHandler(Fail)
 	fixtures.SetEnvtestDefaults()
-	RunSpecs(t, "Pool checkout suite")
+	RunSpecs(t, "Checkout suite")
 }
 
 var _ = BeforeSuite(func() {
@@ -34,5 +34,5 @@ var _ = BeforeSuite(func() {
 
 // newNamespace creates a fresh namespace for one spec.
 func newNamespace() string {
-	return fixtures.NewNamespace(context.Background(), k8sClient, "pool", nil)
+	return fixtures.NewNamespace(context.Background(), k8sClient, "checkout", nil)
 }

@@ -1,4 +1,4 @@
-package pool_test
+package checkout_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/checkout"
 	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
@@ -51,10 +52,10 @@ var _ = Describe("Checkout from a staged pool", func() {
 		r := newReplica(ctx)
 		Eventually(func(g Gomega) {
 			var l corev1.PodList
-			g.Expect(r.cache.List(ctx, &l, client.InNamespace(ns), client.MatchingFields{pool.HolderIndex: fpvc.Name})).To(Succeed())
+			g.Expect(r.cache.List(ctx, &l, client.InNamespace(ns), client.MatchingFields{checkout.HolderIndex: fpvc.Name})).To(Succeed())
 			g.Expect(l.Items).To(HaveLen(2))
 			var warmList corev1.PersistentVolumeClaimList
-			g.Expect(r.cache.List(ctx, &warmList, client.InNamespace(ns), client.MatchingFields{pool.WarmIndex: fpvc.Name})).To(Succeed())
+			g.Expect(r.cache.List(ctx, &warmList, client.InNamespace(ns), client.MatchingFields{checkout.WarmIndex: fpvc.Name})).To(Succeed())
 			g.Expect(warmList.Items).To(HaveLen(3))
 			for _, c := range warmList.Items {
 				g.Expect(c.Status.Phase).To(Equal(corev1.ClaimBound))
@@ -68,14 +69,14 @@ var _ = Describe("Checkout from a staged pool", func() {
 		tolerant := func(name string) *fixtures.PodWrapper {
 			return fixtures.MakePod(name, ns).Toleration(corev1.Toleration{Operator: corev1.TolerationOpExists})
 		}
-		checkout := func(pod *corev1.Pod) pool.Checkedout {
+		checkOut := func(pod *corev1.Pod) checkout.Checkedout {
 			got, err := r.checkouter.Checkout(ctx, fpvc, pod, fixtures.Epoch)
 			Expect(err).NotTo(HaveOccurred())
 			return got
 		}
 
 		By("a pod that may run anywhere takes a staged PVC, and learns its node")
-		got := checkout(tolerant("a").Obj())
+		got := checkOut(tolerant("a").Obj())
 		Expect(got.PVC).NotTo(BeNil())
 		Expect(got.PVC.Name).To(BeElementOf(here.Name, there.Name))
 		Expect(got.Holder).To(Equal(objects.HolderName(got.PVC.Name)))
@@ -87,15 +88,15 @@ var _ = Describe("Checkout from a staged pool", func() {
 		leftNode := map[string]string{here.Name: n1, there.Name: n2}[left.Name]
 
 		By("a DaemonSet's pod on a node with no staged PVC takes the unstaged one, never one staged elsewhere")
-		got = checkout(tolerant("ds-1").PinnedTo(n3).Obj())
+		got = checkOut(tolerant("ds-1").PinnedTo(n3).Obj())
 		Expect(got.PVC).NotTo(BeNil())
 		Expect(got.PVC.Name).To(Equal(plain.Name))
 		Expect(got.Holder).To(BeEmpty())
-		got = checkout(tolerant("ds-2").PinnedTo(n3).Obj())
+		got = checkOut(tolerant("ds-2").PinnedTo(n3).Obj())
 		Expect(got.PVC).To(BeNil(), "only a PVC staged on another node is left: the pinned pod misses")
 
 		By("a pod that cannot run on the staged node takes it, to be detached there; it is not steered")
-		got = checkout(tolerant("elsewhere").NodeSelector(corev1.LabelHostname, n3).Obj())
+		got = checkOut(tolerant("elsewhere").NodeSelector(corev1.LabelHostname, n3).Obj())
 		Expect(got.PVC).NotTo(BeNil())
 		Expect(got.PVC.Name).To(Equal(left.Name))
 		Expect(got.StagedOn).To(BeEmpty(), "its holder is on %s, where the pod cannot run", leftNode)

@@ -1,4 +1,4 @@
-package pool_test
+package checkout_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/checkout"
 	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
@@ -23,13 +24,13 @@ import (
 // webhook replicas have.
 type replica struct {
 	cache      cache.Cache
-	checkouter *pool.Checkouter
+	checkouter *checkout.Checkouter
 }
 
 func newReplica(ctx context.Context) replica {
 	c, err := cache.New(cfg, cache.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(pool.IndexWarm(ctx, c)).To(Succeed())
+	Expect(checkout.IndexWarm(ctx, c)).To(Succeed())
 	// Start the PVC informer before the cache.
 	_, err = c.GetInformer(ctx, &corev1.PersistentVolumeClaim{})
 	Expect(err).NotTo(HaveOccurred())
@@ -40,7 +41,7 @@ func newReplica(ctx context.Context) replica {
 	Expect(c.WaitForCacheSync(ctx)).To(BeTrue())
 	cl, err := client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
-	return replica{cache: c, checkouter: pool.NewCheckouter(c, cl, cl)}
+	return replica{cache: c, checkouter: checkout.NewCheckouter(c, cl, cl)}
 }
 
 var _ = Describe("Checkout", func() {

@@ -1,4 +1,4 @@
-package pool
+package checkout
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -32,7 +33,7 @@ func indexed(b *fake.ClientBuilder) *fake.ClientBuilder {
 // boundWarm is a Bound warm PVC of f in namespace ns, usable on any node,
 // named f-warm.
 func boundWarm(f *v1alpha1.FluentPVC) *corev1.PersistentVolumeClaim {
-	warm := claim.NewWarm(f, "ns", TemplateHash(&f.Spec.PVCSpecTemplate), "").Object
+	warm := claim.NewWarm(f, "ns", pool.TemplateHash(&f.Spec.PVCSpecTemplate), "").Object
 	warm.Name, warm.UID = "f-warm", "warm-uid"
 	warm.Annotations = map[string]string{v1alpha1.NodeAffinityAnnotationKey: ""}
 	warm.Spec.VolumeName, warm.Status.Phase = "pv-warm", corev1.ClaimBound
@@ -128,7 +129,7 @@ func TestCheckoutReadsAGoneNodeOnce(t *testing.T) {
 func TestCheckoutReadsNodesFromTheStore(t *testing.T) {
 	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
 	warm := boundWarm(f)
-	warm.Annotations[v1alpha1.NodeAffinityAnnotationKey] = VolumeAffinity(fixtures.MakePV("pv", fixtures.InTerm(ZoneLabelKey, "zone-a")))
+	warm.Annotations[v1alpha1.NodeAffinityAnnotationKey] = pool.VolumeAffinity(fixtures.MakePV("pv", fixtures.InTerm(pool.ZoneLabelKey, "zone-a")))
 	store := toolscache.NewStore(toolscache.MetaNamespaceKeyFunc)
 	if err := store.Add(fixtures.MakeNode("n-b").Zone("zone-b").Obj()); err != nil {
 		t.Fatal(err)
@@ -348,6 +349,26 @@ func TestTake(t *testing.T) {
 				if got := c.take(pvc(tr.version), now.Add(tr.after)); got != tr.free {
 					t.Errorf("try %d of version %s: free %v, want %v", i, tr.version, got, tr.free)
 				}
+			}
+		})
+	}
+}
+
+func TestMissReason(t *testing.T) {
+	cases := map[string]struct {
+		warm, candidates int
+		lostRace         bool
+		want             string
+	}{
+		"empty pool":            {want: "the pool has no warm PVC in the namespace"},
+		"none usable":           {warm: 3, want: "no warm PVC is Bound, from the current template, usable on a node the pod can run on and without a holder being created"},
+		"lost every race":       {warm: 3, candidates: 2, lostRace: true, want: "concurrent admissions took every warm PVC tried"},
+		"all taken just before": {warm: 3, candidates: 2, want: "every warm PVC was taken moments ago by this replica"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := missReason(tc.warm, tc.candidates, tc.lostRace); got != tc.want {
+				t.Errorf("missReason = %q, want %q", got, tc.want)
 			}
 		})
 	}

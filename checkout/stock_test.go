@@ -1,4 +1,4 @@
-package pool
+package checkout
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -144,13 +145,13 @@ func TestStockSync(t *testing.T) {
 		stopping bool
 		want     int
 	}{
-		"a stopping replica: none":         {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: ReserveShare, stopping: true},
+		"a stopping replica: none":         {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: pool.ReserveShare, stopping: true},
 		"up to the target":                 {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: 2, want: 2},
-		"its share, alone: the whole pool": {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: ReserveShare, replicas: 1, want: 3},
+		"its share, alone: the whole pool": {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: pool.ReserveShare, replicas: 1, want: 3},
 		"its share of two replicas, rounded up": {
-			fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: ReserveShare, replicas: 2, want: 2},
+			fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: pool.ReserveShare, replicas: 2, want: 2},
 		"the replicas unknown: as if alone": {
-			fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: ReserveShare, replicas: -1, want: 3},
+			fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: pool.ReserveShare, replicas: -1, want: 3},
 		"the target, at most its share":                 {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: 3, replicas: 3, want: 1},
 		"the FluentPVC's own number, at most its share": {fpvc: reserveAhead(3, 3), target: 0, replicas: 2, want: 2},
 		"at most the pool's size":                       {fpvc: fixtures.MakeFluentPVC("f").PoolSize(1).Obj(), target: 5, want: 1},
@@ -182,37 +183,6 @@ func TestStockSync(t *testing.T) {
 			}
 			if w := int(f.writes.Load()); w != tc.want {
 				t.Errorf("%d writes, want one per reservation (%d)", w, tc.want)
-			}
-		})
-	}
-}
-
-// TestLimit: what a FluentPVC asks for, or the stock's target, at most
-// the replica's share of the pool.
-func TestLimit(t *testing.T) {
-	for name, tc := range map[string]struct {
-		size, target, replicas int
-		reserveAhead           *int32
-		want                   int
-	}{
-		"nothing asked":                             {size: 4, target: 0, replicas: 1},
-		"the target":                                {size: 4, target: 2, replicas: 1, want: 2},
-		"the share, alone":                          {size: 4, target: ReserveShare, replicas: 1, want: 4},
-		"the share of two":                          {size: 4, target: ReserveShare, replicas: 2, want: 2},
-		"the share of two, rounded up":              {size: 5, target: ReserveShare, replicas: 2, want: 3},
-		"the share of more replicas than PVCs":      {size: 1, target: ReserveShare, replicas: 3, want: 1},
-		"no replica counted: alone":                 {size: 4, target: ReserveShare, replicas: 0, want: 4},
-		"a size of 0":                               {size: 0, target: ReserveShare, replicas: 1},
-		"the target, at most the share":             {size: 4, target: 4, replicas: 2, want: 2},
-		"the FluentPVC's number":                    {size: 4, target: ReserveShare, replicas: 1, reserveAhead: ptr.To[int32](1), want: 1},
-		"the FluentPVC's number, at most the share": {size: 4, target: 0, replicas: 2, reserveAhead: ptr.To[int32](4), want: 2},
-		"the FluentPVC asks for none":               {size: 4, target: ReserveShare, replicas: 1, reserveAhead: ptr.To[int32](0)},
-	} {
-		t.Run(name, func(t *testing.T) {
-			f := fixtures.MakeFluentPVC("f").PoolSize(int32(tc.size)).Obj()
-			f.Spec.Pool.ReserveAhead = tc.reserveAhead
-			if got := Limit(f, tc.target, tc.replicas); got != tc.want {
-				t.Errorf("Limit = %d, want %d", got, tc.want)
 			}
 		})
 	}
@@ -254,13 +224,13 @@ func TestStockHandout(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.clock.SetTime(fixtures.Epoch.Add(ReserveTTL - HandoutMargin + time.Second))
-	if got := g.stock.take(context.Background(), fpvc.Name, "ns", TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
+	if got := g.stock.take(context.Background(), fpvc.Name, "ns", pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
 		t.Errorf("handed out %s with less than HandoutMargin left", got.Name)
 	}
 	if got := g.stock.take(context.Background(), fpvc.Name, "ns", "other-hash", func(string) bool { return true }, nil); got != nil {
 		t.Errorf("handed out %s for another template", got.Name)
 	}
-	if got := g.stock.take(context.Background(), fpvc.Name, "other-ns", TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
+	if got := g.stock.take(context.Background(), fpvc.Name, "other-ns", pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
 		t.Errorf("handed out %s for another namespace", got.Name)
 	}
 }
@@ -385,7 +355,7 @@ func TestStockKeeps(t *testing.T) {
 				}
 			}
 			if tc.close {
-				if got := f.stock.take(context.Background(), fpvc.Name, "ns", TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
+				if got := f.stock.take(context.Background(), fpvc.Name, "ns", pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
 					t.Errorf("a closed stock handed out %s", got.Name)
 				}
 			}
@@ -456,7 +426,7 @@ func TestStockWriteConflict(t *testing.T) {
 				t.Fatalf("the stock holds the claim: %v, want %v", held, tc.kept)
 			}
 			if !tc.kept {
-				if got := f.stock.take(ctx, fpvc.Name, "ns", TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
+				if got := f.stock.take(ctx, fpvc.Name, "ns", pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
 					t.Errorf("handed out %s, no longer this stock's", got.Name)
 				}
 				return
@@ -483,7 +453,7 @@ func TestStockConcurrentTake(t *testing.T) {
 	const claims, takers = 4, 8
 	f, fpvc := newReservedFixture(t, claims, claims)
 	f.clock.SetTime(fixtures.Epoch.Add(ReserveTTL/2 + time.Second))
-	hash := TemplateHash(&fpvc.Spec.PVCSpecTemplate)
+	hash := pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate)
 	var mu sync.Mutex
 	taken := map[string]int{}
 	var wg sync.WaitGroup
@@ -521,7 +491,7 @@ func TestStockTakeDuringExtension(t *testing.T) {
 	const claims = 3
 	f, fpvc := newReservedFixture(t, claims, claims)
 	f.clock.SetTime(fixtures.Epoch.Add(ReserveTTL/2 + time.Second))
-	hash := TemplateHash(&fpvc.Spec.PVCSpecTemplate)
+	hash := pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate)
 	take := func() *corev1.PersistentVolumeClaim {
 		return f.stock.take(ctx, fpvc.Name, "ns", hash, func(string) bool { return true }, nil)
 	}
@@ -568,7 +538,7 @@ func TestStockTakeDuringExtension(t *testing.T) {
 func TestStockReplicasUnknown(t *testing.T) {
 	ctx := context.Background()
 	fpvc := fixtures.MakeFluentPVC("f").PoolSize(4).Obj()
-	f := newStockFixture(t, ReserveShare, append([]client.Object{fpvc}, warmPVCs(fpvc, 4)...)...)
+	f := newStockFixture(t, pool.ReserveShare, append([]client.Object{fpvc}, warmPVCs(fpvc, 4)...)...)
 	counted := 0
 	f.stock.Replicas = func(context.Context) (int, error) {
 		if counted == 0 {
@@ -607,7 +577,7 @@ func TestStockGiveBackUnknown(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			f, fpvc := newReservedFixture(t, ReserveShare, 2)
+			f, fpvc := newReservedFixture(t, pool.ReserveShare, 2)
 			// The cache as it was before the give-back lands in it: still
 			// reserved.
 			var before corev1.PersistentVolumeClaimList
@@ -622,7 +592,7 @@ func TestStockGiveBackUnknown(t *testing.T) {
 				t.Fatalf("%d reserved after giving one back, want 1", got)
 			}
 			*f.answer = nil
-			hash := TemplateHash(&fpvc.Spec.PVCSpecTemplate)
+			hash := pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate)
 			var handed []string
 			for c := f.stock.take(ctx, fpvc.Name, "ns", hash, func(string) bool { return true }, nil); c != nil; c = f.stock.take(ctx, fpvc.Name, "ns", hash, func(string) bool { return true }, nil) {
 				handed = append(handed, c.Name)
@@ -758,7 +728,7 @@ func TestStockTTL(t *testing.T) {
 // warm PVC either.
 func TestStockGivesBackUnfit(t *testing.T) {
 	onNode := func(node string) string {
-		return VolumeAffinity(&corev1.PersistentVolume{Spec: corev1.PersistentVolumeSpec{NodeAffinity: &corev1.VolumeNodeAffinity{
+		return pool.VolumeAffinity(&corev1.PersistentVolume{Spec: corev1.PersistentVolumeSpec{NodeAffinity: &corev1.VolumeNodeAffinity{
 			Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
 				Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{node},
 			}}}}},
@@ -814,7 +784,7 @@ func TestStockGivesBackUnfit(t *testing.T) {
 				w.GetAnnotations()[v1alpha1.NodeAffinityAnnotationKey] = onNode([]string{"n1", "n1", "n2"}[i])
 				objs = append(objs, w)
 			}
-			f := newStockFixture(t, ReserveShare, objs...)
+			f := newStockFixture(t, pool.ReserveShare, objs...)
 			if err := f.stock.Sync(ctx); err != nil || f.stock.Len() != 3 {
 				t.Fatalf("reserving: %v, stock %d, want 3", err, f.stock.Len())
 			}

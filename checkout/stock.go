@@ -1,4 +1,4 @@
-package pool
+package checkout
 
 import (
 	"context"
@@ -8,17 +8,16 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
 // ReserveTTL is how long a reservation runs from the write that makes or
@@ -46,39 +45,34 @@ const writeMargin = 10 * time.Second
 // reservations to extend or give back.
 const stockPoll = time.Second
 
-// ReserveShare, as a Stock's Target, reserves the replica's share of each
-// pool: its size divided by the replicas, rounded up (Stock.Replicas).
-const ReserveShare = -1
-
 // giveBackTimeout bounds how long a Stock that stops spends giving its
 // reservations back.
 const giveBackTimeout = 10 * time.Second
 
 // Stock is what one webhook replica holds of the warm pools: up to the
 // pool's reserveAhead (Target when unset) claims per FluentPVC and
-// namespace, at most its share of the pool (Limit), reserved ahead of
-// their pods
-// (claim.Reserve), which its admissions hand out without an API write.
-// The reservation is the checkout's write made before the pod comes, so
-// a claim handed out is already a claim, with everything its drain needs.
-// Only pools that do not stage their warm PVCs are reserved from: a
-// staged pool's warm PVCs wait for their holders.
+// namespace, at most its share of the pool (pool.Limit), reserved ahead of
+// their pods (claim.Reserve), which its admissions hand out without an API
+// write. The reservation is the checkout's write made before the pod
+// comes, so a claim handed out is already a claim, with everything its
+// drain needs. Only pools that do not stage their warm PVCs are reserved
+// from: a staged pool's warm PVCs wait for their holders.
 //
 // Sync keeps the stock: it reserves Bound warm PVCs of the current
 // template, extends reservations before they end, and gives back (to the
 // pool, as warm PVCs) those of a FluentPVC that is gone, being deleted,
-// staged or changed its template, and those beyond its Limit (the size
-// shrank, or more replicas share the pool). A claim is handed out,
+// staged or changed its template, and those beyond its pool.Limit (the
+// size shrank, or more replicas share the pool). A claim is handed out,
 // extended or given back under the stock's lock, so never two of them at
 // once; once handed out, or given back (whether or not the write is known
-// to have landed), the stock forgets it. A
-// replica that dies holds its stock until the reservations end; the
-// binding controller then reclaims them as claims whose pods never came.
+// to have landed), the stock forgets it. A replica that dies holds its
+// stock until the reservations end; the binding controller then reclaims
+// them as claims whose pods never came.
 type Stock struct {
 	// Owner names this process in the claims it reserves.
 	Owner string
 	// Target is how many claims to hold per FluentPVC and namespace for a
-	// FluentPVC whose spec.pool.reserveAhead is unset, or ReserveShare.
+	// FluentPVC whose spec.pool.reserveAhead is unset, or pool.ReserveShare.
 	// Whatever asks, a stock holds at most its share of the pool: the
 	// size divided by the replicas, rounded up.
 	Target int
@@ -109,7 +103,7 @@ type Stock struct {
 	mu     sync.Mutex
 	closed bool
 	held   map[types.NamespacedName]*stocked
-	// reported are the FluentPVCs the Reserved gauge has a value for.
+	// reported are the FluentPVCs the pool.Reserved gauge has a value for.
 	reported map[string]bool
 }
 
@@ -176,7 +170,7 @@ func (s *Stock) take(ctx context.Context, fpvc, namespace, hash string, usable f
 		if _, until, ok := claim.Reservation(c); !ok || until.Sub(now) < HandoutMargin {
 			continue
 		}
-		if affinity, ok := WarmAffinity(c); !ok || !usable(affinity) || (skip != nil && skip(c)) {
+		if affinity, ok := pool.WarmAffinity(c); !ok || !usable(affinity) || (skip != nil && skip(c)) {
 			continue
 		}
 		switch held, known := s.stillHeld(ctx, c); {
@@ -246,9 +240,9 @@ func (s *Stock) reservable(ctx context.Context, replicas int) (map[string]*v1alp
 	return out, nil
 }
 
-// Sync brings the stock to its Limit per FluentPVC and namespace where the
-// pool has Bound warm PVCs, extends the reservations that run out, and
-// gives back those no longer wanted (see Stock).
+// Sync brings the stock to its pool.Limit per FluentPVC and namespace
+// where the pool has Bound warm PVCs, extends the reservations that run
+// out, and gives back those no longer wanted (see Stock).
 func (s *Stock) Sync(ctx context.Context) error {
 	replicas := s.replicas(ctx)
 	fpvcs, err := s.reservable(ctx, replicas)
@@ -305,7 +299,7 @@ func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, unfit map[types.Names
 			// binding controller may be reclaiming it already.
 			delete(s.held, key)
 			continue
-		case !ok || c.Labels[v1alpha1.TemplateHashLabelKey] != TemplateHash(&f.Spec.PVCSpecTemplate) || unfit[key]:
+		case !ok || c.Labels[v1alpha1.TemplateHashLabelKey] != pool.TemplateHash(&f.Spec.PVCSpecTemplate) || unfit[key]:
 			giveBack = append(giveBack, c)
 		case count[name][c.Namespace] >= s.limit(f, replicas):
 			giveBack = append(giveBack, c)
@@ -328,8 +322,8 @@ func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, unfit map[types.Names
 // stock (stillHeld), and says which of the others no pod can take, to be
 // given back: those of a namespace being deleted (so that their
 // finalizers do not hold it), of a namespace that left their pool
-// (PoolNamespaces of fpvcs), and those whose volume no node can use
-// (UsableOnSomeNode of nodes) or is attached to a node that is gone.
+// (pool.PoolNamespaces of fpvcs), and those whose volume no node can use
+// (pool.UsableOnSomeNode of nodes) or is attached to a node that is gone.
 func (s *Stock) prune(ctx context.Context, fpvcs map[string]*v1alpha1.FluentPVC, nodes []*corev1.Node) (map[types.NamespacedName]bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -352,14 +346,14 @@ func (s *Stock) prune(ctx context.Context, fpvcs map[string]*v1alpha1.FluentPVC,
 			}
 			going[key.Namespace] = g
 		}
-		affinity, _ := WarmAffinity(st.pvc)
+		affinity, _ := pool.WarmAffinity(st.pvc)
 		u, seen := usable[affinity]
 		if !seen {
-			u = UsableOnSomeNode(affinity, nodes)
+			u = pool.UsableOnSomeNode(affinity, nodes)
 			usable[affinity] = u
 		}
 		f := fpvcs[st.pvc.Labels[v1alpha1.FluentPVCNameLabelKey]]
-		unfit[key] = g || (f != nil && !PoolNamespaces(f).Has(key.Namespace)) || !u || s.Checkouts.stranded(ctx, st.pvc, gone)
+		unfit[key] = g || (f != nil && !pool.PoolNamespaces(f).Has(key.Namespace)) || !u || s.Checkouts.stranded(ctx, st.pvc, gone)
 	}
 	return unfit, nil
 }
@@ -409,27 +403,9 @@ func (s *Stock) replicas(ctx context.Context) int {
 	return s.lastReplicas
 }
 
-// Limit is how many claims of f's pool a stock holds per namespace, for a
-// Target of target among replicas replicas: spec.pool.reserveAhead, or
-// target when it is unset, at most the replica's share of the size (the
-// size divided by the replicas, rounded up), which ReserveShare asks for
-// whole.
-func Limit(f *v1alpha1.FluentPVC, target, replicas int) int {
-	want := target
-	if f.Spec.Pool.ReserveAhead != nil {
-		want = int(*f.Spec.Pool.ReserveAhead)
-	}
-	size, replicas := int(f.Spec.Pool.Size), max(replicas, 1)
-	share := (size + replicas - 1) / replicas
-	if want == ReserveShare {
-		want = share
-	}
-	return max(0, min(want, share))
-}
-
-// limit is Limit for the stock's Target.
+// limit is pool.Limit for the stock's Target.
 func (s *Stock) limit(f *v1alpha1.FluentPVC, replicas int) int {
-	return Limit(f, s.Target, replicas)
+	return pool.Limit(f, s.Target, replicas)
 }
 
 // write makes transition's write of held claim c, busy meanwhile, and
@@ -499,9 +475,9 @@ func (s *Stock) reserve(ctx context.Context, f *v1alpha1.FluentPVC, held map[str
 	for _, w := range warm.Items {
 		byNS[w.Namespace] = append(byNS[w.Namespace], w)
 	}
-	hash, limit := TemplateHash(&f.Spec.PVCSpecTemplate), s.limit(f, replicas)
-	inPool := PoolNamespaces(f)
-	usable := func(affinity string) bool { return UsableOnSomeNode(affinity, nodes) }
+	hash, limit := pool.TemplateHash(&f.Spec.PVCSpecTemplate), s.limit(f, replicas)
+	inPool := pool.PoolNamespaces(f)
+	usable := func(affinity string) bool { return pool.UsableOnSomeNode(affinity, nodes) }
 	var errs []error
 	for ns, items := range byNS {
 		want := limit - held[ns]
@@ -522,12 +498,12 @@ func (s *Stock) reserve(ctx context.Context, f *v1alpha1.FluentPVC, held map[str
 			errs = append(errs, err)
 			continue
 		}
-		for _, cand := range Candidates(items, hash, usable) {
+		for _, cand := range pool.Candidates(items, hash, usable) {
 			if want <= 0 {
 				break
 			}
 			if _, held := holders[cand.Name]; held ||
-				claim.HolderPending(cand, func(req string) bool { return requests[HolderRequestKey(cand.Name, req)] }, now) ||
+				claim.HolderPending(cand, func(req string) bool { return requests[pool.HolderRequestKey(cand.Name, req)] }, now) ||
 				!c.take(cand, now) {
 				continue
 			}
@@ -603,66 +579,7 @@ func (s *Stock) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Stages says whether f's pool stages its warm PVCs (StagingOn), from the
-// template's StorageClass and its CSIDriver as r reads them.
-func Stages(ctx context.Context, r client.Reader, f *v1alpha1.FluentPVC) (bool, error) {
-	if f.Spec.Pool.Staging == v1alpha1.PoolStagingDisabled {
-		return false, nil
-	}
-	sc, err := StorageClassOf(ctx, r, f.Spec.PVCSpecTemplate.StorageClassName)
-	if err != nil {
-		return false, err
-	}
-	_, staged, err := StagingOf(ctx, r, f, sc)
-	return staged, err
-}
-
-// StagingOf says whether f's pool, whose template's StorageClass is sc
-// (nil when none), stages its warm PVCs (StagingOn), with the class's
-// CSIDriver as r reads it (nil when there is none).
-func StagingOf(ctx context.Context, r client.Reader, f *v1alpha1.FluentPVC, sc *storagev1.StorageClass) (*storagev1.CSIDriver, bool, error) {
-	var driver *storagev1.CSIDriver
-	if sc != nil {
-		driver = &storagev1.CSIDriver{}
-		if err := r.Get(ctx, client.ObjectKey{Name: sc.Provisioner}, driver); err != nil {
-			if !apierrors.IsNotFound(err) {
-				return nil, false, fmt.Errorf("reading CSIDriver %s: %w", sc.Provisioner, err)
-			}
-			driver = nil
-		}
-	}
-	block := ptr.Deref(f.Spec.PVCSpecTemplate.VolumeMode, corev1.PersistentVolumeFilesystem) == corev1.PersistentVolumeBlock
-	return driver, StagingOn(f.Spec.Pool.Staging, sc, driver, block), nil
-}
-
-// StorageClassOf is the StorageClass name, or the default class when name
-// is nil; nil when there is none (or name is "", static binding, or the
-// class does not exist).
-func StorageClassOf(ctx context.Context, r client.Reader, name *string) (*storagev1.StorageClass, error) {
-	if name != nil {
-		if *name == "" {
-			return nil, nil
-		}
-		sc := &storagev1.StorageClass{}
-		if err := r.Get(ctx, client.ObjectKey{Name: *name}, sc); err != nil {
-			return nil, client.IgnoreNotFound(err)
-		}
-		return sc, nil
-	}
-	var l storagev1.StorageClassList
-	if err := r.List(ctx, &l); err != nil {
-		return nil, fmt.Errorf("listing StorageClasses: %w", err)
-	}
-	var sc *storagev1.StorageClass
-	for i := range l.Items {
-		if l.Items[i].Annotations["storageclass.kubernetes.io/is-default-class"] == "true" {
-			sc = &l.Items[i]
-		}
-	}
-	return sc, nil
-}
-
-// report sets the Reserved gauge of every FluentPVC the stock reserves
+// report sets the pool.Reserved gauge of every FluentPVC the stock reserves
 // from or holds claims of, and removes it for the others.
 func (s *Stock) report(fpvcs map[string]*v1alpha1.FluentPVC) {
 	counts := s.counts()
@@ -671,16 +588,16 @@ func (s *Stock) report(fpvcs map[string]*v1alpha1.FluentPVC) {
 	}
 	for name := range s.reported {
 		if _, ok := fpvcs[name]; !ok && counts[name] == 0 {
-			Reserved.DeleteLabelValues(name)
+			pool.Reserved.DeleteLabelValues(name)
 			delete(s.reported, name)
 		}
 	}
 	for name := range fpvcs {
-		Reserved.WithLabelValues(name).Set(float64(counts[name]))
+		pool.Reserved.WithLabelValues(name).Set(float64(counts[name]))
 		s.reported[name] = true
 	}
 	for name, n := range counts {
-		Reserved.WithLabelValues(name).Set(float64(n))
+		pool.Reserved.WithLabelValues(name).Set(float64(n))
 		s.reported[name] = true
 	}
 }

@@ -1,9 +1,8 @@
-package pool
+package checkout
 
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -19,68 +18,13 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
 // DefaultMaxTries bounds the warm PVCs a checkout tries on each list (the
 // cached one, then, if every try lost a race, one uncached list) before the
 // pod gets a freshly created claim.
 const DefaultMaxTries = 5
-
-// Candidates are the warm PVCs a pod may take, in random order: Bound,
-// made from the current template (hash), not being deleted, with their
-// volume's node affinity recorded, and usable on a node the pod can run on
-// (usable, given that record; Placement.Usable). Random order spreads
-// concurrent checkouts over the pool instead of making them all race for
-// one PVC.
-func Candidates(warm []corev1.PersistentVolumeClaim, hash string, usable func(affinity string) bool) []*corev1.PersistentVolumeClaim {
-	var out []*corev1.PersistentVolumeClaim
-	for i := range warm {
-		c := &warm[i]
-		if c.Labels[v1alpha1.ClaimRoleLabelKey] != v1alpha1.ClaimRoleWarm || c.Labels[v1alpha1.TemplateHashLabelKey] != hash ||
-			c.Status.Phase != corev1.ClaimBound || !c.DeletionTimestamp.IsZero() {
-			continue
-		}
-		if affinity, ok := WarmAffinity(c); !ok || !usable(affinity) {
-			continue
-		}
-		out = append(out, c)
-	}
-	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
-	return out
-}
-
-// Rank orders candidates by where their volume is staged, keeping the
-// order within each rank: first those whose holder is on a node the pod
-// can run on (holderNode names it; fits tells), where the pod finds the
-// volume attached and staged; then those without a holder, or whose
-// holder is not on a node yet, which attach where the pod goes; last
-// those staged on a node the pod cannot run on, which must detach from
-// it first. A pod that pins itself to its nodes (pinned) never takes one
-// of the last: it would take a volume staged for others away from them.
-func Rank(cands []*corev1.PersistentVolumeClaim, holderNode func(claim string) (string, bool), fits func(node string) bool, pinned bool) []*corev1.PersistentVolumeClaim {
-	rank := func(c *corev1.PersistentVolumeClaim) int {
-		node, held := holderNode(c.Name)
-		switch {
-		case !held || node == "":
-			return 1
-		case fits(node):
-			return 0
-		}
-		return 2
-	}
-	out := make([]*corev1.PersistentVolumeClaim, 0, len(cands))
-	for r := range 3 {
-		if r == 2 && pinned {
-			break
-		}
-		for _, c := range cands {
-			if rank(c) == r {
-				out = append(out, c)
-			}
-		}
-	}
-	return out
-}
 
 // WarmIndex is a cache index of warm PVCs by their FluentPVC's name, so
 // that a checkout reads only its pool's warm PVCs in the pod's namespace,
@@ -181,15 +125,15 @@ type Checkedout struct {
 
 // Checkout takes one warm PVC of fpvc for pod, in its namespace, whose
 // volume can be used on a node the pod can run on (the cache's nodes; see
-// Placement). Each try is one update conditioned on the resourceVersion read, so
-// two webhooks, in one replica or several, never hand the same PVC to two
-// pods: the loser gets a conflict and tries another. Warm PVCs staged on
-// a node the pod can run on come first (Rank). It returns no PVC when no
-// warm PVC fits (a miss).
+// pool.Placement). Each try is one update conditioned on the
+// resourceVersion read, so two webhooks, in one replica or several, never
+// hand the same PVC to two pods: the loser gets a conflict and tries
+// another. Warm PVCs staged on a node the pod can run on come first
+// (pool.Rank). It returns no PVC when no warm PVC fits (a miss).
 func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod, admittedAt time.Time) (Checkedout, error) {
-	hash := TemplateHash(&fpvc.Spec.PVCSpecTemplate)
+	hash := pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate)
 	namespace := pod.Namespace
-	placement := NewPlacement(pod, func() ([]*corev1.Node, error) { return c.podNodes(ctx, pod) })
+	placement := pool.NewPlacement(pod, func() ([]*corev1.Node, error) { return c.podNodes(ctx, pod) })
 	// Nodes found missing from the cache, or not, by name: the staged
 	// candidates of a pool share a few nodes.
 	gone := map[string]bool{}
@@ -210,7 +154,7 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 		}
 		return h.Spec.NodeName, true
 	}
-	_, pinned := PinnedNodeNames(pod)
+	_, pinned := pool.PinnedNodeNames(pod)
 	lostRace := false
 	var warmSeen, candidates int
 	// Readers are told apart by position: interface comparison panics on
@@ -226,7 +170,7 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 			v1alpha1.ClaimRoleLabelKey:     v1alpha1.ClaimRoleWarm,
 		}}
 		if !live {
-			// Candidates only reads, and claim.Checkout copies the one taken, so
+			// pool.Candidates only reads, and claim.Checkout copies the one taken, so
 			// the cache's objects are listed as they are, through the index.
 			opts = []client.ListOption{client.InNamespace(namespace), client.MatchingFields{WarmIndex: fpvc.Name}, client.UnsafeDisableDeepCopy}
 		}
@@ -236,11 +180,11 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 		// A PVC whose holder may still be created goes to no pod: the holder
 		// could be admitted on a read before this checkout and be created
 		// after it.
-		cands := slices.DeleteFunc(Candidates(warm.Items, hash, placement.Usable), func(pvc *corev1.PersistentVolumeClaim) bool {
-			return claim.HolderPending(pvc, func(req string) bool { return requests[HolderRequestKey(pvc.Name, req)] }, admittedAt)
+		cands := slices.DeleteFunc(pool.Candidates(warm.Items, hash, placement.Usable), func(pvc *corev1.PersistentVolumeClaim) bool {
+			return claim.HolderPending(pvc, func(req string) bool { return requests[pool.HolderRequestKey(pvc.Name, req)] }, admittedAt)
 		})
 		if len(holders) > 0 {
-			cands = Rank(cands, holderNode, placement.FitsNode, pinned)
+			cands = pool.Rank(cands, holderNode, placement.FitsNode, pinned)
 		}
 		if err := placement.Err(); err != nil {
 			// Only volumes usable anywhere were candidates: the pod may
@@ -265,7 +209,7 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 			tries++
 			w, err := claim.Checkout(cand, admittedAt, claim.NewCheckoutID())
 			if err != nil {
-				return Checkedout{}, err // Candidates are warm and not being deleted
+				return Checkedout{}, err // candidates are warm and not being deleted
 			}
 			err = claim.Execute(ctx, c.Writer, w)
 			if err == nil {
@@ -291,7 +235,7 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 
 // stranded says whether the volume of warm PVC pvc is attached, as cached,
 // to a node the cache does not have. Such a volume may stay attached to a
-// deleted node for minutes, or for good (see StrandedAfter), and a pod
+// deleted node for minutes, or for good (see pool.StrandedAfter), and a pod
 // given it would wait as long; the pool replaces the PVC in time. A node
 // the cache has not seen yet costs a miss, nothing more. An error reading
 // the cache counts as no attachment. gone remembers, by node name, what
@@ -322,16 +266,10 @@ func (c *Checkouter) stranded(ctx context.Context, pvc *corev1.PersistentVolumeC
 	return false
 }
 
-// HolderRequestKey names holder request req of warm PVC claim: requests
-// are times, which two PVCs may share.
-func HolderRequestKey(claim, req string) string {
-	return claim + "/" + req
-}
-
 // holders are the holder pods of fpvc's pool in namespace, from the
 // cache, by the warm PVC each holds, those being deleted left out; and the
 // holder requests (v1alpha1.HolderRequestAnnotationKey) the cached holders
-// carry, those being deleted included, by HolderRequestKey.
+// carry, those being deleted included, by pool.HolderRequestKey.
 func (c *Checkouter) holders(ctx context.Context, fpvc, namespace string) (map[string]*corev1.Pod, map[string]bool, error) {
 	var pods corev1.PodList
 	if err := c.Cache.List(ctx, &pods, client.InNamespace(namespace), client.MatchingFields{HolderIndex: fpvc}, client.UnsafeDisableDeepCopy); err != nil {
@@ -345,7 +283,7 @@ func (c *Checkouter) holders(ctx context.Context, fpvc, namespace string) (map[s
 			continue
 		}
 		if req := h.Annotations[v1alpha1.HolderRequestAnnotationKey]; req != "" {
-			requests[HolderRequestKey(claim, req)] = true
+			requests[pool.HolderRequestKey(claim, req)] = true
 		}
 		if h.DeletionTimestamp.IsZero() {
 			out[claim] = h
@@ -371,10 +309,10 @@ func missReason(warm, candidates int, lostRace bool) string {
 }
 
 // podNodes are the nodes pod may run on as far as names go, from the cache:
-// the ones it pins itself to (PinnedNodeNames; one Get each, so that a
+// the ones it pins itself to (pool.PinnedNodeNames; one Get each, so that a
 // DaemonSet's pod costs the same on any cluster), else all of them.
 func (c *Checkouter) podNodes(ctx context.Context, pod *corev1.Pod) ([]*corev1.Node, error) {
-	if names, ok := PinnedNodeNames(pod); ok {
+	if names, ok := pool.PinnedNodeNames(pod); ok {
 		out := make([]*corev1.Node, 0, len(names))
 		for _, name := range names {
 			n := &corev1.Node{}
@@ -392,7 +330,7 @@ func (c *Checkouter) podNodes(ctx context.Context, pod *corev1.Pod) ([]*corev1.N
 		return nodes, nil
 	}
 	var nodes corev1.NodeList
-	// Placement only reads them, so the cache's objects are listed as they are.
+	// pool.Placement only reads them, so the cache's objects are listed as they are.
 	if err := c.Cache.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package pool
+package checkout
 
 import (
 	corev1 "k8s.io/api/core/v1"
