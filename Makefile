@@ -96,7 +96,7 @@ manifests: ## Generate CRDs, RBAC and webhook manifests and the PrometheusRule i
 	cp docs/grafana-dashboard.json $(CHART)/files/grafana-dashboard.json
 
 .PHONY: verify
-verify: generate manifests $(HELM) ## Regenerate and fail on any diff, untracked generated file, unformatted Go file, or tracked binary or file over 1 MiB.
+verify: generate manifests $(HELM) ## Regenerate and fail on any diff, untracked generated file, unformatted Go file, tracked binary or file over 1 MiB, or API client imported by package pool.
 	@hack/check-tracked-files.sh --self-test
 	@hack/check-tracked-files.sh
 	@if [ -n "$$(git status --porcelain -- apis config $(CHART))" ]; then \
@@ -107,6 +107,14 @@ verify: generate manifests $(HELM) ## Regenerate and fail on any diff, untracked
 	HELM=$(HELM) go test ./test/helm -count=1
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then \
 		echo "go files are not formatted; run 'make fmt':"; echo "$$unformatted"; exit 1; fi
+	@# Package pool holds the pure decisions; the reads and writes they lead
+	@# to are package checkout's and the controllers'. Only pool's own
+	@# (non-test) imports count: what they import in turn is theirs.
+	@imports=$$(go list -f '{{join .Imports "\n"}}' ./pool); \
+	clients=$$(grep -E '^(sigs\.k8s\.io/controller-runtime/pkg/(client|cache|manager)|k8s\.io/client-go)(/|$$)' <<<"$$imports" || true); \
+	if [ -n "$$clients" ]; then \
+		echo "package pool imports an API client; move the code that needs it to package checkout (or controllers):"; \
+		echo "$$clients"; exit 1; fi
 
 ##@ Release
 
