@@ -100,11 +100,11 @@ func newReservedFixture(t *testing.T, target, size int) (stockFixture, *v1alpha1
 	return f, fpvc
 }
 
-// reserved counts the claims of namespace ns that replica-a reserved.
-func (f stockFixture) reserved(t *testing.T, ns string) int {
+// reserved counts the claims of namespace "ns" that replica-a reserved.
+func (f stockFixture) reserved(t *testing.T) int {
 	t.Helper()
 	var pvcs corev1.PersistentVolumeClaimList
-	if err := f.api.List(context.Background(), &pvcs, client.InNamespace(ns)); err != nil {
+	if err := f.api.List(context.Background(), &pvcs, client.InNamespace("ns")); err != nil {
 		t.Fatal(err)
 	}
 	n := 0
@@ -178,7 +178,7 @@ func TestStockSync(t *testing.T) {
 			if err := f.stock.Sync(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			if got := f.reserved(t, "ns"); got != tc.want || f.stock.Len() != tc.want {
+			if got := f.reserved(t); got != tc.want || f.stock.Len() != tc.want {
 				t.Errorf("reserved %d (stock %d), want %d", got, f.stock.Len(), tc.want)
 			}
 			if w := int(f.writes.Load()); w != tc.want {
@@ -332,7 +332,7 @@ func TestStockKeeps(t *testing.T) {
 			if tc.forgotten {
 				wantHeld = 0
 			}
-			if got := f.reserved(t, "ns"); got != tc.want || f.stock.Len() != wantHeld {
+			if got := f.reserved(t); got != tc.want || f.stock.Len() != wantHeld {
 				t.Errorf("reserved %d (stock %d), want %d (stock %d)", got, f.stock.Len(), tc.want, wantHeld)
 			}
 			if tc.forgotten && !tc.extended && f.writes.Load() != before {
@@ -588,7 +588,7 @@ func TestStockGiveBackUnknown(t *testing.T) {
 			f.stock.Replicas = func(context.Context) (int, error) { return 2, nil }
 			*f.answer = func(string) error { return answer }
 			_ = f.stock.Sync(ctx)
-			if got := f.reserved(t, "ns"); got != 1 {
+			if got := f.reserved(t); got != 1 {
 				t.Fatalf("%d reserved after giving one back, want 1", got)
 			}
 			*f.answer = nil
@@ -796,14 +796,14 @@ func TestStockGivesBackUnfit(t *testing.T) {
 			if err := f.stock.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if got := f.reserved(t, "ns"); got != tc.want || f.stock.Len() != tc.want {
+			if got := f.reserved(t); got != tc.want || f.stock.Len() != tc.want {
 				t.Errorf("reserved %d (stock %d), want %d", got, f.stock.Len(), tc.want)
 			}
 			// Sync again: nothing unfit is reserved anew.
 			if err := f.stock.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if got := f.reserved(t, "ns"); got != tc.want {
+			if got := f.reserved(t); got != tc.want {
 				t.Errorf("reserved %d after another sync, want %d", got, tc.want)
 			}
 		})

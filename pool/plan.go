@@ -5,8 +5,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 )
 
 // Claim is what planning needs to know of one pool PVC.
