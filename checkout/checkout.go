@@ -164,23 +164,14 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 		if r == nil || (live && !lostRace) {
 			continue
 		}
-		var warm corev1.PersistentVolumeClaimList
-		opts := []client.ListOption{client.InNamespace(namespace), client.MatchingLabels{
-			v1alpha1.FluentPVCNameLabelKey: fpvc.Name,
-			v1alpha1.ClaimRoleLabelKey:     v1alpha1.ClaimRoleWarm,
-		}}
-		if !live {
-			// pool.Candidates only reads, and claim.Checkout copies the one taken, so
-			// the cache's objects are listed as they are, through the index.
-			opts = []client.ListOption{client.InNamespace(namespace), client.MatchingFields{WarmIndex: fpvc.Name}, client.UnsafeDisableDeepCopy}
-		}
-		if err := r.List(ctx, &warm, opts...); err != nil {
-			return Checkedout{}, fmt.Errorf("listing warm PVCs: %w", err)
+		warm, err := listWarm(ctx, r, live, namespace, fpvc.Name)
+		if err != nil {
+			return Checkedout{}, err
 		}
 		// A PVC whose holder may still be created goes to no pod: the holder
 		// could be admitted on a read before this checkout and be created
 		// after it.
-		cands := slices.DeleteFunc(pool.Candidates(warm.Items, hash, placement.Usable), func(pvc *corev1.PersistentVolumeClaim) bool {
+		cands := slices.DeleteFunc(pool.Candidates(warm, hash, placement.Usable), func(pvc *corev1.PersistentVolumeClaim) bool {
 			return claim.HolderPending(pvc, func(req string) bool { return requests[pool.HolderRequestKey(pvc.Name, req)] }, admittedAt)
 		})
 		if len(holders) > 0 {
@@ -191,46 +182,81 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 			// miss, which costs it time, not its start.
 			log.FromContext(ctx).Error(err, "reading nodes for a checkout; only warm PVCs usable on any node are handed out")
 		}
-		warmSeen, candidates = len(warm.Items), len(cands)
-		tries := 0
-		for _, cand := range cands {
-			if tries >= c.MaxTries {
-				break
-			}
-			if c.stranded(ctx, cand, gone) {
-				continue
-			}
-			// Taken before the write, so that the checkouts of this replica
-			// running meanwhile try other PVCs instead of losing a race
-			// to this one.
-			if !c.take(cand, admittedAt) {
-				continue
-			}
-			tries++
-			w, err := claim.Checkout(cand, admittedAt, claim.NewCheckoutID())
-			if err != nil {
-				return Checkedout{}, err // candidates are warm and not being deleted
-			}
-			err = claim.Execute(ctx, c.Writer, w)
-			if err == nil {
-				out := Checkedout{PVC: w.Object}
-				if h, ok := holders[cand.Name]; ok {
-					out.Holder = h.Name
-					if node := h.Spec.NodeName; node != "" && placement.FitsNode(node) {
-						out.StagedOn = node
-					}
+		warmSeen, candidates = len(warm), len(cands)
+		got, lost, err := c.try(ctx, cands, admittedAt, gone)
+		switch {
+		case err != nil:
+			return Checkedout{}, err
+		case got != nil:
+			out := Checkedout{PVC: got}
+			if h, ok := holders[got.Name]; ok {
+				out.Holder = h.Name
+				if node := h.Spec.NodeName; node != "" && placement.FitsNode(node) {
+					out.StagedOn = node
 				}
-				return out, nil
 			}
-			if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-				return Checkedout{}, err
-			}
-			lostRace = true
+			return out, nil
 		}
+		lostRace = lostRace || lost
 	}
 	log.FromContext(ctx).V(1).Info("checkout missed; the pod gets a new claim",
 		"fluentPVC", klog.KObj(fpvc), "namespace", namespace, "reason", missReason(warmSeen, candidates, lostRace))
 	return Checkedout{}, nil
+}
+
+// listWarm lists the warm PVCs of FluentPVC fpvc in namespace through r:
+// the cache (live false), whose objects are listed as they are, through
+// the index (pool.Candidates only reads, and claim.Checkout copies the one
+// taken), or the API server.
+func listWarm(ctx context.Context, r client.Reader, live bool, namespace, fpvc string) ([]corev1.PersistentVolumeClaim, error) {
+	var warm corev1.PersistentVolumeClaimList
+	opts := []client.ListOption{client.InNamespace(namespace), client.MatchingFields{WarmIndex: fpvc}, client.UnsafeDisableDeepCopy}
+	if live {
+		opts = []client.ListOption{client.InNamespace(namespace), client.MatchingLabels{
+			v1alpha1.FluentPVCNameLabelKey: fpvc,
+			v1alpha1.ClaimRoleLabelKey:     v1alpha1.ClaimRoleWarm,
+		}}
+	}
+	if err := r.List(ctx, &warm, opts...); err != nil {
+		return nil, fmt.Errorf("listing warm PVCs: %w", err)
+	}
+	return warm.Items, nil
+}
+
+// try checks out the first of cands that it can, in order, making at most
+// MaxTries writes: the claim written, or nil with lost true when a write
+// lost a race (a conflict, or the PVC gone). gone is stranded's memory of
+// nodes.
+func (c *Checkouter) try(ctx context.Context, cands []*corev1.PersistentVolumeClaim, admittedAt time.Time, gone map[string]bool) (got *corev1.PersistentVolumeClaim, lost bool, err error) {
+	tries := 0
+	for _, cand := range cands {
+		if tries >= c.MaxTries {
+			break
+		}
+		if c.stranded(ctx, cand, gone) {
+			continue
+		}
+		// Taken before the write, so that the checkouts of this replica
+		// running meanwhile try other PVCs instead of losing a race to
+		// this one.
+		if !c.take(cand, admittedAt) {
+			continue
+		}
+		tries++
+		w, err := claim.Checkout(cand, admittedAt, claim.NewCheckoutID())
+		if err != nil {
+			return nil, lost, err // candidates are warm and not being deleted
+		}
+		err = claim.Execute(ctx, c.Writer, w)
+		if err == nil {
+			return w.Object, lost, nil
+		}
+		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return nil, lost, err
+		}
+		lost = true
+	}
+	return nil, lost, nil
 }
 
 // stranded says whether the volume of warm PVC pvc is attached, as cached,
