@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -91,6 +92,8 @@ func main() {
 	}
 }
 
+// run runs the operator with the command-line arguments args until ctx
+// ends, or until the manager or the webhooks' registration fails.
 func run(ctx context.Context, args []string) error {
 	opts, zapOpts, err := parseFlags(args)
 	if err != nil {
@@ -112,11 +115,63 @@ func run(ctx context.Context, args []string) error {
 	serverClock := apiclock.New(nil)
 	serverClock.Wrap(cfg)
 	opts.controllers.Clock = serverClock
-	// Native sidecars need Kubernetes 1.29: read the API server's version
-	// once, not per pod.
+	nativeUnsupported, err := nativeSidecarsUnsupported(ctx, log, cfg)
+	if err != nil {
+		return err
+	}
+	self, err := setupHolders(ctx, log, cfg, scheme, &opts.controllers)
+	if err != nil {
+		return err
+	}
+
+	if opts.pprofAddr != "" {
+		// The mutex and block profiles record nothing unless sampled.
+		goruntime.SetMutexProfileFraction(10)
+		goruntime.SetBlockProfileRate(int(100 * time.Microsecond))
+	}
+	// Told to stop, the replica first drains its webhook connections for
+	// --shutdown-drain: the manager's context ends that long after ctx.
+	drain := &webhook.Drain{}
+	ctx, stop := drain.Stopping(ctx, opts.shutdownDrain)
+	defer stop()
+	// The replicas behind the webhook's Service share each pool's
+	// reservations.
+	service := types.NamespacedName{Namespace: opts.namespace, Name: opts.webhookService}
+	mgr, err := newManager(cfg, scheme, opts, service)
+	if err != nil {
+		return err
+	}
+	certsReady, err := manageCerts(ctx, mgr, opts)
+	if err != nil {
+		return err
+	}
+
+	if err := controllers.Setup(mgr, opts.controllers); err != nil {
+		return fmt.Errorf("setting up controllers: %w", err)
+	}
+	caches, err := webhook.Watch(mgr)
+	if err != nil {
+		return fmt.Errorf("setting up the webhooks' caches: %w", err)
+	}
+	webhookSetupErr, webhooksRegistered := registerWebhooks(ctx, mgr, certsReady, caches, webhook.Options{
+		NativeSidecarsUnsupported: nativeUnsupported, Namespace: opts.namespace, Self: self, ServerClock: serverClock,
+		ReserveAhead: int(opts.reserveAhead), ReservationTTL: opts.reservationTTL, Owner: owner(), Drain: drain, Service: service,
+	})
+	if err := addHealthChecks(mgr, caches, certsReady, webhooksRegistered); err != nil {
+		return err
+	}
+
+	log.Info("starting manager", "leaderElection", opts.leaderElect, "certManagement", opts.certManagement)
+	return runManager(ctx, mgr, webhookSetupErr)
+}
+
+// nativeSidecarsUnsupported says why the API server cannot run native
+// sidecars, which need Kubernetes 1.29 (webhook.NativeSidecarSupport); ""
+// when it can. The version is read once, not per pod.
+func nativeSidecarsUnsupported(ctx context.Context, log logr.Logger, cfg *rest.Config) (string, error) {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("creating a discovery client: %w", err)
+		return "", fmt.Errorf("creating a discovery client: %w", err)
 	}
 	var gitVersion string
 	if err := wait.ExponentialBackoffWithContext(ctx, wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 6}, func(context.Context) (bool, error) {
@@ -135,35 +190,33 @@ func run(ctx context.Context, args []string) error {
 	if nativeUnsupported != "" {
 		log.Info("FluentPVCs in sidecarMode Native will admit no pods", "reason", nativeUnsupported)
 	}
+	return nativeUnsupported, nil
+}
 
-	// Holder pods are known by their creator: the operator's own user.
+// setupHolders learns the operator's own user name, by which holder pods
+// are known as their creator's, and makes sure the holders' PriorityClass
+// exists when warm PVCs are staged. Without a user name no warm PVC is
+// staged, and "" is returned.
+func setupHolders(ctx context.Context, log logr.Logger, cfg *rest.Config, scheme *runtime.Scheme, opts *controllers.Options) (string, error) {
 	self, err := selfUser(ctx, cfg, scheme)
 	if err != nil {
 		log.Error(err, "could not learn the operator's own user name; warm PVCs are not staged")
-		opts.controllers.StagePerNode = 0
-	} else if opts.controllers.StagePerNode > 0 {
+		opts.StagePerNode = 0
+	} else if opts.StagePerNode > 0 {
 		c, err := client.New(cfg, client.Options{Scheme: scheme})
 		if err != nil {
-			return fmt.Errorf("creating a client: %w", err)
+			return "", fmt.Errorf("creating a client: %w", err)
 		}
-		if err := controllers.EnsureHolderPriorityClass(ctx, c, opts.controllers.HolderPriorityClass); err != nil {
+		if err := controllers.EnsureHolderPriorityClass(ctx, c, opts.HolderPriorityClass); err != nil {
 			log.Error(err, "holder pods may be refused until the PriorityClass exists")
 		}
 	}
+	return self, nil
+}
 
-	if opts.pprofAddr != "" {
-		// The mutex and block profiles record nothing unless sampled.
-		goruntime.SetMutexProfileFraction(10)
-		goruntime.SetBlockProfileRate(int(100 * time.Microsecond))
-	}
-	// Told to stop, the replica first drains its webhook connections for
-	// --shutdown-drain: the manager's context ends that long after ctx.
-	drain := &webhook.Drain{}
-	ctx, stop := drain.Stopping(ctx, opts.shutdownDrain)
-	defer stop()
-	// The replicas behind the webhook's Service share each pool's
-	// reservations.
-	service := types.NamespacedName{Namespace: opts.namespace, Name: opts.webhookService}
+// newManager makes the manager of the controllers and the webhook server,
+// its cache also holding the EndpointSlices of the webhook's service.
+func newManager(cfg *rest.Config, scheme *runtime.Scheme, opts options, service types.NamespacedName) (ctrl.Manager, error) {
 	cacheOptions := controllers.CacheOptions()
 	cacheOptions.ByObject[&discoveryv1.EndpointSlice{}] = webhook.ServiceEndpoints(service)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -185,9 +238,16 @@ func run(ctx context.Context, args []string) error {
 		}),
 	})
 	if err != nil {
-		return fmt.Errorf("creating manager: %w", err)
+		return nil, fmt.Errorf("creating manager: %w", err)
 	}
+	return mgr, nil
+}
 
+// manageCerts arranges the webhook's serving certificate as
+// --cert-management says, and returns a channel closed once the
+// certificate is in --cert-dir: with "self", the rotator issues it and
+// injects the caBundle; with "external", it is there already.
+func manageCerts(ctx context.Context, mgr ctrl.Manager, opts options) (<-chan struct{}, error) {
 	certsReady := make(chan struct{})
 	switch opts.certManagement {
 	case certSelf:
@@ -210,23 +270,22 @@ func run(ctx context.Context, args []string) error {
 			// rotates it.
 			RequireLeaderElection: false,
 		}); err != nil {
-			return fmt.Errorf("setting up certificate rotation: %w", err)
+			return nil, fmt.Errorf("setting up certificate rotation: %w", err)
 		}
 	case certExternal:
 		close(certsReady)
 	}
+	return certsReady, nil
+}
 
-	if err := controllers.Setup(mgr, opts.controllers); err != nil {
-		return fmt.Errorf("setting up controllers: %w", err)
-	}
-	caches, err := webhook.Watch(mgr)
-	if err != nil {
-		return fmt.Errorf("setting up the webhooks' caches: %w", err)
-	}
-	// The webhook is registered once certificates exist, so that the server
-	// never starts without them, and once the caches have synced: the
-	// manager holds its lock until then, and registering adds the server
-	// to the manager, which fails (a panic) once the manager has stopped.
+// registerWebhooks registers the webhooks, with webhookOpts, once
+// certificates exist, so that the server never starts without them, and
+// once the caches have synced: the manager holds its lock until then, and
+// registering adds the server to the manager, which fails (a panic) once
+// the manager has stopped. The channel returned receives the
+// registration's error, nil when it succeeded or the manager stopped
+// first; the flag returned is set once the webhooks are registered.
+func registerWebhooks(ctx context.Context, mgr ctrl.Manager, certsReady <-chan struct{}, caches *webhook.Caches, webhookOpts webhook.Options) (<-chan error, *atomic.Bool) {
 	webhookSetupErr := make(chan error, 1)
 	var webhooksRegistered atomic.Bool
 	go func() {
@@ -236,15 +295,20 @@ func run(ctx context.Context, args []string) error {
 				webhookSetupErr <- nil // stopping
 				return
 			}
-			err := webhook.Setup(mgr, webhook.Options{NativeSidecarsUnsupported: nativeUnsupported, Namespace: opts.namespace, Self: self, ServerClock: serverClock,
-				ReserveAhead: int(opts.reserveAhead), ReservationTTL: opts.reservationTTL, Owner: owner(), Drain: drain, Service: service}, caches)
+			err := webhook.Setup(mgr, webhookOpts, caches)
 			webhooksRegistered.Store(err == nil)
 			webhookSetupErr <- err
 		case <-ctx.Done():
 			webhookSetupErr <- nil
 		}
 	}()
+	return webhookSetupErr, &webhooksRegistered
+}
 
+// addHealthChecks serves /healthz, and /readyz, which a replica passes
+// once its caches have synced, its certificates exist and its webhooks are
+// registered and served.
+func addHealthChecks(mgr ctrl.Manager, caches *webhook.Caches, certsReady <-chan struct{}, webhooksRegistered *atomic.Bool) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding health check: %w", err)
 	}
@@ -268,8 +332,12 @@ func run(ctx context.Context, args []string) error {
 	}); err != nil {
 		return fmt.Errorf("adding readiness check: %w", err)
 	}
+	return nil
+}
 
-	log.Info("starting manager", "leaderElection", opts.leaderElect, "certManagement", opts.certManagement)
+// runManager runs mgr until ctx ends, and returns early when the webhooks
+// could not be registered.
+func runManager(ctx context.Context, mgr ctrl.Manager, webhookSetupErr <-chan error) error {
 	runErr := make(chan error, 1)
 	go func() { runErr <- mgr.Start(ctx) }()
 	select {

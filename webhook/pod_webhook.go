@@ -272,6 +272,8 @@ func (m *PodMutator) Handle(ctx context.Context, req admission.Request) admissio
 	return resp
 }
 
+// handle admits one pod and returns the response with the result and
+// reason it is counted under.
 func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admission.Response, string, string) {
 	if req.Operation != admissionv1.Create {
 		return admission.Allowed("not a create"), resultSkipped, reasonNone
@@ -288,9 +290,45 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	if unsetNamespace {
 		pod.Namespace = req.Namespace
 	}
+	if v := m.ownPod(ctx, req, pod); v != nil {
+		return v.resp, v.result, v.reason
+	}
+	fpvc, v := m.fluentPVCOf(ctx, pod, name)
+	if v != nil {
+		return v.resp, v.result, v.reason
+	}
+	if v := m.refusal(ctx, req, pod, fpvc); v != nil {
+		return v.resp, v.result, v.reason
+	}
+	v = m.mutate(ctx, req, pod, fpvc, unsetNamespace)
+	return v.resp, v.result, v.reason
+}
+
+// verdict is an admission's response with the result and reason that
+// admissionsTotal counts it under.
+type verdict struct {
+	resp   admission.Response
+	result string
+	reason string
+}
+
+// errored is the verdict on an admission the API server failed.
+func errored(err error) *verdict {
+	return &verdict{admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone}
+}
+
+// denied is the verdict on a pod refused for reason.
+func denied(resp admission.Response, reason string) *verdict {
+	return &verdict{resp, resultDenied, reason}
+}
+
+// ownPod allows the operator's own pods, which carry the opt-in label but
+// need no claim of their own: its holder pods, and the drain and binder
+// pods of its Jobs. It returns nil for any other pod.
+func (m *PodMutator) ownPod(ctx context.Context, req admission.Request, pod *corev1.Pod) *verdict {
 	if objects.IsHolder(pod) && m.Self != "" && req.UserInfo.Username == m.Self {
 		// The pool's own holder pod (the mount webhook checks the rest).
-		return admission.Allowed("the operator's own holder pod"), resultSkipped, reasonNone
+		return &verdict{admission.Allowed("the operator's own holder pod"), resultSkipped, reasonNone}
 	}
 	if c := pod.Labels[v1alpha1.ComponentLabelKey]; c == v1alpha1.ComponentDrain || c == v1alpha1.ComponentBinder {
 		// A drain or binder pod of the operator's, which a namespace policy
@@ -300,19 +338,26 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 		// carries these labels is handled as any other.
 		job, err := controllingJob(ctx, m.Reader, m.APIReader, pod)
 		if err != nil {
-			return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
+			return errored(err)
 		}
 		if objects.DrainPodOf(pod, job, pod.Labels[v1alpha1.BindingNameLabelKey]) || objects.BinderPodOf(pod, job, pod.Labels[v1alpha1.WarmClaimLabelKey]) {
-			return admission.Allowed("the operator's own " + c + " pod"), resultSkipped, reasonNone
+			return &verdict{admission.Allowed("the operator's own " + c + " pod"), resultSkipped, reasonNone}
 		}
 	}
+	return nil
+}
+
+// fluentPVCOf checks the pod's labels and reads the FluentPVC, name, that
+// the pod opts into. It returns the verdict instead when the labels can
+// name no object or the FluentPVC is missing or being deleted.
+func (m *PodMutator) fluentPVCOf(ctx context.Context, pod *corev1.Pod, name string) (*v1alpha1.FluentPVC, *verdict) {
 	// Labels are validated after the mutating webhooks: a value that can
 	// name no object is a user's error, not the operator's.
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		return admission.Denied(fmt.Sprintf("the pod's label %s=%q cannot name a FluentPVC: %s", v1alpha1.FluentPVCNameLabelKey, name, strings.Join(errs, "; "))), resultDenied, reasonFluentPVCNotFound
+		return nil, denied(admission.Denied(fmt.Sprintf("the pod's label %s=%q cannot name a FluentPVC: %s", v1alpha1.FluentPVCNameLabelKey, name, strings.Join(errs, "; "))), reasonFluentPVCNotFound)
 	}
 	if b, ok := pod.Labels[v1alpha1.BindingNameLabelKey]; ok && len(validation.IsDNS1123Subdomain(b)) > 0 {
-		return admission.Denied(fmt.Sprintf("the pod's label %s=%q names no claim: remove it, so that the pod gets a claim of its own", v1alpha1.BindingNameLabelKey, b)), resultDenied, reasonCopied
+		return nil, denied(admission.Denied(fmt.Sprintf("the pod's label %s=%q names no claim: remove it, so that the pod gets a claim of its own", v1alpha1.BindingNameLabelKey, b)), reasonCopied)
 	}
 
 	fpvc := &v1alpha1.FluentPVC{}
@@ -324,39 +369,53 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	}
 	if err != nil {
 		if apierrors.IsNotFound(err) {
-			return admission.Denied(fmt.Sprintf("FluentPVC %q does not exist: create it, or fix the pod's label %s", name, v1alpha1.FluentPVCNameLabelKey)), resultDenied, reasonFluentPVCNotFound
+			return nil, denied(admission.Denied(fmt.Sprintf("FluentPVC %q does not exist: create it, or fix the pod's label %s", name, v1alpha1.FluentPVCNameLabelKey)), reasonFluentPVCNotFound)
 		}
-		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("reading FluentPVC %q: %w", name, err)), resultError, reasonNone
+		return nil, errored(fmt.Errorf("reading FluentPVC %q: %w", name, err))
 	}
 	if !fpvc.DeletionTimestamp.IsZero() {
-		return deletingDenial(name), resultDenied, reasonFluentPVCDeleting
+		return nil, denied(deletingDenial(name), reasonFluentPVCDeleting)
 	}
+	return fpvc, nil
+}
+
+// refusal is the verdict on a pod that fpvc may not admit: a copy of an
+// admitted pod's manifest, a pod that clashes with what fpvc injects, a
+// Native sidecar the cluster cannot run, or a namespace or user fpvc
+// leaves out. It returns nil for a pod that may be admitted.
+func (m *PodMutator) refusal(ctx context.Context, req admission.Request, pod *corev1.Pod, fpvc *v1alpha1.FluentPVC) *verdict {
+	name := fpvc.Name
 	if objects.PodInjected(pod, &fpvc.Spec) {
 		// The webhook is never reinvoked (reinvocationPolicy Never), so a
 		// pod that already carries a claim was not admitted by it: it is a
 		// copy of an admitted pod's manifest, which would share its claim.
 		why, err := m.claimTaken(ctx, pod, ptr.Deref(req.DryRun, false))
 		if err != nil {
-			return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
+			return errored(err)
 		}
-		return admission.Denied(fmt.Sprintf("the pod looks like a copy of another pod's manifest: it carries claim %s, which %s. "+
+		return denied(admission.Denied(fmt.Sprintf("the pod looks like a copy of another pod's manifest: it carries claim %s, which %s. "+
 			"Remove the label %s and the volume %q%s, so that the pod gets a claim of its own",
-			pod.Labels[v1alpha1.BindingNameLabelKey], why, v1alpha1.BindingNameLabelKey, fpvc.Spec.PVCVolumeName, copiedFinalizer(pod))), resultDenied, reasonCopied
+			pod.Labels[v1alpha1.BindingNameLabelKey], why, v1alpha1.BindingNameLabelKey, fpvc.Spec.PVCVolumeName, copiedFinalizer(pod))), reasonCopied)
 	}
 	if errs := objects.PodConflicts(pod, &fpvc.Spec); len(errs) > 0 {
-		return admission.Denied(fmt.Sprintf("the pod clashes with what FluentPVC %q injects: %s", name, errs.ToAggregate())), resultDenied, reasonConflict
+		return denied(admission.Denied(fmt.Sprintf("the pod clashes with what FluentPVC %q injects: %s", name, errs.ToAggregate())), reasonConflict)
 	}
 	if fpvc.Spec.NativeSidecar() && m.NativeSidecarsUnsupported != "" {
-		return admission.Denied(fmt.Sprintf("FluentPVC %q has sidecarMode Native, but %s: set its sidecarMode to Container", name, m.NativeSidecarsUnsupported)), resultDenied, reasonNativeSidecarUnsupported
+		return denied(admission.Denied(fmt.Sprintf("FluentPVC %q has sidecarMode Native, but %s: set its sidecarMode to Container", name, m.NativeSidecarsUnsupported)), reasonNativeSidecarUnsupported)
 	}
 	why, reason, err := m.accessDenied(ctx, fpvc, pod.Namespace, req)
 	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
+		return errored(err)
 	}
 	if why != "" {
-		return admission.Denied(why), resultDenied, reason
+		return denied(admission.Denied(why), reason)
 	}
+	return nil
+}
 
+// mutate hands the pod a claim of fpvc (none on a dry run) and answers
+// with the patch that injects it.
+func (m *PodMutator) mutate(ctx context.Context, req admission.Request, pod *corev1.Pod, fpvc *v1alpha1.FluentPVC, unsetNamespace bool) *verdict {
 	// The API server sends JSON. The decoder would also take YAML, or
 	// numbers beyond float64, against which no JSON patch can be made once
 	// a claim was provisioned: refuse them before the claim is written.
@@ -364,34 +423,13 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	// reads too.
 	var doc map[string]any
 	if err := json.Unmarshal(req.Object.Raw, &doc); err != nil {
-		return admission.Errored(http.StatusBadRequest, fmt.Errorf("the pod is not a JSON object: %w", err)), resultDenied, reasonUndecodable
+		return &verdict{admission.Errored(http.StatusBadRequest, fmt.Errorf("the pod is not a JSON object: %w", err)), resultDenied, reasonUndecodable}
 	}
 	claimName, stagedOn := claim.Name(fpvc.Name), ""
 	if !ptr.Deref(req.DryRun, false) {
-		var (
-			hit bool
-			err error
-		)
-		if claimName, stagedOn, hit, err = m.provision(ctx, fpvc, pod); err != nil {
-			return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
-		}
-		// This replica's cache may not have seen the FluentPVC's deletion
-		// yet. A pod admitted after the FluentPVC is gone could never be
-		// drained. The operator lets a deleting FluentPVC go once live
-		// reads find none of its claims and every warm PVC being deleted.
-		// A hit's write, conditioned on the warm PVC's resourceVersion,
-		// fails once its deletion began, so the claim it made is in that
-		// list. A miss creates its claim: a live read made after it closes
-		// the gap, since either that list sees the claim or this read sees
-		// the deletion. The claim written is reclaimed as an orphan once no
-		// pod appears.
-		if !hit {
-			switch deleting, err := m.deletingLive(ctx, name); {
-			case err != nil:
-				return admission.Errored(http.StatusInternalServerError, err), resultError, reasonNone
-			case deleting:
-				return deletingDenial(name), resultDenied, reasonFluentPVCDeleting
-			}
+		var v *verdict
+		if claimName, stagedOn, v = m.claimFor(ctx, pod, fpvc); v != nil {
+			return v
 		}
 	}
 
@@ -402,9 +440,38 @@ func (m *PodMutator) handle(ctx context.Context, req admission.Request) (admissi
 	}
 	resp := podPatch(ctx, req.Object.Raw, doc, pod, mutated, unsetNamespace)
 	if resp.Result != nil {
-		return resp, resultError, reasonNone
+		return &verdict{resp, resultError, reasonNone}
 	}
-	return resp, resultMutated, reasonNone
+	return &verdict{resp, resultMutated, reasonNone}
+}
+
+// claimFor provisions the pod's claim and returns its name and the node a
+// staged warm PVC is on, or the verdict instead when that fails or fpvc
+// turns out to be going away.
+func (m *PodMutator) claimFor(ctx context.Context, pod *corev1.Pod, fpvc *v1alpha1.FluentPVC) (string, string, *verdict) {
+	claimName, stagedOn, hit, err := m.provision(ctx, fpvc, pod)
+	if err != nil {
+		return "", "", errored(err)
+	}
+	// This replica's cache may not have seen the FluentPVC's deletion
+	// yet. A pod admitted after the FluentPVC is gone could never be
+	// drained. The operator lets a deleting FluentPVC go once live
+	// reads find none of its claims and every warm PVC being deleted.
+	// A hit's write, conditioned on the warm PVC's resourceVersion,
+	// fails once its deletion began, so the claim it made is in that
+	// list. A miss creates its claim: a live read made after it closes
+	// the gap, since either that list sees the claim or this read sees
+	// the deletion. The claim written is reclaimed as an orphan once no
+	// pod appears.
+	if !hit {
+		switch deleting, err := m.deletingLive(ctx, fpvc.Name); {
+		case err != nil:
+			return "", "", errored(err)
+		case deleting:
+			return "", "", denied(deletingDenial(fpvc.Name), reasonFluentPVCDeleting)
+		}
+	}
+	return claimName, stagedOn, nil
 }
 
 // copiedFinalizer names, for the denial of a copied manifest, the
