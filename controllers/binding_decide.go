@@ -429,27 +429,59 @@ func decideOrphan(o observed, now time.Time, opts Options, p *plan) {
 	}
 }
 
+// decideDrain drains the claim of a binding that no pod uses any more:
+// it deletes the claim once a finalizer Job succeeded, and otherwise
+// starts, waits for or retries the drain Job.
 func decideDrain(o observed, now time.Time, opts Options, p *plan) {
-	b := o.binding
-	gen := b.Generation
-	// Until a Job succeeds (markDrained), the claim is not drained.
-	setDrained := func(reason, msg string) {
-		setCondition(&p.status, v1alpha1.BindingConditionDrained, metav1.ConditionFalse, reason, msg, gen, now)
-	}
-
 	if j := succeededJob(o.jobs); j != nil {
-		if o.mountedBy != nil {
-			// What that pod writes after the drain would go with the claim.
-			p.status.Phase = v1alpha1.BindingPhaseDraining
-			setDrained(v1alpha1.DrainedReasonRunning, fmt.Sprintf(
-				"finalizer Job %s succeeded, but pod %s mounts the claim: it is deleted once that pod is gone", j.Name, o.mountedBy.Name))
-			waitForMount(o, now, p)
-			return
-		}
-		markDrained(b, j, now, p, fmt.Sprintf("finalizer Job %s succeeded: deleting claim %s", j.Name, b.Spec.PVC.Name))
-		p.releaseClaim, p.deleteClaim = true, true
+		decideDrainSucceeded(o, j, now, p)
 		return
 	}
+	current, attempts := recordDrainAttempt(o, now, p)
+	switch {
+	case current == nil:
+		// No Job yet, or the current one vanished: start the next attempt.
+		p.createJob = attempts + 1
+	case !jobFailed(current):
+		decideDrainRunning(o, current, attempts, now, p)
+		return
+	default:
+		if decideDrainFailed(o, current, attempts, now, opts, p) {
+			return
+		}
+		p.createJob = attempts + 1
+		p.deleteJobs = []string{current.Name}
+	}
+	decideDrainStart(o, now, opts, p)
+}
+
+// setNotDrained sets binding b's Drained condition to False: until a Job
+// succeeds (markDrained), the claim is not drained.
+func setNotDrained(b *v1alpha1.FluentPVCBinding, now time.Time, p *plan, reason, msg string) {
+	setCondition(&p.status, v1alpha1.BindingConditionDrained, metav1.ConditionFalse, reason, msg, b.Generation, now)
+}
+
+// decideDrainSucceeded deletes the claim whose finalizer Job j succeeded,
+// unless a pod still mounts it: what that pod writes after the drain
+// would go with the claim.
+func decideDrainSucceeded(o observed, j *batchv1.Job, now time.Time, p *plan) {
+	b := o.binding
+	if o.mountedBy != nil {
+		p.status.Phase = v1alpha1.BindingPhaseDraining
+		setNotDrained(b, now, p, v1alpha1.DrainedReasonRunning, fmt.Sprintf(
+			"finalizer Job %s succeeded, but pod %s mounts the claim: it is deleted once that pod is gone", j.Name, o.mountedBy.Name))
+		waitForMount(o, now, p)
+		return
+	}
+	markDrained(b, j, now, p, fmt.Sprintf("finalizer Job %s succeeded: deleting claim %s", j.Name, b.Spec.PVC.Name))
+	p.releaseClaim, p.deleteClaim = true, true
+}
+
+// recordDrainAttempt marks the binding Draining and returns its latest
+// attempt, the highest of its status's and its Jobs', so that a deleted
+// Job does not restart the count, with that attempt's Job (nil when it
+// has none).
+func recordDrainAttempt(o observed, now time.Time, p *plan) (*batchv1.Job, int32) {
 	var current *batchv1.Job
 	attempts := p.status.DrainAttempts
 	for i := range o.jobs {
@@ -466,49 +498,58 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 	if o.fluentPVC != nil {
 		p.status.FluentPVCMissingSince = nil
 	}
+	return current, attempts
+}
 
-	switch {
-	case current == nil:
-		// No Job yet, or the current one vanished: start the next attempt.
-		p.createJob = attempts + 1
-	case !jobFailed(current):
-		// The Job was made after all: whatever refused it no longer does.
-		// (Decided here from what exists, not only when this reconcile
-		// made it: one decided from an older cached binding may not have.)
-		meta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.BindingConditionDrainJobRejected)
-		p.status.DrainJobName = current.Name
-		setDrained(v1alpha1.DrainedReasonRunning, fmt.Sprintf("finalizer Job %s (attempt %d) runs", current.Name, attempts))
-		decideBlocked(o, now, p)
-		quietFirstDrain(b, now, p)
-		return
-	default:
-		failedAt := jobFailureTime(current)
-		wait := backoff(attempts, opts)
-		left := failedAt.Add(wait).Sub(now)
-		if p.status.LastDrainFailureTime == nil || p.status.LastDrainFailureTime.Before(&metav1.Time{Time: failedAt}) {
-			// Every failure is told as a Warning, also one first seen
-			// after its backoff is over and so retried at once.
-			p.status.LastDrainFailureTime = &metav1.Time{Time: failedAt}
-			retry := "retried in " + wait.Round(time.Second).String()
-			if left <= 0 {
-				retry = "retried now"
-			}
-			p.outcomes = append(p.outcomes, outcome{kind: outcomeDrainFailed,
-				message: fmt.Sprintf("finalizer Job %s (attempt %d) failed; the claim is kept and the drain %s", current.Name, attempts, retry)})
+// decideDrainRunning tells that drain Job current, neither succeeded nor
+// failed, runs. The Job was made after all: whatever refused it no longer
+// does. (Decided here from what exists, not only when this reconcile made
+// it: one decided from an older cached binding may not have.)
+func decideDrainRunning(o observed, current *batchv1.Job, attempts int32, now time.Time, p *plan) {
+	b := o.binding
+	meta.RemoveStatusCondition(&p.status.Conditions, v1alpha1.BindingConditionDrainJobRejected)
+	p.status.DrainJobName = current.Name
+	setNotDrained(b, now, p, v1alpha1.DrainedReasonRunning, fmt.Sprintf("finalizer Job %s (attempt %d) runs", current.Name, attempts))
+	decideBlocked(o, now, p)
+	quietFirstDrain(b, now, p)
+}
+
+// decideDrainFailed tells that drain Job current failed, as a Warning
+// once per failure, and reports whether its backoff still runs; when it
+// does not, the caller retries at once.
+func decideDrainFailed(o observed, current *batchv1.Job, attempts int32, now time.Time, opts Options, p *plan) (waiting bool) {
+	failedAt := jobFailureTime(current)
+	wait := backoff(attempts, opts)
+	left := failedAt.Add(wait).Sub(now)
+	if p.status.LastDrainFailureTime == nil || p.status.LastDrainFailureTime.Before(&metav1.Time{Time: failedAt}) {
+		// Every failure is told as a Warning, also one first seen
+		// after its backoff is over and so retried at once.
+		p.status.LastDrainFailureTime = &metav1.Time{Time: failedAt}
+		retry := "retried in " + wait.Round(time.Second).String()
+		if left <= 0 {
+			retry = "retried now"
 		}
-		if left > 0 {
-			p.status.DrainJobName = current.Name
-			setDrained(v1alpha1.DrainedReasonBackoff, fmt.Sprintf("finalizer Job %s (attempt %d) failed; retrying in %s", current.Name, attempts, left.Round(time.Second)))
-			p.requeueAfter = left
-			return
-		}
-		p.createJob = attempts + 1
-		p.deleteJobs = []string{current.Name}
+		p.outcomes = append(p.outcomes, outcome{kind: outcomeDrainFailed,
+			message: fmt.Sprintf("finalizer Job %s (attempt %d) failed; the claim is kept and the drain %s", current.Name, attempts, retry)})
 	}
+	if left <= 0 {
+		return false
+	}
+	p.status.DrainJobName = current.Name
+	setNotDrained(o.binding, now, p, v1alpha1.DrainedReasonBackoff, fmt.Sprintf("finalizer Job %s (attempt %d) failed; retrying in %s", current.Name, attempts, left.Round(time.Second)))
+	p.requeueAfter = left
+	return true
+}
+
+// decideDrainStart starts drain attempt p.createJob, unless a pod mounts
+// the claim or the FluentPVC that holds the Job's template is gone; then
+// it starts nothing and deletes no Job.
+func decideDrainStart(o observed, now time.Time, opts Options, p *plan) {
+	b := o.binding
 	if o.mountedBy != nil {
 		// A drain under another writer would miss what it writes next.
 		p.createJob, p.deleteJobs = 0, nil
-		setDrained(v1alpha1.DrainedReasonNotStarted, fmt.Sprintf(
+		setNotDrained(b, now, p, v1alpha1.DrainedReasonNotStarted, fmt.Sprintf(
 			"pod %s mounts the claim: the drain starts once that pod is gone", o.mountedBy.Name))
 		waitForMount(o, now, p)
 		return
@@ -521,7 +562,7 @@ func decideDrain(o observed, now time.Time, opts Options, p *plan) {
 	}
 	p.status.DrainAttempts = p.createJob
 	p.status.DrainJobName = objects.DrainJobName(b.Name, p.createJob)
-	setDrained(v1alpha1.DrainedReasonRunning, fmt.Sprintf("finalizer Job %s (attempt %d) runs", p.status.DrainJobName, p.createJob))
+	setNotDrained(b, now, p, v1alpha1.DrainedReasonRunning, fmt.Sprintf("finalizer Job %s (attempt %d) runs", p.status.DrainJobName, p.createJob))
 	// The first attempt is told by the binding's status (Draining, the
 	// Job's name) alone: an Event would be one more write per pod saying
 	// the same. A retry is told, after the DrainFailed of the last one.

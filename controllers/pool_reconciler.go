@@ -571,102 +571,143 @@ func planPool(f *v1alpha1.FluentPVC, o poolObserved, now time.Time, opts Options
 	if size > 0 && f.DeletionTimestamp.IsZero() {
 		keep, res.requeueAfter, res.capped = pool.Namespaces(f.Spec.Pool.Namespaces, o.lastAdmission, now, opts.PoolIdleNamespaceTTL, learning(f, o.namespaces))
 	}
-
-	byNS := map[string][]corev1.PersistentVolumeClaim{}
-	for _, c := range o.warm {
-		byNS[c.Namespace] = append(byNS[c.Namespace], c)
-	}
-	bindersByNS := map[string][]string{}
-	for _, j := range o.binders {
-		bindersByNS[j.Namespace] = append(bindersByNS[j.Namespace], j.Labels[v1alpha1.WarmClaimLabelKey])
-	}
-	namespaces := slices.Clone(keep)
-	for ns := range byNS {
-		namespaces = append(namespaces, ns)
-	}
-	for ns := range bindersByNS {
-		namespaces = append(namespaces, ns)
-	}
-	slices.Sort(namespaces)
-	namespaces = slices.Compact(namespaces)
-
-	claimedByNS := map[string][]corev1.PersistentVolumeClaim{}
-	for _, c := range o.claimed {
-		claimedByNS[c.Namespace] = append(claimedByNS[c.Namespace], c)
-	}
-	_, stagedNS := stagedPerNode(o)
-	nodes := pool.Nodes{SelectNodes: o.selectNodes, Zones: o.nodeZones, ByName: o.nodes, Stranded: o.stranded}
+	ix := indexPool(o)
 	sooner(&res.requeueAfter, o.strandedRecheck)
 	sooner(&res.requeueAfter, o.reservedRecheck)
+	for _, ns := range ix.namespaces(keep) {
+		kept := slices.Contains(keep, ns)
+		if _, exists := o.namespaces[ns]; kept && !exists {
+			// A listed one is reported; a learned one was deleted
+			// since its last admission and is forgotten in time.
+			if slices.Contains(f.Spec.Pool.Namespaces, ns) {
+				res.missing = append(res.missing, ns)
+			}
+			continue
+		}
+		var nsSize int32
+		if kept && !o.terminating[ns] {
+			nsSize = size
+		}
+		planNamespace(o, ix, ns, kept, nsSize, now, &pp)
+	}
+	return pp
+}
+
+// poolIndex is what planPool reads of the observed state by namespace
+// and by node, grouped once for all namespaces.
+type poolIndex struct {
+	// warm, binders and claimed are each namespace's warm PVCs, the warm
+	// PVCs its binder Jobs are for, and its claimed PVCs.
+	warm    map[string][]corev1.PersistentVolumeClaim
+	binders map[string][]string
+	claimed map[string][]corev1.PersistentVolumeClaim
+	// staged is the number of each namespace's staged warm PVCs.
+	staged map[string]int
+	nodes  pool.Nodes
+	// eligible reports whether new warm PVCs may be named for a node.
+	eligible func(node string) bool
+}
+
+// indexPool groups what was observed, o, for planPool.
+func indexPool(o poolObserved) poolIndex {
+	ix := poolIndex{
+		warm:    map[string][]corev1.PersistentVolumeClaim{},
+		binders: map[string][]string{},
+		claimed: map[string][]corev1.PersistentVolumeClaim{},
+		nodes:   pool.Nodes{SelectNodes: o.selectNodes, Zones: o.nodeZones, ByName: o.nodes, Stranded: o.stranded},
+	}
+	for _, c := range o.warm {
+		ix.warm[c.Namespace] = append(ix.warm[c.Namespace], c)
+	}
+	for _, j := range o.binders {
+		ix.binders[j.Namespace] = append(ix.binders[j.Namespace], j.Labels[v1alpha1.WarmClaimLabelKey])
+	}
+	for _, c := range o.claimed {
+		ix.claimed[c.Namespace] = append(ix.claimed[c.Namespace], c)
+	}
+	_, ix.staged = stagedPerNode(o)
 	eligibleNames := make(map[string]bool, len(o.eligible))
 	for _, n := range o.eligible {
 		eligibleNames[n.Name] = true
 	}
-	eligible := func(node string) bool { return eligibleNames[node] }
+	ix.eligible = func(node string) bool { return eligibleNames[node] }
+	return ix
+}
 
-	for _, ns := range namespaces {
-		in := pool.Input{Hash: pp.hash, WaitForFirstConsumer: o.waitForFirstConsumer, SelectNodes: o.selectNodes, Binders: bindersByNS[ns], Starting: o.starting[ns], Reserved: o.reserved[ns]}
-		kept := slices.Contains(keep, ns)
-		if kept {
-			if _, exists := o.namespaces[ns]; !exists {
-				// A listed one is reported; a learned one was deleted
-				// since its last admission and is forgotten in time.
-				if slices.Contains(f.Spec.Pool.Namespaces, ns) {
-					res.missing = append(res.missing, ns)
-				}
-				continue
-			}
-			if !o.terminating[ns] {
-				in.Size = size
-			}
-		}
-		adapted := pool.Adapt(byNS[ns], o.unseen[ns], pp.hash, nodes)
-		in.Claims = adapted.Claims
-		for _, name := range adapted.Unreachable {
-			res.unreachable = append(res.unreachable, ns+"/"+name)
-			pp.replaced[ns+"/"+name] = pool.ReplacedUnreachable
-		}
-		for _, name := range adapted.Stranded {
-			res.stranded = append(res.stranded, ns+"/"+name)
-			pp.replaced[ns+"/"+name] = pool.ReplacedStranded
-		}
-		var preferred []string
-		if o.selectNodes && kept {
-			fd := pool.FollowDemand(pool.Demand(claimedByNS[ns]), adapted.Places, eligible, now)
-			preferred, in.Uncovered = fd.Uncovered, len(fd.Uncovered)
-			for i := range in.Claims {
-				in.Claims[i].Spare = slices.Contains(fd.Spare, in.Claims[i].Name)
-				in.Claims[i].Move = slices.Contains(fd.Move, in.Claims[i].Name)
-			}
-			sooner(&res.requeueAfter, fd.RequeueAfter)
-		}
-		p := pool.PlanNamespace(in)
-		if p.Held > 0 {
-			sooner(&res.requeueAfter, o.startingRecheck)
-		}
-		for _, name := range p.Moved {
-			res.moved = append(res.moved, ns+"/"+name)
-		}
-		sin, pending := stageInput(o, ns, pp.hash, p.Delete, pool.Demand(claimedByNS[ns]), now)
-		stage := pool.PlanStaging(sin)
-		if stage.Unstaged > 0 || pending > 0 {
-			sooner(&res.requeueAfter, pool.UnstagedRecheck)
-		}
-		pp.namespaces = append(pp.namespaces, namespacePlan{namespace: ns, plan: p, kept: kept, size: in.Size, preferred: preferred, stage: stage})
-		if kept {
-			// Reserved claims are warm PVCs ready for a pod, held by a
-			// webhook replica.
-			st := v1alpha1.PoolNamespaceStatus{Namespace: ns, Warm: p.Warm + int32(in.Reserved), Reserved: int32(in.Reserved), Provisioning: p.Provisioning + int32(p.Create), Staged: int32(stagedNS[ns])}
-			if t, ok := o.lastAdmission[ns]; ok {
-				// Whole seconds, as a status time reads back: a fraction
-				// (from the admitted-at annotation) would make every
-				// reconcile's status differ from the stored one.
-				st.LastAdmissionTime = &metav1.Time{Time: t.Truncate(time.Second)}
-			}
-			res.namespaces = append(res.namespaces, st)
-		}
+// namespaces are the namespaces a pool reconcile plans, sorted: those
+// that keep a pool and those that still hold warm PVCs or binders, which
+// are emptied.
+func (ix poolIndex) namespaces(keep []string) []string {
+	namespaces := slices.Clone(keep)
+	for ns := range ix.warm {
+		namespaces = append(namespaces, ns)
 	}
-	return pp
+	for ns := range ix.binders {
+		namespaces = append(namespaces, ns)
+	}
+	slices.Sort(namespaces)
+	return slices.Compact(namespaces)
+}
+
+// planNamespace adds to pp the plan of namespace ns, which keeps size
+// warm PVCs (0 empties it), and, for a namespace that keeps a pool, its
+// status. A kept namespace in select-node mode follows its demand
+// (pool.FollowDemand): new warm PVCs go first to the nodes where its pods
+// use claims and no warm PVC covers them.
+func planNamespace(o poolObserved, ix poolIndex, ns string, kept bool, size int32, now time.Time, pp *poolPlan) {
+	res := &pp.result
+	in := pool.Input{Size: size, Hash: pp.hash, WaitForFirstConsumer: o.waitForFirstConsumer, SelectNodes: o.selectNodes, Binders: ix.binders[ns], Starting: o.starting[ns], Reserved: o.reserved[ns]}
+	adapted := pool.Adapt(ix.warm[ns], o.unseen[ns], pp.hash, ix.nodes)
+	in.Claims = adapted.Claims
+	for _, name := range adapted.Unreachable {
+		res.unreachable = append(res.unreachable, ns+"/"+name)
+		pp.replaced[ns+"/"+name] = pool.ReplacedUnreachable
+	}
+	for _, name := range adapted.Stranded {
+		res.stranded = append(res.stranded, ns+"/"+name)
+		pp.replaced[ns+"/"+name] = pool.ReplacedStranded
+	}
+	var preferred []string
+	if o.selectNodes && kept {
+		fd := pool.FollowDemand(pool.Demand(ix.claimed[ns]), adapted.Places, ix.eligible, now)
+		preferred, in.Uncovered = fd.Uncovered, len(fd.Uncovered)
+		for i := range in.Claims {
+			in.Claims[i].Spare = slices.Contains(fd.Spare, in.Claims[i].Name)
+			in.Claims[i].Move = slices.Contains(fd.Move, in.Claims[i].Name)
+		}
+		sooner(&res.requeueAfter, fd.RequeueAfter)
+	}
+	p := pool.PlanNamespace(in)
+	if p.Held > 0 {
+		sooner(&res.requeueAfter, o.startingRecheck)
+	}
+	for _, name := range p.Moved {
+		res.moved = append(res.moved, ns+"/"+name)
+	}
+	sin, pending := stageInput(o, ns, pp.hash, p.Delete, pool.Demand(ix.claimed[ns]), now)
+	stage := pool.PlanStaging(sin)
+	if stage.Unstaged > 0 || pending > 0 {
+		sooner(&res.requeueAfter, pool.UnstagedRecheck)
+	}
+	pp.namespaces = append(pp.namespaces, namespacePlan{namespace: ns, plan: p, kept: kept, size: in.Size, preferred: preferred, stage: stage})
+	if kept {
+		res.namespaces = append(res.namespaces, namespaceStatus(o, ns, in, p, ix.staged[ns]))
+	}
+}
+
+// namespaceStatus is the status of pool namespace ns, planned as p from
+// in, with staged warm PVCs staged.
+func namespaceStatus(o poolObserved, ns string, in pool.Input, p pool.Plan, staged int) v1alpha1.PoolNamespaceStatus {
+	// Reserved claims are warm PVCs ready for a pod, held by a webhook
+	// replica.
+	st := v1alpha1.PoolNamespaceStatus{Namespace: ns, Warm: p.Warm + int32(in.Reserved), Reserved: int32(in.Reserved), Provisioning: p.Provisioning + int32(p.Create), Staged: int32(staged)}
+	if t, ok := o.lastAdmission[ns]; ok {
+		// Whole seconds, as a status time reads back: a fraction
+		// (from the admitted-at annotation) would make every
+		// reconcile's status differ from the stored one.
+		st.LastAdmissionTime = &metav1.Time{Time: t.Truncate(time.Second)}
+	}
+	return st
 }
 
 // applyPool carries out pool plan pp for f, all namespaces at once, and
@@ -742,16 +783,39 @@ func learning(f *v1alpha1.FluentPVC, namespaces map[string]map[string]string) po
 // parallel; claims are the namespace's warm PVCs as observed, by name.
 // strandedDeleted collects the stranded warm PVCs deleted.
 func (r *PoolReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, np namespacePlan, pp poolPlan, o poolObserved, claims map[string]*corev1.PersistentVolumeClaim, strandedDeleted *keyLog) []func() error {
-	ns, hash, p, replaced := np.namespace, pp.hash, np.plan, pp.replaced
-	var ops []func() error
+	p := np.plan
 	var nodes []string
 	if o.selectNodes {
 		nodes = pool.SpreadNodes(o.eligible, p.PerZone, p.Create+len(p.SelectNode), np.preferred, rand.IntN)
 	}
-	deleteWarm := func(name string) error {
+	deleteWarm := r.warmDeleter(ctx, f, np.namespace, claims, pp.replaced, strandedDeleted)
+	ops := r.createWarmOps(ctx, f, np, pp.hash, nodes, o.nodeZones, deleteWarm)
+	ops = append(ops, r.selectNodeOps(ctx, np, nodes, claims)...)
+	for _, name := range p.Delete {
+		if claims[name] != nil {
+			ops = append(ops, func() error { return deleteWarm(name) })
+		}
+	}
+	ops = append(ops, r.binderOps(ctx, f, np, claims)...)
+	for _, name := range p.Record {
 		c := claims[name]
 		if c == nil {
-			return nil // created but not in the cache yet: deleted once it is
+			continue
+		}
+		ops = append(ops, func() error { return r.recordAffinity(ctx, f, c) })
+	}
+	return ops
+}
+
+// warmDeleter returns the deletion of a warm PVC of namespace ns by name.
+// One deleted as replaced counts in the metric, and a stranded one is
+// collected in strandedDeleted; one not in claims is left alone: created
+// but not in the cache yet, it is deleted once it is.
+func (r *PoolReconciler) warmDeleter(ctx context.Context, f *v1alpha1.FluentPVC, ns string, claims map[string]*corev1.PersistentVolumeClaim, replaced map[string]string, strandedDeleted *keyLog) func(name string) error {
+	return func(name string) error {
+		c := claims[name]
+		if c == nil {
+			return nil
 		}
 		w, err := claim.DeleteWarm(c)
 		if err == nil {
@@ -768,16 +832,24 @@ func (r *PoolReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, np 
 		}
 		return nil
 	}
-	// A create refused (a quota with no room for one more PVC, say) would
-	// hold a move back for good: the moving claims then go first, to make
-	// room for their replacements at the next try.
+}
+
+// createWarmOps are the creations of np's new warm PVCs, of template
+// hash, each named for the node of nodes at its index (none past its
+// end). A create refused (a quota with no room for one more PVC, say)
+// would hold a move back for good: the moving claims are then deleted
+// first, with deleteWarm, to make room for their replacements at the
+// next try.
+func (r *PoolReconciler) createWarmOps(ctx context.Context, f *v1alpha1.FluentPVC, np namespacePlan, hash string, nodes []string, zones map[string]string, deleteWarm func(name string) error) []func() error {
+	ns, p := np.namespace, np.plan
+	var ops []func() error
 	var makeRoom sync.Once
 	for i := range p.Create {
 		ops = append(ops, func() error {
 			zone, node := "", ""
 			if i < len(nodes) {
 				node = nodes[i]
-				zone = o.nodeZones[node]
+				zone = zones[node]
 			}
 			w := claim.NewWarm(f, ns, hash, node)
 			err := claim.Execute(ctx, r.Client, w)
@@ -799,6 +871,15 @@ func (r *PoolReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, np 
 			return nil
 		})
 	}
+	return ops
+}
+
+// selectNodeOps name a node for np's warm PVCs that have none yet: the
+// nodes of nodes after those of the new warm PVCs, in order. A claim not
+// in claims, or left without a node, is skipped.
+func (r *PoolReconciler) selectNodeOps(ctx context.Context, np namespacePlan, nodes []string, claims map[string]*corev1.PersistentVolumeClaim) []func() error {
+	ns, p := np.namespace, np.plan
+	var ops []func() error
 	for i, name := range p.SelectNode {
 		c := claims[name]
 		if c == nil || p.Create+i >= len(nodes) {
@@ -816,11 +897,14 @@ func (r *PoolReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, np 
 			return nil
 		})
 	}
-	for _, name := range p.Delete {
-		if claims[name] != nil {
-			ops = append(ops, func() error { return deleteWarm(name) })
-		}
-	}
+	return ops
+}
+
+// binderOps create the binder Jobs np asks for, of the warm PVCs in
+// claims, then delete those it no longer needs.
+func (r *PoolReconciler) binderOps(ctx context.Context, f *v1alpha1.FluentPVC, np namespacePlan, claims map[string]*corev1.PersistentVolumeClaim) []func() error {
+	ns, p := np.namespace, np.plan
+	var ops []func() error
 	for _, name := range p.CreateBinders {
 		c := claims[name]
 		if c == nil {
@@ -841,13 +925,6 @@ func (r *PoolReconciler) poolOps(ctx context.Context, f *v1alpha1.FluentPVC, np 
 			}
 			return nil
 		})
-	}
-	for _, name := range p.Record {
-		c := claims[name]
-		if c == nil {
-			continue
-		}
-		ops = append(ops, func() error { return r.recordAffinity(ctx, f, c) })
 	}
 	return ops
 }
