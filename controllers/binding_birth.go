@@ -91,12 +91,17 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 	if p.step == birthReadLive {
 		// The cache may lag behind the end of a claim's life (drained,
 		// deleted, then the binding removed): only a live read may bring
-		// a binding back.
-		if err := r.apiReader.Get(ctx, key, o.claim); err != nil {
-			if !apierrors.IsNotFound(err) {
-				return 0, err
-			}
+		// a binding back. It is read into a new object: decoding into the
+		// cached copy would keep the labels and annotations the API server
+		// no longer has.
+		live := &corev1.PersistentVolumeClaim{}
+		switch err := r.apiReader.Get(ctx, key, live); {
+		case apierrors.IsNotFound(err):
 			o.claim = nil
+		case err != nil:
+			return 0, err
+		default:
+			o.claim = live
 		}
 		p = decideLiveBirth(o, now)
 	}
