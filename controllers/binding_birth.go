@@ -155,12 +155,12 @@ func birthPod(o birth) *corev1.Pod {
 // (Options.PodStartWait).
 func decideBirth(o birth, now time.Time, podStartWait time.Duration) birthPlan {
 	if !bindsClaim(o.claim, o.key.Name) {
-		return birthPlan{}
+		return birthPlan{step: birthWait}
 	}
 	if o.ownClaimStale {
 		// The cache has not seen this reconciler's record of the pod on
 		// the claim yet; the record's event reconciles it again.
-		return birthPlan{wait: ownWriteTTL}
+		return birthPlan{step: birthWait, wait: ownWriteTTL}
 	}
 	pod := birthPod(o)
 	if pod == nil && o.wasSeen {
@@ -171,7 +171,7 @@ func decideBirth(o birth, now time.Time, podStartWait time.Duration) birthPlan {
 		return birthPlan{step: birthReadLive}
 	}
 	if wait := awaitPod(o.claim, pod != nil, now); wait > 0 {
-		return birthPlan{wait: wait}
+		return birthPlan{step: birthWait, wait: wait}
 	}
 	used, _ := claim.PodOf(o.claim)
 	if pod == nil || (used.UID != "" && used.UID != pod.UID) {
@@ -187,14 +187,14 @@ func decidePodStart(pvc *corev1.PersistentVolumeClaim, pod *corev1.Pod, used v1a
 	id := v1alpha1.ObjectIdentity{Name: pod.Name, UID: pod.UID}
 	created := podCreated(pod, pvc.Annotations)
 	if wait := awaitScheduling(pod, created, now, podStartWait); wait > 0 {
-		return birthPlan{wait: wait, pod: id, remember: true}
+		return birthPlan{step: birthWait, wait: wait, pod: id, remember: true}
 	}
 	wait := recordHeld(pod, created, now, podStartWait)
 	switch {
 	case wait <= 0:
 		return birthPlan{step: birthReadLive}
 	case used.UID != "":
-		return birthPlan{wait: wait}
+		return birthPlan{step: birthWait, wait: wait}
 	}
 	// Scheduled and starting: the claim records the pod now, which
 	// refuses a copy of its manifest and proves the claim holds its data,
@@ -207,27 +207,27 @@ func decidePodStart(pvc *corev1.PersistentVolumeClaim, pod *corev1.Pod, used v1a
 	// needed during the start, and the burst of starting pods meets no
 	// write.
 	_, reserved := claim.ReservedUntil(pvc)
-	return birthPlan{wait: wait, pod: id, remember: true, record: !reserved}
+	return birthPlan{step: birthWait, wait: wait, pod: id, remember: true, record: !reserved}
 }
 
 // decideLiveBirth is what createBinding does, at now, about the claim of
 // o as read live, after decideBirth asked for that read.
 func decideLiveBirth(o birth, now time.Time) birthPlan {
 	if !bindsClaim(o.claim, o.key.Name) {
-		return birthPlan{}
+		return birthPlan{step: birthWait}
 	}
 	if seenKeyOf(o.claim) != o.checkout {
 		// Handed out again since the cached copy: what was found for the
 		// cached checkout is not this one's. The cache's event of the new
 		// checkout reconciles it; the requeue is a backstop.
-		return birthPlan{wait: cacheBehindCheckout}
+		return birthPlan{step: birthWait, wait: cacheBehindCheckout}
 	}
 	pod := birthPod(o)
 	if pod == nil && !o.wasSeen {
 		// A reservation its holder extended lately, which the cached copy
 		// does not show yet: its pod may still come.
 		if wait := awaitPod(o.claim, false, now); wait > 0 {
-			return birthPlan{wait: wait}
+			return birthPlan{step: birthWait, wait: wait}
 		}
 	}
 	p := birthPlan{step: birthCreate}

@@ -79,23 +79,23 @@ func TestDecideBirth(t *testing.T) {
 		},
 		"the cache has not seen the record of the pod on the claim": {
 			claim: records(fresh, p), pods: []corev1.Pod{pending("n")}, ownClaimStale: true, now: starting,
-			wantPlan: birthPlan{wait: ownWriteTTL},
+			wantPlan: birthPlan{step: birthWait, wait: ownWriteTTL},
 		},
 		"no pod cached yet: its pod may come": {
 			claim: fresh, now: admitted.Add(time.Second),
-			wantPlan: birthPlan{wait: bindingPodWait - time.Second},
+			wantPlan: birthPlan{step: birthWait, wait: bindingPodWait - time.Second},
 		},
 		"two pods labelled with the binding's name: neither is taken for its pod": {
 			claim: fresh, pods: []corev1.Pod{pending("n"), *startPod("q", "c", corev1.PodPending, admitted, false)}, now: starting,
-			wantPlan: birthPlan{wait: bindingPodWait - 300*time.Millisecond},
+			wantPlan: birthPlan{step: birthWait, wait: bindingPodWait - 300*time.Millisecond},
 		},
 		"reserved ahead, no pod yet: it may come until the reservation ends": {
 			claim: reserved, now: admitted.Add(time.Second),
-			wantPlan: birthPlan{wait: time.Minute + bindingPodWait - time.Second},
+			wantPlan: birthPlan{step: birthWait, wait: time.Minute + bindingPodWait - time.Second},
 		},
 		"pod cached, not scheduled: the binding waits for its scheduling": {
 			claim: fresh, pods: []corev1.Pod{pending("")}, now: starting,
-			wantPlan: birthPlan{wait: startLeft, pod: p, remember: true},
+			wantPlan: birthPlan{step: birthWait, wait: startLeft, pod: p, remember: true},
 		},
 		"pod cached, not scheduled, its wait over: made with the pod": {
 			claim: fresh, pods: []corev1.Pod{pending("")}, now: admitted.Add(podStartWait),
@@ -104,15 +104,15 @@ func TestDecideBirth(t *testing.T) {
 		},
 		"scheduled and starting: the claim records the pod, the binding waits": {
 			claim: fresh, pods: []corev1.Pod{pending("n")}, now: starting,
-			wantPlan: birthPlan{wait: startLeft, pod: p, remember: true, record: true},
+			wantPlan: birthPlan{step: birthWait, wait: startLeft, pod: p, remember: true, record: true},
 		},
 		"scheduled and starting, reserved ahead: the binding waits, no record": {
 			claim: reserved, pods: []corev1.Pod{pending("n")}, now: starting,
-			wantPlan: birthPlan{wait: startLeft, pod: p, remember: true},
+			wantPlan: birthPlan{step: birthWait, wait: startLeft, pod: p, remember: true},
 		},
 		"scheduled and starting, the claim records it already: the binding waits": {
 			claim: records(fresh, p), pods: []corev1.Pod{pending("n")}, now: starting,
-			wantPlan: birthPlan{wait: startLeft},
+			wantPlan: birthPlan{step: birthWait, wait: startLeft},
 		},
 		"scheduled, its start over: made with the pod": {
 			claim: fresh, pods: []corev1.Pod{pending("n")}, now: admitted.Add(podStartWait),
@@ -156,12 +156,12 @@ func TestDecideBirth(t *testing.T) {
 		},
 		"a pod cached and one seen: the cached one counts": {
 			claim: fresh, pods: []corev1.Pod{pending("")}, seen: &q, now: starting,
-			wantPlan: birthPlan{wait: startLeft, pod: p, remember: true},
+			wantPlan: birthPlan{step: birthWait, wait: startLeft, pod: p, remember: true},
 		},
 		"no pod and never seen, the live reservation extended: its pod may still come": {
 			claim: fresh, live: reservedUntil(fresh, podWaitOver.Add(30*time.Second)), now: podWaitOver,
 			wantPlan: birthPlan{step: birthReadLive},
-			wantLive: birthPlan{wait: 30*time.Second + bindingPodWait},
+			wantLive: birthPlan{step: birthWait, wait: 30*time.Second + bindingPodWait},
 		},
 		"seen earlier, the live reservation extended: made with the seen pod": {
 			claim: fresh, live: reservedUntil(fresh, podWaitOver.Add(30*time.Second)), seen: &p, now: podWaitOver,
@@ -171,7 +171,7 @@ func TestDecideBirth(t *testing.T) {
 		"the claim handed out again since the cached copy": {
 			claim: fresh, live: fixtures.CheckedOut(fixtures.Returned(fresh), podWaitOver), seen: &p, now: podWaitOver,
 			wantPlan: birthPlan{step: birthReadLive},
-			wantLive: birthPlan{wait: cacheBehindCheckout},
+			wantLive: birthPlan{step: birthWait, wait: cacheBehindCheckout},
 		},
 		"the claim gone by the live read": {
 			claim: fresh, liveGone: true, now: podWaitOver,
