@@ -256,6 +256,37 @@ func Release(b *v1alpha1.FluentPVCBinding, pvc *corev1.PersistentVolumeClaim) (W
 	return release(pvc, b.Annotations[v1alpha1.CheckoutIDAnnotationKey])
 }
 
+// ReleaseForDeletion is Release for a claim that is deleted next (drained,
+// or proven unused): the same write marks it
+// (v1alpha1.ReleasedForDeletionAnnotationKey), so that DeleteReleased
+// deletes it should its binding go before Delete.
+func ReleaseForDeletion(b *v1alpha1.FluentPVCBinding, pvc *corev1.PersistentVolumeClaim) (Write, error) {
+	w, err := Release(b, pvc)
+	if err != nil || w.Op == OpSkip {
+		return w, err
+	}
+	setAnnotation(w.Object, v1alpha1.ReleasedForDeletionAnnotationKey, "true")
+	return w, nil
+}
+
+// DeleteReleased deletes claim pvc, which the operator let go of in order
+// to delete it (ReleaseForDeletion) and which is not being deleted: its
+// binding went before the deletion. A claim let go of to be kept is
+// refused, as is any claim still held.
+func DeleteReleased(pvc *corev1.PersistentVolumeClaim) (Write, error) {
+	switch StateOf(pvc) {
+	case Released:
+		return Write{Op: OpSkip, Object: pvc}, nil
+	case Kept:
+	default:
+		return Write{}, refuse("delete", pvc, "only a claim let go of is deleted without its binding")
+	}
+	if pvc.Annotations[v1alpha1.ReleasedForDeletionAnnotationKey] != "true" {
+		return Write{}, refuse("delete", pvc, "it was let go of to be kept")
+	}
+	return Write{Op: OpDelete, Object: pvc.DeepCopy(), Precondition: preconditionOf(pvc)}, nil
+}
+
 // ReleaseUnbound removes the finalizer of held claim pvc that never got a
 // binding: its namespace began terminating before the binding was made,
 // so no Job can drain it there.

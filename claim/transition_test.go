@@ -39,8 +39,12 @@ func states() map[string]*corev1.PersistentVolumeClaim {
 			c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "app/pod-uid"
 			c.DeletionTimestamp = deletedAt
 		}),
-		"released":         with(claimed, func(c *corev1.PersistentVolumeClaim) { c.Finalizers, c.DeletionTimestamp = nil, deletedAt }),
-		"kept":             with(claimed, func(c *corev1.PersistentVolumeClaim) { c.Finalizers = nil }),
+		"released": with(claimed, func(c *corev1.PersistentVolumeClaim) { c.Finalizers, c.DeletionTimestamp = nil, deletedAt }),
+		"kept":     with(claimed, func(c *corev1.PersistentVolumeClaim) { c.Finalizers = nil }),
+		"kept for deletion": with(claimed, func(c *corev1.PersistentVolumeClaim) {
+			c.Finalizers = nil
+			c.Annotations[v1alpha1.ReleasedForDeletionAnnotationKey] = "true"
+		}),
 		"another checkout": with(claimed, func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.CheckoutIDAnnotationKey] = "next" }),
 		"reserved":         reserved(claimed),
 		"reserved, used": with(reserved(claimed), func(c *corev1.PersistentVolumeClaim) {
@@ -93,8 +97,12 @@ func TestTransitions(t *testing.T) {
 		"RecordPod":        func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.RecordPod(c, pod) },
 		"RecordPod, other": func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.RecordPod(c, other) },
 		"Release":          func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Release(b, c) },
-		"ReleaseUnbound":   claim.ReleaseUnbound,
-		"Return":           func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Return(b, c) },
+		"ReleaseForDeletion": func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
+			return claim.ReleaseForDeletion(b, c)
+		},
+		"DeleteReleased": claim.DeleteReleased,
+		"ReleaseUnbound": claim.ReleaseUnbound,
+		"Return":         func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Return(b, c) },
 		"Reserve": func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
 			return claim.Reserve(c, fixtures.Epoch, fixtures.Epoch.Add(time.Minute), "replica-a", "new-token")
 		},
@@ -138,20 +146,33 @@ func TestTransitions(t *testing.T) {
 			"reserved": writes(claim.OpGuardedPatch, claim.Used), "reserved, used": skip, "reserved, deleting": writes(claim.OpGuardedPatch, claim.Used),
 			"claimed": writes(claim.OpGuardedPatch, claim.Used), "used": skip, "used, untracked": writes(claim.OpGuardedPatch, claim.Used),
 			"used, deleting": skip, "another checkout": writes(claim.OpGuardedPatch, claim.Used),
-			"released": writes(claim.OpGuardedPatch, claim.Released), "kept": writes(claim.OpGuardedPatch, claim.Kept), "not the operator's": writes(claim.OpPatch, claim.None),
+			"released": writes(claim.OpGuardedPatch, claim.Released), "kept": writes(claim.OpGuardedPatch, claim.Kept),
+			"kept for deletion": writes(claim.OpGuardedPatch, claim.Kept), "not the operator's": writes(claim.OpPatch, claim.None),
 		},
 		"RecordPod, other": {
 			"reserved": writes(claim.OpGuardedPatch, claim.Used), "reserved, used": writes(claim.OpGuardedPatch, claim.Used),
 			"reserved, deleting": writes(claim.OpGuardedPatch, claim.Used),
 			"claimed":            writes(claim.OpGuardedPatch, claim.Used), "used": writes(claim.OpGuardedPatch, claim.Used), "used, untracked": writes(claim.OpGuardedPatch, claim.Used),
 			"used, deleting": writes(claim.OpGuardedPatch, claim.Used), "another checkout": writes(claim.OpGuardedPatch, claim.Used),
-			"released": writes(claim.OpGuardedPatch, claim.Released), "kept": writes(claim.OpGuardedPatch, claim.Kept), "not the operator's": writes(claim.OpPatch, claim.None),
+			"released": writes(claim.OpGuardedPatch, claim.Released), "kept": writes(claim.OpGuardedPatch, claim.Kept),
+			"kept for deletion": writes(claim.OpGuardedPatch, claim.Kept), "not the operator's": writes(claim.OpPatch, claim.None),
 		},
 		"Release": {
 			"reserved": writes(claim.OpPatch, claim.Kept), "reserved, used": writes(claim.OpPatch, claim.Kept),
 			"reserved, deleting": writes(claim.OpPatch, claim.Released),
 			"claimed":            writes(claim.OpPatch, claim.Kept), "used": writes(claim.OpPatch, claim.Kept), "used, untracked": writes(claim.OpPatch, claim.Kept),
-			"used, deleting": writes(claim.OpPatch, claim.Released), "released": skip, "kept": skip,
+			"used, deleting": writes(claim.OpPatch, claim.Released), "released": skip, "kept": skip, "kept for deletion": skip,
+		},
+		"ReleaseForDeletion": {
+			"reserved": writes(claim.OpPatch, claim.Kept), "reserved, used": writes(claim.OpPatch, claim.Kept),
+			"reserved, deleting": writes(claim.OpPatch, claim.Released),
+			"claimed":            writes(claim.OpPatch, claim.Kept), "used": writes(claim.OpPatch, claim.Kept), "used, untracked": writes(claim.OpPatch, claim.Kept),
+			"used, deleting": writes(claim.OpPatch, claim.Released), "released": skip, "kept": skip, "kept for deletion": skip,
+		},
+		// Only a claim let go of in order to be deleted is deleted without
+		// its binding; one kept for the user, or still held, is not.
+		"DeleteReleased": {
+			"released": skip, "kept for deletion": writes(claim.OpDelete, claim.None),
 		},
 		"ReleaseUnbound": {
 			"reserved": writes(claim.OpPatch, claim.Kept), "reserved, used": writes(claim.OpPatch, claim.Kept),
@@ -164,7 +185,7 @@ func TestTransitions(t *testing.T) {
 			"reserved, deleting": writes(claim.OpUpdate, claim.Warm),
 		},
 		"Delete": {
-			"released": skip, "kept": writes(claim.OpDelete, claim.None),
+			"released": skip, "kept": writes(claim.OpDelete, claim.None), "kept for deletion": writes(claim.OpDelete, claim.None),
 		},
 		"DeleteWarm": {
 			"warm": writes(claim.OpDelete, claim.None), "warm, bound": writes(claim.OpDelete, claim.None), "warm, deleting": writes(claim.OpDelete, claim.None),

@@ -53,6 +53,10 @@ const (
 	birthReadLive
 	// birthCreate makes the binding, which records the plan's pod.
 	birthCreate
+	// birthDeleteReleased deletes the claim, which its binding let go of
+	// in order to delete it and went before the deletion
+	// (claim.DeleteReleased).
+	birthDeleteReleased
 )
 
 // birthPlan is what createBinding does about a claim whose binding does
@@ -141,6 +145,14 @@ func bindsClaim(pvc *corev1.PersistentVolumeClaim, name string) bool {
 	return pvc != nil && claim.Held(pvc) && pvc.Labels[v1alpha1.BindingNameLabelKey] == name
 }
 
+// releasedForDeletion says whether claim pvc (nil: gone), labelled for
+// the binding named name, was let go of by that binding in order to be
+// deleted, and is not being deleted.
+func releasedForDeletion(pvc *corev1.PersistentVolumeClaim, name string) bool {
+	return pvc != nil && pvc.Labels[v1alpha1.BindingNameLabelKey] == name && claim.StateOf(pvc) == claim.Kept &&
+		pvc.Annotations[v1alpha1.ReleasedForDeletionAnnotationKey] == "true"
+}
+
 // birthPod is o's claim's pod as cached: the one pod labelled with the
 // binding's name, if it uses the claim; nil otherwise.
 func birthPod(o birth) *corev1.Pod {
@@ -154,6 +166,9 @@ func birthPod(o birth) *corev1.Pod {
 // as cached, whose pod's start the binding waits for up to podStartWait
 // (Options.PodStartWait).
 func decideBirth(o birth, now time.Time, podStartWait time.Duration) birthPlan {
+	if releasedForDeletion(o.claim, o.key.Name) {
+		return birthPlan{step: birthDeleteReleased}
+	}
 	if !bindsClaim(o.claim, o.key.Name) {
 		return birthPlan{step: birthWait}
 	}
@@ -250,8 +265,14 @@ func decideLiveBirth(o birth, now time.Time) birthPlan {
 
 // applyBirth executes plan p for the claim of o.
 func (r *BindingReconciler) applyBirth(ctx context.Context, o birth, p birthPlan, now time.Time) (time.Duration, error) {
-	if p.step == birthCreate {
+	switch p.step {
+	case birthCreate:
 		return r.makeBinding(ctx, o, p, now)
+	case birthDeleteReleased:
+		if _, err := r.writeClaim(ctx, o.claim, claim.DeleteReleased); err != nil {
+			return 0, fmt.Errorf("deleting claim %s, let go of to be deleted: %w", o.key, err)
+		}
+		return 0, nil
 	}
 	if p.remember {
 		r.seen.put(o.checkout, p.pod, now)

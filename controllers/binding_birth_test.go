@@ -77,6 +77,15 @@ func TestDecideBirth(t *testing.T) {
 		"a claim labelled for another binding": {
 			claim: otherBinding, now: starting,
 		},
+		"a claim its binding let go of in order to delete it, the binding gone before the deletion": {
+			claim: releasedFor(fresh, true), now: starting, wantPlan: birthPlan{step: birthDeleteReleased},
+		},
+		"a claim let go of to be kept for the user": {
+			claim: releasedFor(fresh, false), now: starting,
+		},
+		"a claim let go of for deletion, labelled for another binding": {
+			claim: releasedFor(otherBinding, true), now: starting,
+		},
 		"the cache has not seen the record of the pod on the claim": {
 			claim: records(fresh, p), pods: []corev1.Pod{pending("n")}, ownClaimStale: true, now: starting,
 			wantPlan: birthPlan{step: birthWait, wait: ownWriteTTL},
@@ -217,4 +226,21 @@ func TestDecideBirth(t *testing.T) {
 			}
 		})
 	}
+}
+
+// releasedFor is claim pvc let go of by its binding (its finalizer
+// removed), marked for deletion when forDeletion, as the binding does
+// before it deletes the claim.
+func releasedFor(pvc *corev1.PersistentVolumeClaim, forDeletion bool) *corev1.PersistentVolumeClaim {
+	b := claim.Binding(pvc, "")
+	b.Spec.PVC.UID = pvc.UID
+	release := claim.Release
+	if forDeletion {
+		release = claim.ReleaseForDeletion
+	}
+	w, err := release(b, pvc)
+	if err != nil {
+		panic(err)
+	}
+	return w.Object
 }

@@ -656,7 +656,12 @@ func (r *BindingReconciler) apply(ctx context.Context, o *observed, p plan, now 
 func (r *BindingReconciler) letGo(ctx context.Context, o observed, p plan) (*corev1.PersistentVolumeClaim, error) {
 	b := o.binding
 	var steps []func(*corev1.PersistentVolumeClaim) (claim.Write, error)
-	if p.releaseClaim {
+	switch {
+	case p.releaseClaim && p.deleteClaim:
+		// Marked in the same write, so that the claim is deleted even if
+		// this binding goes before the deletion (DeleteReleased).
+		steps = append(steps, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.ReleaseForDeletion(b, c) })
+	case p.releaseClaim:
 		steps = append(steps, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Release(b, c) })
 	}
 	if p.returnClaim {

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -947,4 +948,70 @@ func TestReconcileDrainingReadsNoPod(t *testing.T) {
 	if res.RequeueAfter <= 0 || res.RequeueAfter > drainStatusDelay {
 		t.Errorf("requeue after %s, want within %s, when the Draining status is due", res.RequeueAfter, drainStatusDelay)
 	}
+}
+
+// TestReconcileBindingGoneBetweenReleaseAndDelete: a drained claim's
+// deletion fails after its release, and the binding is stripped and
+// deleted before it is tried again: the claim, let go of in order to be
+// deleted, is deleted all the same when its binding's key is reconciled
+// next, rather than left behind as a claim kept for the user.
+func TestReconcileBindingGoneBetweenReleaseAndDelete(t *testing.T) {
+	now := fixtures.Epoch.Add(time.Hour)
+	fpvc := fixtures.MakeFluentPVC("f-gone").Obj()
+	pvc := fixtures.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
+	pvc.UID = "pvc-uid"
+	gone := v1alpha1.ObjectIdentity{Name: "gone", UID: "pod-uid"}
+	rec, err := claim.RecordPod(pvc, gone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvc = rec.Object
+	b := fixtures.Binding(pvc, fpvc.UID)
+	b.Spec.Pod = gone
+	b.Status.Phase = v1alpha1.BindingPhaseDraining
+	b.Status.DrainAttempts = 1
+	b.Status.DrainJobName = objects.DrainJobName(b.Name, 1)
+	b.Status.DrainStartTime = &metav1.Time{Time: now.Add(-time.Second)}
+	done := objects.DrainJob(fpvc, b, 1)
+	done.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	failDelete := true
+	api := fakeAPI(t, interceptor.Funcs{Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+		if _, ok := obj.(*corev1.PersistentVolumeClaim); ok && failDelete {
+			failDelete = false
+			return apierrors.NewInternalError(errors.New("the API server failed the deletion"))
+		}
+		return c.Delete(ctx, obj, opts...)
+	}}, fpvc, pvc, b, done)
+	r := testBindingReconciler(api, api, now)
+	ctx := context.Background()
+	key := client.ObjectKeyFromObject(b)
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err == nil {
+		t.Fatal("Reconcile: the claim's deletion failed, but no error")
+	}
+	released := &corev1.PersistentVolumeClaim{}
+	if err := api.Get(ctx, client.ObjectKeyFromObject(pvc), released); err != nil {
+		t.Fatal(err)
+	}
+	if claim.StateOf(released) != claim.Kept {
+		t.Fatalf("claim is %s after the failed deletion, want let go of (Kept)", claim.StateOf(released))
+	}
+	// A user strips the binding's finalizers and deletes it.
+	live := &v1alpha1.FluentPVCBinding{}
+	if err := api.Get(ctx, key, live); err != nil {
+		t.Fatal(err)
+	}
+	live.Finalizers = nil
+	if err := api.Update(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	if err := api.Delete(ctx, live); client.IgnoreNotFound(err) != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+		t.Fatalf("Reconcile after the binding went: %v", err)
+	}
+	if err := api.Get(ctx, client.ObjectKeyFromObject(pvc), &corev1.PersistentVolumeClaim{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the drained claim is left behind (err %v)", err)
+	}
+	bindingGone(t, api, key)
 }

@@ -92,6 +92,13 @@ const (
 	// orphan grace period has passed since this time.
 	AdmittedAtAnnotationKey = keyPrefix + "admitted-at"
 
+	// ReleasedForDeletionAnnotationKey marks a claim that the operator let
+	// go of in order to delete it (drained, or proven unused), in the same
+	// write that removes its finalizer: should its deletion not follow
+	// (its binding deleted in between), the claim is still deleted once
+	// seen. A claim let go of to be kept for the user carries none.
+	ReleasedForDeletionAnnotationKey = keyPrefix + "released-for-deletion"
+
 	// PodsSinceAnnotationKey records on a claim a resourceVersion the API
 	// server reached before the webhook handed the claim out: every pod
 	// created with the claim comes after it. A watch of the namespace's pods
