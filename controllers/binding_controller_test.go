@@ -793,23 +793,7 @@ func TestReconcileCreateBinding(t *testing.T) {
 // counted once.
 func TestReconcileDrainedFinishesAtOnce(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
-	fpvc := fixtures.MakeFluentPVC("f-finish").Obj()
-	pvc := fixtures.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
-	pvc.UID = "pvc-uid"
-	gone := v1alpha1.ObjectIdentity{Name: "gone", UID: "pod-uid"}
-	rec, err := claim.RecordPod(pvc, gone)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pvc = rec.Object
-	b := fixtures.Binding(pvc, fpvc.UID)
-	b.Spec.Pod = gone
-	b.Status.Phase = v1alpha1.BindingPhaseDraining
-	b.Status.DrainAttempts = 1
-	b.Status.DrainJobName = objects.DrainJobName(b.Name, 1)
-	b.Status.DrainStartTime = &metav1.Time{Time: now.Add(-time.Second)}
-	done := objects.DrainJob(fpvc, b, 1)
-	done.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	fpvc, pvc, b, done := drainedFixture(t, "f-finish", now)
 	var statusWrites int
 	api := fakeAPI(t, interceptor.Funcs{SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
 		statusWrites++
@@ -957,23 +941,7 @@ func TestReconcileDrainingReadsNoPod(t *testing.T) {
 // next, rather than left behind as a claim kept for the user.
 func TestReconcileBindingGoneBetweenReleaseAndDelete(t *testing.T) {
 	now := fixtures.Epoch.Add(time.Hour)
-	fpvc := fixtures.MakeFluentPVC("f-gone").Obj()
-	pvc := fixtures.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
-	pvc.UID = "pvc-uid"
-	gone := v1alpha1.ObjectIdentity{Name: "gone", UID: "pod-uid"}
-	rec, err := claim.RecordPod(pvc, gone)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pvc = rec.Object
-	b := fixtures.Binding(pvc, fpvc.UID)
-	b.Spec.Pod = gone
-	b.Status.Phase = v1alpha1.BindingPhaseDraining
-	b.Status.DrainAttempts = 1
-	b.Status.DrainJobName = objects.DrainJobName(b.Name, 1)
-	b.Status.DrainStartTime = &metav1.Time{Time: now.Add(-time.Second)}
-	done := objects.DrainJob(fpvc, b, 1)
-	done.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	fpvc, pvc, b, done := drainedFixture(t, "f-gone", now)
 	failDelete := true
 	api := fakeAPI(t, interceptor.Funcs{Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
 		if _, ok := obj.(*corev1.PersistentVolumeClaim); ok && failDelete {
@@ -1014,4 +982,29 @@ func TestReconcileBindingGoneBetweenReleaseAndDelete(t *testing.T) {
 		t.Errorf("the drained claim is left behind (err %v)", err)
 	}
 	bindingGone(t, api, key)
+}
+
+// drainedFixture is FluentPVC name, a claim its gone pod used, the claim's
+// binding Draining since a second before now, and its finalizer Job,
+// Complete.
+func drainedFixture(t *testing.T, name string, now time.Time) (*v1alpha1.FluentPVC, *corev1.PersistentVolumeClaim, *v1alpha1.FluentPVCBinding, *batchv1.Job) {
+	t.Helper()
+	fpvc := fixtures.MakeFluentPVC(name).Obj()
+	pvc := fixtures.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutMiss, fixtures.Epoch)
+	pvc.UID = "pvc-uid"
+	gone := v1alpha1.ObjectIdentity{Name: "gone", UID: "pod-uid"}
+	rec, err := claim.RecordPod(pvc, gone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pvc = rec.Object
+	b := fixtures.Binding(pvc, fpvc.UID)
+	b.Spec.Pod = gone
+	b.Status.Phase = v1alpha1.BindingPhaseDraining
+	b.Status.DrainAttempts = 1
+	b.Status.DrainJobName = objects.DrainJobName(b.Name, 1)
+	b.Status.DrainStartTime = &metav1.Time{Time: now.Add(-time.Second)}
+	done := objects.DrainJob(fpvc, b, 1)
+	done.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	return fpvc, pvc, b, done
 }
