@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -250,11 +251,8 @@ func (s *Stock) Sync(ctx context.Context) error {
 		return err
 	}
 	now := s.Clock.Now()
-	nodes, err := s.Checkouts.allNodes(ctx)
-	if err != nil {
-		return err
-	}
-	unfit, err := s.prune(ctx, fpvcs, nodes)
+	usable := s.usableOnSomeNode(ctx)
+	unfit, err := s.prune(ctx, fpvcs, usable)
 	if err != nil {
 		return err
 	}
@@ -270,7 +268,7 @@ func (s *Stock) Sync(ctx context.Context) error {
 	}
 	if s.Stopping == nil || !s.Stopping() {
 		for name, f := range fpvcs {
-			errs = append(errs, s.reserve(ctx, f, count[name], nodes, now, replicas))
+			errs = append(errs, s.reserve(ctx, f, count[name], usable, now, replicas))
 		}
 	}
 	s.report(fpvcs)
@@ -323,13 +321,14 @@ func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, unfit map[types.Names
 // given back: those of a namespace being deleted (so that their
 // finalizers do not hold it), of a namespace that left their pool
 // (pool.PoolNamespaces of fpvcs), and those whose volume no node can use
-// (pool.UsableOnSomeNode of nodes) or is attached to a node that is gone.
-func (s *Stock) prune(ctx context.Context, fpvcs map[string]*v1alpha1.FluentPVC, nodes []*corev1.Node) (map[types.NamespacedName]bool, error) {
+// (usable) or is attached to a node that is gone.
+func (s *Stock) prune(ctx context.Context, fpvcs map[string]*v1alpha1.FluentPVC, usable func(affinity string) bool) (map[types.NamespacedName]bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	unfit := map[types.NamespacedName]bool{}
-	// By namespace, node and affinity: a pool's claims share a few.
-	going, gone, usable := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	// By namespace, node and FluentPVC: a pool's claims share a few.
+	going, gone := map[string]bool{}, map[string]bool{}
+	inPool := map[string]sets.Set[string]{}
 	for key, st := range s.held {
 		if st.busy {
 			continue
@@ -346,16 +345,46 @@ func (s *Stock) prune(ctx context.Context, fpvcs map[string]*v1alpha1.FluentPVC,
 			}
 			going[key.Namespace] = g
 		}
-		affinity, _ := pool.WarmAffinity(st.pvc)
-		u, seen := usable[affinity]
-		if !seen {
-			u = pool.UsableOnSomeNode(affinity, nodes)
-			usable[affinity] = u
+		name := st.pvc.Labels[v1alpha1.FluentPVCNameLabelKey]
+		left := false
+		if f := fpvcs[name]; f != nil {
+			if inPool[name] == nil {
+				inPool[name] = pool.PoolNamespaces(f)
+			}
+			left = !inPool[name].Has(key.Namespace)
 		}
-		f := fpvcs[st.pvc.Labels[v1alpha1.FluentPVCNameLabelKey]]
-		unfit[key] = g || (f != nil && !pool.PoolNamespaces(f).Has(key.Namespace)) || !u || s.Checkouts.stranded(ctx, st.pvc, gone)
+		affinity, _ := pool.WarmAffinity(st.pvc)
+		unfit[key] = g || left || !usable(affinity) || s.Checkouts.stranded(ctx, st.pvc, gone)
 	}
 	return unfit, nil
+}
+
+// usableOnSomeNode says, for one sync, whether a volume of an affinity
+// (a NodeAffinityAnnotationKey value) can be used on a cached node
+// (pool.UsableOnSomeNode). The nodes are listed at the first question
+// only, and each affinity answered once. While the nodes cannot be
+// listed, every volume counts as usable: a claim is kept rather than
+// given back on no evidence.
+func (s *Stock) usableOnSomeNode(ctx context.Context) func(affinity string) bool {
+	var nodes []*corev1.Node
+	listed := false
+	answers := map[string]bool{}
+	return func(affinity string) bool {
+		if !listed {
+			listed = true
+			var err error
+			if nodes, err = s.Checkouts.allNodes(ctx); err != nil {
+				log.FromContext(ctx).V(1).Info("cannot list the nodes; every reserved volume counts as usable", "error", err.Error())
+				nodes = nil
+			}
+		}
+		u, ok := answers[affinity]
+		if !ok {
+			u = pool.UsableOnSomeNode(affinity, nodes)
+			answers[affinity] = u
+		}
+		return u
+	}
 }
 
 // namespaceGoing says whether the cache shows namespace ns being deleted
@@ -462,10 +491,10 @@ func (s *Stock) write(ctx context.Context, c *corev1.PersistentVolumeClaim, tran
 	return nil
 }
 
-// reserve reserves Bound warm PVCs of f's pool whose volume one of nodes
-// can use, in every namespace of the pool that has them, until the stock
+// reserve reserves Bound warm PVCs of f's pool whose volume a node can
+// use (usable), in every namespace of the pool that has them, until the stock
 // holds its limit there (held: how many it holds, by namespace).
-func (s *Stock) reserve(ctx context.Context, f *v1alpha1.FluentPVC, held map[string]int, nodes []*corev1.Node, now time.Time, replicas int) error {
+func (s *Stock) reserve(ctx context.Context, f *v1alpha1.FluentPVC, held map[string]int, usable func(affinity string) bool, now time.Time, replicas int) error {
 	c := s.Checkouts
 	var warm corev1.PersistentVolumeClaimList
 	if err := c.Cache.List(ctx, &warm, client.MatchingFields{WarmIndex: f.Name}, client.UnsafeDisableDeepCopy); err != nil {
@@ -477,7 +506,6 @@ func (s *Stock) reserve(ctx context.Context, f *v1alpha1.FluentPVC, held map[str
 	}
 	hash, limit := pool.TemplateHash(&f.Spec.PVCSpecTemplate), s.limit(f, replicas)
 	inPool := pool.PoolNamespaces(f)
-	usable := func(affinity string) bool { return pool.UsableOnSomeNode(affinity, nodes) }
 	var errs []error
 	for ns, items := range byNS {
 		want := limit - held[ns]

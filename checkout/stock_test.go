@@ -727,13 +727,6 @@ func TestStockTTL(t *testing.T) {
 // node can use its volume (its node was deleted); none is made of such a
 // warm PVC either.
 func TestStockGivesBackUnfit(t *testing.T) {
-	onNode := func(node string) string {
-		return pool.VolumeAffinity(&corev1.PersistentVolume{Spec: corev1.PersistentVolumeSpec{NodeAffinity: &corev1.VolumeNodeAffinity{
-			Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
-				Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{node},
-			}}}}},
-		}}})
-	}
 	node := func(name string) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}}}
 	}
@@ -781,7 +774,7 @@ func TestStockGivesBackUnfit(t *testing.T) {
 			objs := []client.Object{fpvc, node("n1"), node("n2")}
 			// Two volumes local to n1, one to n2.
 			for i, w := range warmPVCs(fpvc, 3) {
-				w.GetAnnotations()[v1alpha1.NodeAffinityAnnotationKey] = onNode([]string{"n1", "n1", "n2"}[i])
+				w.GetAnnotations()[v1alpha1.NodeAffinityAnnotationKey] = localTo([]string{"n1", "n1", "n2"}[i])
 				objs = append(objs, w)
 			}
 			f := newStockFixture(t, pool.ReserveShare, objs...)
@@ -816,4 +809,61 @@ func update(t *testing.T, api client.Client, obj client.Object) {
 	if err := api.Update(context.Background(), obj); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestStockNodesUnknown: while the nodes cannot be listed, no reserved
+// claim is given back for want of a node that can use its volume, and
+// the stock goes on syncing.
+func TestStockNodesUnknown(t *testing.T) {
+	ctx := context.Background()
+	fpvc := fixtures.MakeFluentPVC("f").PoolSize(2).Obj()
+	gone := localTo("n-gone")
+	objs := []client.Object{fpvc}
+	for _, w := range warmPVCs(fpvc, 2) {
+		w.GetAnnotations()[v1alpha1.NodeAffinityAnnotationKey] = gone
+		objs = append(objs, w)
+	}
+	f := newStockFixture(t, pool.ReserveShare, objs...)
+	// No node exists, so nothing is known against the volumes: reserved.
+	if err := f.stock.Sync(ctx); err != nil || f.stock.Len() != 2 {
+		t.Fatalf("reserving: %v, stock %d, want 2", err, f.stock.Len())
+	}
+	if err := f.api.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n-other", Labels: map[string]string{corev1.LabelHostname: "n-other"}}}); err != nil {
+		t.Fatal(err)
+	}
+	f.stock.Checkouts.Cache = failingNodes{f.api}
+	if err := f.stock.Sync(ctx); err != nil {
+		t.Fatalf("Sync while the nodes cannot be listed: %v", err)
+	}
+	if got := f.reserved(t); got != 2 || f.stock.Len() != 2 {
+		t.Errorf("reserved %d (stock %d) while the nodes cannot be listed, want both kept", got, f.stock.Len())
+	}
+	f.stock.Checkouts.Cache = f.api
+	if err := f.stock.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.reserved(t); got != 0 {
+		t.Errorf("reserved %d once the nodes show none that can use them, want 0", got)
+	}
+}
+
+// localTo is the NodeAffinityAnnotationKey value of a volume local to
+// node.
+func localTo(node string) string {
+	return pool.VolumeAffinity(&corev1.PersistentVolume{Spec: corev1.PersistentVolumeSpec{NodeAffinity: &corev1.VolumeNodeAffinity{
+		Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+			Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{node},
+		}}}}},
+	}}})
+}
+
+// failingNodes fails every list of nodes and reads everything else
+// through the Reader.
+type failingNodes struct{ client.Reader }
+
+func (f failingNodes) List(ctx context.Context, l client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := l.(*corev1.NodeList); ok {
+		return apierrors.NewServiceUnavailable("nodes cannot be listed")
+	}
+	return f.Reader.List(ctx, l, opts...)
 }
