@@ -20,10 +20,9 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	authenticationv1 "k8s.io/api/authentication/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
@@ -40,7 +39,6 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apiclock"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/checkout"
-	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/controllers"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/webhook"
@@ -62,7 +60,6 @@ const (
 
 type options struct {
 	reserveAhead         reserveAhead
-	reservationTTL       time.Duration
 	metricsAddr          string
 	pprofAddr            string
 	probeAddr            string
@@ -134,10 +131,7 @@ func run(ctx context.Context, args []string) error {
 	drain := &webhook.Drain{}
 	ctx, stop := drain.Stopping(ctx, opts.shutdownDrain)
 	defer stop()
-	// The replicas behind the webhook's Service share each pool's
-	// reservations.
-	service := types.NamespacedName{Namespace: opts.namespace, Name: opts.webhookService}
-	mgr, err := newManager(cfg, scheme, opts, service)
+	mgr, err := newManager(cfg, scheme, opts)
 	if err != nil {
 		return err
 	}
@@ -155,7 +149,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	webhookSetupErr, webhooksRegistered := registerWebhooks(ctx, mgr, certsReady, caches, webhook.Options{
 		NativeSidecarsUnsupported: nativeUnsupported, Namespace: opts.namespace, Self: self, ServerClock: serverClock,
-		ReserveAhead: int(opts.reserveAhead), ReservationTTL: opts.reservationTTL, Owner: owner(), Drain: drain, Service: service,
+		ReserveAhead: int(opts.reserveAhead), Owner: owner(), Drain: drain,
 	})
 	if err := addHealthChecks(mgr, caches, certsReady, webhooksRegistered); err != nil {
 		return err
@@ -215,10 +209,10 @@ func setupHolders(ctx context.Context, log logr.Logger, cfg *rest.Config, scheme
 }
 
 // newManager makes the manager of the controllers and the webhook server,
-// its cache also holding the EndpointSlices of the webhook's service.
-func newManager(cfg *rest.Config, scheme *runtime.Scheme, opts options, service types.NamespacedName) (ctrl.Manager, error) {
+// its cache also holding the stocks' Leases (checkout.StockLeases).
+func newManager(cfg *rest.Config, scheme *runtime.Scheme, opts options) (ctrl.Manager, error) {
 	cacheOptions := controllers.CacheOptions()
-	cacheOptions.ByObject[&discoveryv1.EndpointSlice{}] = webhook.ServiceEndpoints(service)
+	cacheOptions.ByObject[&coordinationv1.Lease{}] = checkout.StockLeases(opts.namespace)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Cache:                         cacheOptions,
@@ -392,8 +386,8 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.StringVar(&o.webhookConfig, "webhook-config-name", "fluent-pvc-operator-mutating-webhook-configuration", "MutatingWebhookConfiguration whose caBundle the operator injects.")
 	fs.StringVar(&o.validatingWebhookConfig, "validating-webhook-config-name", "fluent-pvc-operator-validating-webhook-configuration", "ValidatingWebhookConfiguration (of FluentPVCs) whose caBundle the operator injects.")
 	fs.StringVar(&o.certSecret, "cert-secret-name", "fluent-pvc-operator-webhook-server-cert", "Secret that holds the operator's own CA and serving certificate.")
-	fs.Var(&o.reserveAhead, "reserve-ahead", "How many warm PVCs per FluentPVC and namespace each replica reserves ahead of their pods, so that it hands them out without an API write at admission, for FluentPVCs whose spec.pool.reserveAhead is unset: a number, or \"share\" for the replica's share of the pool (its size divided by the ready endpoints of --webhook-service-name, rounded up). Whatever is asked, a replica reserves at most its share. They count in the pool's size. 0 reserves none. Pools that stage their warm PVCs are not reserved from.")
-	fs.DurationVar(&o.reservationTTL, "reservation-ttl", checkout.ReserveTTL, "How long a reservation ahead runs from the write that makes or extends it; its replica extends it when half is left. A replica that dies holds its reservations that long before they are reclaimed; a shorter one costs more extensions (one write per reserved claim per half of it).")
+	fs.Var(&o.reserveAhead, "reserve-ahead", "How many warm PVCs per FluentPVC and namespace each replica reserves ahead of their pods, so that it hands them out without an API write at admission, for FluentPVCs whose spec.pool.reserveAhead is unset: a number, or \"share\" for the replica's share of the pool (its size divided by the replicas whose stock Leases are live, rounded up). Whatever is asked, a replica reserves at most its share. They count in the pool's size. 0 reserves none. Pools that stage their warm PVCs are not reserved from.")
+	fs.Var(ignoredFlag{}, "reservation-ttl", "Ignored, and accepted so that existing command lines still start: a reservation lasts as long as its replica's Lease.")
 	fs.DurationVar(&o.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long to wait for running reconciles and requests on shutdown.")
 	fs.DurationVar(&o.shutdownDrain, "shutdown-drain", 0, "How long a replica told to stop keeps serving webhooks before it stops, answering each request with Connection: close, so that the API server moves its connections to other replicas rather than have them cut under a request. 0 stops at once. The pod's terminationGracePeriodSeconds must cover it, any preStop hook and --graceful-shutdown-timeout.")
 	o.controllers.BindFlags(fs)
@@ -408,9 +402,6 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	}
 	if o.shutdownDrain < 0 {
 		return o, zapOpts, fmt.Errorf("--shutdown-drain must be 0 or more, not %s", o.shutdownDrain)
-	}
-	if o.reservationTTL < checkout.MinReserveTTL || o.reservationTTL > claim.MaxReservation {
-		return o, zapOpts, fmt.Errorf("--reservation-ttl must be from %s to %s, not %s", checkout.MinReserveTTL, claim.MaxReservation, o.reservationTTL)
 	}
 	if err := o.controllers.Validate(); err != nil {
 		return o, zapOpts, err
@@ -451,13 +442,18 @@ func envOr(key, def string) string {
 	return def
 }
 
-// owner names this process in the claims it reserves: its host (the
-// pod's name in a cluster) and a random suffix, so that a restarted
-// process never takes the reservations of the one before it for its own.
+// owner names this process in its stock's Lease: its host (the pod's
+// name in a cluster).
 func owner() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "fluent-pvc-operator"
 	}
-	return host + "-" + utilrand.String(5)
+	return host
 }
+
+// ignoredFlag is a flag that is accepted and does nothing.
+type ignoredFlag struct{}
+
+func (ignoredFlag) String() string   { return "" }
+func (ignoredFlag) Set(string) error { return nil }

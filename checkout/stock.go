@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,27 +21,6 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
-
-// ReserveTTL is how long a reservation runs from the write that makes or
-// extends it when Stock.TTL is unset.
-const ReserveTTL = 5 * time.Minute
-
-// MinReserveTTL is the shortest Stock.TTL: twice HandoutMargin, so that a
-// claim is handed out for half its reservation or more.
-const MinReserveTTL = 2 * HandoutMargin
-
-// HandoutMargin is how much of a reservation must be left for it to be
-// handed to a pod: the pod is created, and its binding sees it, well
-// before the reservation ends, when the binding stops waiting for it.
-const HandoutMargin = 30 * time.Second
-
-// writeMargin is the least of a reservation that must be left for its
-// holder to write it (extend it or give it back), and before which an
-// extension must have landed for the claim to be kept: the binding
-// controller takes a claim whose reservation ended 5 s ago, and that
-// records no pod, for one whose pod never came, and reclaims it. A claim
-// with less left is forgotten without a write and reclaimed that way.
-const writeMargin = 10 * time.Second
 
 // stockPoll is how often a Stock looks for warm PVCs to reserve and for
 // reservations to extend or give back.
@@ -59,28 +39,36 @@ const giveBackTimeout = 10 * time.Second
 // drain needs. Only pools that do not stage their warm PVCs are reserved
 // from: a staged pool's warm PVCs wait for their holders.
 //
-// Sync keeps the stock: it reserves Bound warm PVCs of the current
-// template, extends reservations before they end, and gives back (to the
-// pool, as warm PVCs) those of a FluentPVC that is gone, being deleted,
-// staged or changed its template, and those beyond its pool.Limit (the
-// size shrank, or more replicas share the pool). A claim is handed out,
-// extended or given back under the stock's lock, so never two of them at
-// once; once handed out, or given back (whether or not the write is known
-// to have landed), the stock forgets it. A replica that dies holds its
-// stock until the reservations end; the binding controller then reclaims
-// them as claims whose pods never came.
+// The stock's reservations live as long as its Lease (coordination/v1, in
+// Namespace), which it renews every leaseRenew for LeaseDuration, the way
+// a node's Lease covers its pods: a reservation names the Lease and has
+// no end of its own, so keeping it costs no write. The live Leases are
+// the replicas that share each pool. The stock hands out and writes its
+// claims only while its Lease has leaseMargin left by its own count;
+// once the Lease is over (or gone), it forgets them all and starts a new
+// Lease under a new name: the binding controller reclaims them as claims
+// whose pods never came, once the Lease is over for it too.
+//
+// Sync keeps the stock: it renews the Lease, reserves Bound warm PVCs of
+// the current template, and gives back (to the pool, as warm PVCs) those
+// of a FluentPVC that is gone, being deleted, staged or changed its
+// template, those no pod can take (prune), and those beyond its
+// pool.Limit (the size shrank, or more replicas share the pool). A claim
+// is handed out or given back under the stock's lock, so never both;
+// once handed out, or given back (whether or not the write is known to
+// have landed), the stock forgets it.
 type Stock struct {
-	// Owner names this process in the claims it reserves.
-	Owner string
+	// Name names this process in its Lease, whose name is Name and a
+	// random suffix, new with each Lease: a restarted process never takes
+	// the reservations of the one before it for its own.
+	Name string
+	// Namespace is where its Lease lives: the operator's.
+	Namespace string
 	// Target is how many claims to hold per FluentPVC and namespace for a
 	// FluentPVC whose spec.pool.reserveAhead is unset, or pool.ReserveShare.
 	// Whatever asks, a stock holds at most its share of the pool: the
-	// size divided by the replicas, rounded up.
+	// size divided by the live stock Leases, rounded up.
 	Target int
-	// Replicas, when set, says how many webhook replicas serve
-	// admissions, and so share the pools; fewer than 1 counts as 1 (the
-	// replica is alone). On an error the last count stands (1 before any).
-	Replicas func(context.Context) (int, error)
 	// Stopping, when set, says that the replica is stopping: it reserves
 	// no more (it gives everything back once stopped), while it keeps and
 	// hands out what it holds.
@@ -89,20 +77,17 @@ type Stock struct {
 	// stock uses and whose record of the warm PVCs taken it shares, so
 	// that neither tries a PVC the other took while the cache lags.
 	Checkouts *Checkouter
-	// Clock is the API server's (reservations end on its time).
+	// Clock is the API server's (Leases end on its time).
 	Clock clock.PassiveClock
-	// TTL is how long a reservation runs from the write that makes or
-	// extends it, from MinReserveTTL to claim.MaxReservation; ReserveTTL
-	// when 0. The holder extends it when half is left.
-	TTL time.Duration
 
-	// lastReplicas is the last count of Replicas, 0 before any;
-	// countFailing says whether its last call failed.
+	// lastReplicas is the last count of live Leases, 0 before any;
+	// countFailing says whether its last count failed.
 	lastReplicas int
 	countFailing bool
 
 	mu     sync.Mutex
 	closed bool
+	term   term
 	held   map[types.NamespacedName]*stocked
 	// reported are the FluentPVCs the pool.Reserved gauge has a value for.
 	reported map[string]bool
@@ -110,17 +95,18 @@ type Stock struct {
 
 // stocked is one claim of a Stock.
 type stocked struct {
-	// pvc is the claim as last written by the stock.
+	// pvc is the claim as reserved.
 	pvc *corev1.PersistentVolumeClaim
-	// busy is true while the stock writes it (an extension, a give-back):
-	// it is not handed out meanwhile.
+	// busy is true while the stock gives it back: it is not handed out
+	// meanwhile.
 	busy bool
 }
 
-// NewStock is a Stock of owner holding target claims per FluentPVC and
-// namespace, for the checkouts of c, on the API server's clock clk.
-func NewStock(owner string, target int, c *Checkouter, clk clock.PassiveClock) *Stock {
-	return &Stock{Owner: owner, Target: target, Checkouts: c, Clock: clk, held: map[types.NamespacedName]*stocked{}}
+// NewStock is a Stock of the process named name, whose Lease lives in
+// namespace ns, holding target claims per FluentPVC and namespace, for
+// the checkouts of c, on the API server's clock clk.
+func NewStock(name, ns string, target int, c *Checkouter, clk clock.PassiveClock) *Stock {
+	return &Stock{Name: name, Namespace: ns, Target: target, Checkouts: c, Clock: clk, held: map[types.NamespacedName]*stocked{}}
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: every
@@ -138,7 +124,7 @@ func (s *Stock) Start(ctx context.Context) error {
 			giveBack, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
 			defer cancel()
 			if err := s.Close(giveBack); err != nil {
-				log.FromContext(ctx).Error(err, "giving reserved claims back to the pool; they are reclaimed once their reservations end")
+				log.FromContext(ctx).Error(err, "giving reserved claims back to the pool; they are reclaimed once the stock's Lease is over")
 			}
 			return nil
 		case <-t.C:
@@ -151,24 +137,20 @@ func (s *Stock) Start(ctx context.Context) error {
 
 // take hands out a claim of FluentPVC fpvc, made from the template of
 // hash hash, in namespace, whose volume usable accepts and that skip does
-// not refuse, with at least HandoutMargin of its reservation left; nil
-// when the stock has none. The stock forgets it.
+// not refuse, while the stock's Lease has leaseMargin left; nil when the
+// stock has none. The stock forgets it.
 func (s *Stock) take(ctx context.Context, fpvc, namespace, hash string, usable func(affinity string) bool, skip func(*corev1.PersistentVolumeClaim) bool) *corev1.PersistentVolumeClaim {
 	if s == nil {
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.closed || !s.term.usable(s.Clock.Now()) {
 		return nil
 	}
-	now := s.Clock.Now()
 	for key, st := range s.held {
 		c := st.pvc
 		if st.busy || key.Namespace != namespace || c.Labels[v1alpha1.FluentPVCNameLabelKey] != fpvc || c.Labels[v1alpha1.TemplateHashLabelKey] != hash {
-			continue
-		}
-		if _, until, ok := claim.Reservation(c); !ok || until.Sub(now) < HandoutMargin {
 			continue
 		}
 		if affinity, ok := pool.WarmAffinity(c); !ok || !usable(affinity) || (skip != nil && skip(c)) {
@@ -206,7 +188,7 @@ func (s *Stock) stillHeld(ctx context.Context, c *corev1.PersistentVolumeClaim) 
 		return true, true
 	}
 	by, _, ok := claim.Reservation(cached)
-	return ok && by == s.Owner, true
+	return ok && by == s.term.holder, true
 }
 
 // Len is how many claims the stock holds.
@@ -241,32 +223,28 @@ func (s *Stock) reservable(ctx context.Context, replicas int) (map[string]*v1alp
 	return out, nil
 }
 
-// Sync brings the stock to its pool.Limit per FluentPVC and namespace
-// where the pool has Bound warm PVCs, extends the reservations that run
-// out, and gives back those no longer wanted (see Stock).
+// Sync renews the stock's Lease and brings the stock to its pool.Limit
+// per FluentPVC and namespace where the pool has Bound warm PVCs, and
+// gives back those no longer wanted (see Stock).
 func (s *Stock) Sync(ctx context.Context) error {
+	leaseErr := s.keepLease(ctx)
 	replicas := s.replicas(ctx)
 	fpvcs, err := s.reservable(ctx, replicas)
 	if err != nil {
-		return err
+		return errors.Join(leaseErr, err)
 	}
-	now := s.Clock.Now()
 	usable := s.usableOnSomeNode(ctx)
 	unfit, err := s.prune(ctx, fpvcs, usable)
 	if err != nil {
-		return err
+		return errors.Join(leaseErr, err)
 	}
-	extend, giveBack, count := s.plan(fpvcs, unfit, now, replicas)
-	errs := []error{}
+	now := s.Clock.Now()
+	giveBack, count := s.plan(fpvcs, unfit, now, replicas)
+	errs := []error{leaseErr}
 	for _, c := range giveBack {
-		errs = append(errs, s.write(ctx, c, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Unreserve(c, s.Owner) }))
+		errs = append(errs, s.giveBack(ctx, c))
 	}
-	for _, c := range extend {
-		errs = append(errs, s.write(ctx, c, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
-			return claim.Extend(c, s.Owner, now.Add(s.ttl()))
-		}))
-	}
-	if s.Stopping == nil || !s.Stopping() {
+	if (s.Stopping == nil || !s.Stopping()) && s.term.usable(now) {
 		for name, f := range fpvcs {
 			errs = append(errs, s.reserve(ctx, f, count[name], usable, now, replicas))
 		}
@@ -275,45 +253,39 @@ func (s *Stock) Sync(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// plan picks, under the lock, the claims to extend and to give back (those
-// of another template and those unfit, besides those beyond the limit),
-// and marks them busy; count is how many the stock keeps per FluentPVC
-// and namespace.
-func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, unfit map[types.NamespacedName]bool, now time.Time, replicas int) (extend, giveBack []*corev1.PersistentVolumeClaim, count map[string]map[string]int) {
+// plan picks, under the lock, the claims to give back (those of another
+// template and those unfit, besides those beyond the limit), and marks
+// them busy; count is how many the stock keeps per FluentPVC and
+// namespace. While its Lease has less than leaseMargin left, the stock
+// writes none: it keeps them until the Lease is renewed or over.
+func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, unfit map[types.NamespacedName]bool, now time.Time, replicas int) (giveBack []*corev1.PersistentVolumeClaim, count map[string]map[string]int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	count = map[string]map[string]int{}
-	for key, st := range s.held {
+	writable := s.term.usable(now)
+	for _, st := range s.held {
 		if st.busy {
 			continue
 		}
 		c := st.pvc
 		name := c.Labels[v1alpha1.FluentPVCNameLabelKey]
 		f, ok := fpvcs[name]
-		_, until, _ := claim.Reservation(c)
 		switch {
-		case until.Sub(now) < writeMargin:
-			// Its extensions failed until too late (writeMargin): the
-			// binding controller may be reclaiming it already.
-			delete(s.held, key)
-			continue
-		case !ok || c.Labels[v1alpha1.TemplateHashLabelKey] != pool.TemplateHash(&f.Spec.PVCSpecTemplate) || unfit[key]:
-			giveBack = append(giveBack, c)
+		case !ok || c.Labels[v1alpha1.TemplateHashLabelKey] != pool.TemplateHash(&f.Spec.PVCSpecTemplate) || unfit[client.ObjectKeyFromObject(c)]:
 		case count[name][c.Namespace] >= s.limit(f, replicas):
-			giveBack = append(giveBack, c)
 		default:
 			if count[name] == nil {
 				count[name] = map[string]int{}
 			}
 			count[name][c.Namespace]++
-			if until.Sub(now) >= s.ttl()/2 {
-				continue
-			}
-			extend = append(extend, c)
+			continue
 		}
-		st.busy = true
+		if writable {
+			giveBack = append(giveBack, c)
+			st.busy = true
+		}
 	}
-	return extend, giveBack, count
+	return giveBack, count
 }
 
 // prune forgets the claims the cache no longer shows reserved by this
@@ -401,35 +373,109 @@ func (s *Stock) namespaceGoing(ctx context.Context, ns string) (bool, error) {
 	return !meta.DeletionTimestamp.IsZero(), nil
 }
 
-// ttl is how long a reservation runs (TTL, within its bounds).
-func (s *Stock) ttl() time.Duration {
-	if s.TTL == 0 {
-		return ReserveTTL
-	}
-	return min(max(s.TTL, MinReserveTTL), claim.MaxReservation)
-}
-
-// replicas is how many replicas share the pools (Replicas), at least 1;
-// the last count while Replicas fails, said once when it starts failing
-// and once when it stops. Only Sync calls it.
+// replicas is how many replicas share the pools: the live stock Leases
+// the cache shows, this one's included, at least 1; the last count while
+// the Leases cannot be listed, said once when it starts failing and once
+// when it stops. Only Sync calls it. It deletes the Leases over for
+// leaseGC (conditioned on their version): their holders' claims are
+// free.
 func (s *Stock) replicas(ctx context.Context) int {
-	if s.Replicas == nil {
-		return 1
-	}
-	n, err := s.Replicas(ctx)
+	var leases coordinationv1.LeaseList
+	err := s.Checkouts.Cache.List(ctx, &leases, client.InNamespace(s.Namespace), client.MatchingLabels{v1alpha1.StockLeaseLabelKey: "true"})
 	if err != nil {
 		if !s.countFailing {
-			log.FromContext(ctx).Info("cannot count the webhook's replicas; each pool's share stays as last counted (as if alone before any count)",
+			log.FromContext(ctx).Info("cannot count the stocks' Leases; each pool's share stays as last counted (as if alone before any count)",
 				"replicas", max(s.lastReplicas, 1), "error", err.Error())
 		}
 		s.countFailing = true
 		return max(s.lastReplicas, 1)
 	}
-	if s.countFailing || n != s.lastReplicas {
-		log.FromContext(ctx).Info("the webhook's replicas share each pool's reservations", "replicas", max(n, 1))
+	now := s.Clock.Now()
+	n := 1
+	for i := range leases.Items {
+		l := &leases.Items[i]
+		switch end := LeaseEnd(l, now); {
+		case s.term.lease != nil && l.Name == s.term.lease.Name:
+		case now.Before(end):
+			n++
+		case now.Sub(end) > leaseGC:
+			err := s.Checkouts.Writer.Delete(ctx, l, client.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion})
+			if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+				log.FromContext(ctx).V(1).Info("deleting a stock Lease over long ago", "lease", l.Name, "error", err.Error())
+			}
+		}
 	}
-	s.countFailing, s.lastReplicas = false, max(n, 1)
-	return s.lastReplicas
+	if s.countFailing || n != s.lastReplicas {
+		log.FromContext(ctx).Info("the replicas share each pool's reservations", "replicas", n)
+	}
+	s.countFailing, s.lastReplicas = false, n
+	return n
+}
+
+// keepLease makes the stock's Lease, or renews it leaseRenew after its
+// last write. A Lease deleted, or over by the stock's count before a
+// renewal landed, is lost: the stock forgets its claims (fence) and
+// makes a new Lease on its next sync.
+func (s *Stock) keepLease(ctx context.Context) error {
+	now := s.Clock.Now()
+	t := s.term
+	if t.lease != nil && now.Sub(t.lease.Spec.RenewTime.Time) < leaseRenew {
+		return nil
+	}
+	var l *coordinationv1.Lease
+	var err error
+	if t.lease == nil {
+		l = newLease(s.Namespace, s.Name, now)
+		err = s.Checkouts.Writer.Create(ctx, l)
+	} else {
+		l = t.lease.DeepCopy()
+		at := metav1.NewMicroTime(now)
+		l.Spec.RenewTime = &at
+		err = s.Checkouts.Writer.Update(ctx, l)
+	}
+	switch {
+	case err == nil && t.lease != nil && !now.Before(t.validUntil):
+		// Renewed after it was over by the stock's count: the binding
+		// controller may have taken its claims for unheld meanwhile.
+		s.fence(ctx, "its Lease was over before it was renewed")
+		return nil
+	case err == nil:
+		s.setTerm(term{lease: l, holder: l.Namespace + "/" + l.Name, validUntil: now.Add(LeaseDuration)})
+		return nil
+	case t.lease == nil:
+	case apierrors.IsNotFound(err):
+		s.fence(ctx, "its Lease was deleted")
+	case !now.Before(t.validUntil):
+		s.fence(ctx, "its Lease ran out before a renewal landed")
+	case apierrors.IsConflict(err):
+		// A renewal whose answer was lost may have landed: the next one
+		// writes over the Lease as it is now. The Lease runs on, by the
+		// stock's count, from the last renewal known to have landed.
+		live := &coordinationv1.Lease{}
+		if getErr := s.Checkouts.Live.Get(ctx, client.ObjectKeyFromObject(t.lease), live); getErr == nil && live.UID == t.lease.UID {
+			t.lease = live
+			s.setTerm(t)
+		}
+	}
+	return fmt.Errorf("keeping the stock's Lease: %w", err)
+}
+
+// setTerm makes t the stock's term.
+func (s *Stock) setTerm(t term) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.term = t
+}
+
+// fence forgets every claim the stock holds, and its Lease, which is
+// over or gone: the binding controller may be reclaiming the claims.
+func (s *Stock) fence(ctx context.Context, why string) {
+	s.mu.Lock()
+	n := len(s.held)
+	s.held = map[types.NamespacedName]*stocked{}
+	s.term = term{}
+	s.mu.Unlock()
+	log.FromContext(ctx).Info("the stock lost its Lease: it forgets its reserved claims, which are reclaimed, and makes a new Lease", "reason", why, "claims", n)
 }
 
 // limit is pool.Limit for the stock's Target.
@@ -437,56 +483,23 @@ func (s *Stock) limit(f *v1alpha1.FluentPVC, replicas int) int {
 	return pool.Limit(f, s.Target, replicas)
 }
 
-// write makes transition's write of held claim c, busy meanwhile, and
-// keeps what it leaves: the claim as written while still reserved, none
-// once given back or gone. A claim that changed since (a conflict) is
-// read again from the cache and kept if it is still this stock's.
-func (s *Stock) write(ctx context.Context, c *corev1.PersistentVolumeClaim, transition func(*corev1.PersistentVolumeClaim) (claim.Write, error)) error {
+// giveBack gives held claim c back to the pool (claim.Unreserve), busy
+// meanwhile, and forgets it, whatever the answer: given back, gone, or
+// with an outcome that is unknown (a timeout, or a conflict, which a
+// client's retry of a write that landed meets). The cache may still show
+// it reserved until it catches up: never handed out again by this stock.
+// A reservation that stays is reclaimed once the stock's Lease is over.
+func (s *Stock) giveBack(ctx context.Context, c *corev1.PersistentVolumeClaim) error {
 	key := client.ObjectKeyFromObject(c)
-	w, err := transition(c)
+	w, err := claim.Unreserve(c, s.term.holder)
 	if err == nil {
 		err = claim.Execute(ctx, s.Checkouts.Writer, w)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.held[key]
-	if st == nil {
-		return err
-	}
-	st.busy = false
-	_, until, _ := claim.Reservation(c)
-	switch {
-	case err == nil && w.To() == claim.Claimed && !s.Clock.Now().Before(until.Add(-writeMargin)):
-		// Extended too late to be sure the binding controller had not
-		// taken the reservation for over (writeMargin): never handed out,
-		// it is reclaimed once the extension ends.
-		delete(s.held, key)
-	case err == nil && w.To() == claim.Claimed:
-		st.pvc = w.Object
-	case err == nil, apierrors.IsNotFound(err):
-		delete(s.held, key)
-	case w.Object != nil && w.To() != claim.Claimed:
-		// A give-back whose outcome is unknown may have landed: a timeout,
-		// or a conflict, which a client's retry of a write that landed
-		// meets. The cache still shows the claim reserved until it catches
-		// up: never handed out again by this stock. A reservation that
-		// stays is reclaimed once it ends.
-		delete(s.held, key)
-	case apierrors.IsConflict(err):
-		cached := &corev1.PersistentVolumeClaim{}
-		if getErr := s.Checkouts.Cache.Get(ctx, key, cached); getErr != nil {
-			return errors.Join(err, getErr)
-		}
-		if by, _, ok := claim.Reservation(cached); !ok || by != s.Owner || cached.UID != c.UID {
-			// Reclaimed or deleted by others: nothing the stock may hand out.
-			delete(s.held, key)
-			return nil
-		}
-		st.pvc = cached.DeepCopy()
-		return nil // tried again on the next sync
-	}
-	if err != nil {
-		return fmt.Errorf("claim %s: %w", key, err)
+	delete(s.held, key)
+	s.mu.Unlock()
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("giving claim %s back: %w", key, err)
 	}
 	return nil
 }
@@ -535,7 +548,7 @@ func (s *Stock) reserve(ctx context.Context, f *v1alpha1.FluentPVC, held map[str
 				!c.take(cand, now) {
 				continue
 			}
-			w, err := claim.Reserve(cand, now, now.Add(s.ttl()), s.Owner, claim.NewCheckoutID())
+			w, err := claim.Reserve(cand, now, s.term.holder, claim.NewCheckoutID())
 			if err == nil {
 				err = claim.Execute(ctx, c.Writer, w)
 			}
@@ -578,18 +591,18 @@ func (s *Stock) counts() map[string]int {
 }
 
 // Close stops handing out claims and gives back every claim the stock
-// holds.
+// holds, while its Lease has leaseMargin left; it forgets them otherwise
+// (they are reclaimed once the Lease is over).
 func (s *Stock) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
-	now := s.Clock.Now()
 	var all []*corev1.PersistentVolumeClaim
+	writable := s.term.usable(s.Clock.Now())
 	for key, st := range s.held {
-		if _, until, _ := claim.Reservation(st.pvc); until.Sub(now) < writeMargin {
-			delete(s.held, key) // reclaimed by the binding controller (plan)
-			continue
-		}
-		if !st.busy {
+		switch {
+		case !writable:
+			delete(s.held, key)
+		case !st.busy:
 			st.busy = true
 			all = append(all, st.pvc)
 		}
@@ -597,7 +610,7 @@ func (s *Stock) Close(ctx context.Context) error {
 	s.mu.Unlock()
 	var errs []error
 	for _, c := range all {
-		if err := s.write(ctx, c, func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Unreserve(c, s.Owner) }); err != nil {
+		if err := s.giveBack(ctx, c); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,40 +41,84 @@ func warmPVCs(f *v1alpha1.FluentPVC, n int) []client.Object {
 	return out
 }
 
-// stockFixture is a Stock of replica "replica-a" over a fake API server
-// that counts the writes made.
+// stockFixture is a Stock of process "replica-a", whose Lease lives in
+// namespace "sys", over a fake API server that counts the writes made.
 type stockFixture struct {
-	api    client.Client
-	stock  *Stock
-	clock  *clocktesting.FakePassiveClock
-	writes *atomic.Int32
-	// duringWrite, when set, runs inside each update, before it is made.
-	duringWrite *func()
-	// writing, when set, runs inside each update, before it is made,
-	// with the name of the object updated.
-	writing *func(name string)
-	// answer, when set, is what each update returns once made, by the
-	// name of the object updated: an error the client sees although the
-	// update landed.
-	answer *func(name string) error
+	// api is the API server as the stock sees it; raw writes past the
+	// hooks and counters (the test's own writes).
+	api   client.Client
+	raw   client.Client
+	stock *Stock
+	clock *clocktesting.FakePassiveClock
+	// writes counts the writes of PVCs; leaseWrites those of Leases.
+	writes, leaseWrites *atomic.Int32
+	hooks               *stockHooks
+}
+
+// stockHooks change the fake API server's answers, each when set. Set
+// them before any concurrent use of the stock.
+type stockHooks struct {
+	// writing runs inside each PVC write, before it is made, with the
+	// name of the PVC.
+	writing func(name string)
+	// answer is what each PVC write returns once made: an error the
+	// client sees although the write landed.
+	answer func(name string) error
+	// leaseFails is what a Lease write (op "create", "update" or
+	// "delete") returns instead of being made; nil lets it through.
+	leaseFails func(op string, l *coordinationv1.Lease) error
+	// leaseAnswer is what a Lease update returns once made.
+	leaseAnswer func(l *coordinationv1.Lease) error
 }
 
 func newStockFixture(t *testing.T, target int, objs ...client.Object) stockFixture {
 	t.Helper()
-	var writes atomic.Int32
-	during, writing, answer := new(func()), new(func(string)), new(func(string) error)
-	count := func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-		writes.Add(1)
-		if *during != nil {
-			(*during)()
+	var writes, leaseWrites atomic.Int32
+	h := &stockHooks{}
+	// lease runs a write of a Lease, pvc one of a PVC; any other object
+	// is written as is.
+	lease := func(op string, obj client.Object, write func() error) error {
+		l, ok := obj.(*coordinationv1.Lease)
+		if !ok {
+			return write()
 		}
-		if *writing != nil {
-			(*writing)(obj.GetName())
+		leaseWrites.Add(1)
+		if h.leaseFails != nil {
+			if err := h.leaseFails(op, l); err != nil {
+				return err
+			}
 		}
-		if err := c.Update(ctx, obj, opts...); err != nil || *answer == nil {
+		if err := write(); err != nil || op != "update" || h.leaseAnswer == nil {
 			return err
 		}
-		return (*answer)(obj.GetName())
+		return h.leaseAnswer(l)
+	}
+	pvc := func(obj client.Object, write func() error) error {
+		if _, ok := obj.(*corev1.PersistentVolumeClaim); !ok {
+			return write()
+		}
+		writes.Add(1)
+		if h.writing != nil {
+			h.writing(obj.GetName())
+		}
+		if err := write(); err != nil || h.answer == nil {
+			return err
+		}
+		return h.answer(obj.GetName())
+	}
+	funcs := interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			return lease("create", obj, func() error { return pvc(obj, func() error { return c.Create(ctx, obj, opts...) }) })
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			return lease("update", obj, func() error { return pvc(obj, func() error { return c.Update(ctx, obj, opts...) }) })
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			return lease("update", obj, func() error { return pvc(obj, func() error { return c.Patch(ctx, obj, patch, opts...) }) })
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			return lease("delete", obj, func() error { return pvc(obj, func() error { return c.Delete(ctx, obj, opts...) }) })
+		},
 	}
 	for _, o := range objs {
 		// The pool reconciler learned namespace "ns" for each FluentPVC
@@ -81,15 +128,16 @@ func newStockFixture(t *testing.T, target int, objs ...client.Object) stockFixtu
 		}
 	}
 	objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}})
-	api := indexed(fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).
-		WithInterceptorFuncs(interceptor.Funcs{Update: count}).Build()
+	raw := indexed(fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).Build()
+	api := interceptor.NewClient(raw, funcs)
 	clk := clocktesting.NewFakePassiveClock(fixtures.Epoch)
-	return stockFixture{api: api, clock: clk, writes: &writes, duringWrite: during, writing: writing, answer: answer,
-		stock: NewStock("replica-a", target, NewCheckouter(api, api, api), clk)}
+	return stockFixture{api: api, raw: raw, clock: clk, writes: &writes, leaseWrites: &leaseWrites, hooks: h,
+		stock: NewStock("replica-a", "sys", target, NewCheckouter(api, api, api), clk)}
 }
 
 // newReservedFixture is a stockFixture of target over a pool of size
-// Bound warm PVCs of FluentPVC "f", synced once: it holds them all.
+// Bound warm PVCs of FluentPVC "f", synced once at fixtures.Epoch: it
+// holds them all.
 func newReservedFixture(t *testing.T, target, size int) (stockFixture, *v1alpha1.FluentPVC) {
 	t.Helper()
 	fpvc := fixtures.MakeFluentPVC("f").PoolSize(int32(size)).Obj()
@@ -100,20 +148,85 @@ func newReservedFixture(t *testing.T, target, size int) (stockFixture, *v1alpha1
 	return f, fpvc
 }
 
-// reserved counts the claims of namespace "ns" that replica-a reserved.
+// reserved counts the claims of namespace "ns" that the stock's current
+// Lease holds.
 func (f stockFixture) reserved(t *testing.T) int {
+	t.Helper()
+	return len(f.reservedBy(t, f.stock.term.holder))
+}
+
+// reservedBy names the claims of namespace "ns" reserved by holder.
+func (f stockFixture) reservedBy(t *testing.T, holder string) []string {
 	t.Helper()
 	var pvcs corev1.PersistentVolumeClaimList
 	if err := f.api.List(context.Background(), &pvcs, client.InNamespace("ns")); err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	var out []string
 	for i := range pvcs.Items {
-		if by, _, ok := claim.Reservation(&pvcs.Items[i]); ok && by == "replica-a" {
-			n++
+		if by, _, ok := claim.Reservation(&pvcs.Items[i]); ok && by == holder {
+			out = append(out, pvcs.Items[i].Name)
 		}
 	}
-	return n
+	return out
+}
+
+// leases are the stock Leases in "sys".
+func (f stockFixture) leases(t *testing.T) []coordinationv1.Lease {
+	t.Helper()
+	var leases coordinationv1.LeaseList
+	if err := f.api.List(context.Background(), &leases, client.InNamespace("sys"), client.MatchingLabels{v1alpha1.StockLeaseLabelKey: "true"}); err != nil {
+		t.Fatal(err)
+	}
+	return leases.Items
+}
+
+// lease is the stock's Lease as the API server has it.
+func (f stockFixture) lease(t *testing.T, name string) *coordinationv1.Lease {
+	t.Helper()
+	l := &coordinationv1.Lease{}
+	if err := f.api.Get(context.Background(), client.ObjectKey{Namespace: "sys", Name: name}, l); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// takeAll hands out every claim of fpvc in "ns" the stock hands out now,
+// by name.
+func (f stockFixture) takeAll(fpvc *v1alpha1.FluentPVC) []string {
+	var out []string
+	for c := f.take(fpvc); c != nil; c = f.take(fpvc) {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+// take hands out a claim of fpvc in "ns", if the stock has one.
+func (f stockFixture) take(fpvc *v1alpha1.FluentPVC) *corev1.PersistentVolumeClaim {
+	return f.stock.take(context.Background(), fpvc.Name, "ns", pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil)
+}
+
+// otherLease is the stock Lease of another replica in "sys", last
+// renewed at renewed.
+func otherLease(name string, renewed time.Time) *coordinationv1.Lease {
+	at := metav1.NewMicroTime(renewed)
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "sys", Name: name, Labels: map[string]string{v1alpha1.StockLeaseLabelKey: "true"}},
+		Spec: coordinationv1.LeaseSpec{
+			HolderIdentity:       ptr.To(name),
+			LeaseDurationSeconds: ptr.To(int32(LeaseDuration / time.Second)),
+			AcquireTime:          &at,
+			RenewTime:            &at,
+		},
+	}
+}
+
+// create writes obj as the test's own write.
+func (f stockFixture) create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := f.raw.Create(context.Background(), obj); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // reserveAhead is FluentPVC "f" with a pool of size whose
@@ -124,10 +237,25 @@ func reserveAhead(size, n int32) *v1alpha1.FluentPVC {
 	return f
 }
 
+// failingLeases fails every list of Leases while fail is set, and reads
+// everything else through the Reader.
+type failingLeases struct {
+	client.Reader
+	fail *bool
+}
+
+func (f failingLeases) List(ctx context.Context, l client.ObjectList, opts ...client.ListOption) error {
+	if _, ok := l.(*coordinationv1.LeaseList); ok && *f.fail {
+		return apierrors.NewForbidden(coordinationv1.Resource("leases"), "", errors.New("no list"))
+	}
+	return f.Reader.List(ctx, l, opts...)
+}
+
 // TestStockSync: the stock reserves Bound warm PVCs up to the
 // FluentPVC's spec.pool.reserveAhead or, when unset, its target, never
-// more than the pool's size, and none of a pool that stages its
-// warm PVCs or of a FluentPVC being deleted.
+// more than its share of the pool among the live stock Leases, and none
+// of a pool that stages its warm PVCs or of a FluentPVC being deleted.
+// It makes its Lease first, with one write.
 func TestStockSync(t *testing.T) {
 	staged := fixtures.MakeFluentPVC("f").PoolSize(3).Obj()
 	staged.Spec.PVCSpecTemplate.StorageClassName = ptr.To("disk")
@@ -139,21 +267,21 @@ func TestStockSync(t *testing.T) {
 		fpvc   *v1alpha1.FluentPVC
 		extra  []client.Object
 		target int
-		// replicas is what Stock.Replicas answers; unset when 0, an
-		// error when -1.
-		replicas int
+		// others are the live Leases of other replicas; -1: the Leases
+		// cannot be listed.
+		others   int
 		stopping bool
 		want     int
 	}{
 		"a stopping replica: none":         {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: pool.ReserveShare, stopping: true},
 		"up to the target":                 {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: 2, want: 2},
-		"its share, alone: the whole pool": {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: pool.ReserveShare, replicas: 1, want: 3},
+		"its share, alone: the whole pool": {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: pool.ReserveShare, want: 3},
 		"its share of two replicas, rounded up": {
-			fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: pool.ReserveShare, replicas: 2, want: 2},
-		"the replicas unknown: as if alone": {
-			fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: pool.ReserveShare, replicas: -1, want: 3},
-		"the target, at most its share":                 {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: 3, replicas: 3, want: 1},
-		"the FluentPVC's own number, at most its share": {fpvc: reserveAhead(3, 3), target: 0, replicas: 2, want: 2},
+			fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: pool.ReserveShare, others: 1, want: 2},
+		"the Leases unknown: as if alone": {
+			fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: pool.ReserveShare, others: -1, want: 3},
+		"the target, at most its share":                 {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: 3, others: 2, want: 1},
+		"the FluentPVC's own number, at most its share": {fpvc: reserveAhead(3, 3), target: 0, others: 1, want: 2},
 		"at most the pool's size":                       {fpvc: fixtures.MakeFluentPVC("f").PoolSize(1).Obj(), target: 5, want: 1},
 		"every warm PVC there is":                       {fpvc: fixtures.MakeFluentPVC("f").PoolSize(5).Obj(), target: 5, want: 3},
 		"a staged pool: none":                           {fpvc: staged, extra: []client.Object{class, driver}, target: 2},
@@ -166,13 +294,12 @@ func TestStockSync(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			objs := append(append([]client.Object{tc.fpvc}, tc.extra...), warmPVCs(tc.fpvc, 3)...)
+			for i := range tc.others {
+				objs = append(objs, otherLease(fmt.Sprintf("replica-%d-abcde", i), fixtures.Epoch))
+			}
 			f := newStockFixture(t, tc.target, objs...)
-			switch tc.replicas {
-			case 0:
-			case -1:
-				f.stock.Replicas = func(context.Context) (int, error) { return 0, errors.New("forbidden") }
-			default:
-				f.stock.Replicas = func(context.Context) (int, error) { return tc.replicas, nil }
+			if tc.others < 0 {
+				f.stock.Checkouts.Cache = failingLeases{Reader: f.api, fail: ptr.To(true)}
 			}
 			f.stock.Stopping = func() bool { return tc.stopping }
 			if err := f.stock.Sync(context.Background()); err != nil {
@@ -182,15 +309,424 @@ func TestStockSync(t *testing.T) {
 				t.Errorf("reserved %d (stock %d), want %d", got, f.stock.Len(), tc.want)
 			}
 			if w := int(f.writes.Load()); w != tc.want {
-				t.Errorf("%d writes, want one per reservation (%d)", w, tc.want)
+				t.Errorf("%d PVC writes, want one per reservation (%d)", w, tc.want)
+			}
+			if w := f.leaseWrites.Load(); w != 1 {
+				t.Errorf("%d Lease writes, want 1 (its making)", w)
+			}
+		})
+	}
+}
+
+// TestStockLease: the stock makes its Lease on its first sync, in its
+// namespace, labelled, named after the process, and names it in its
+// reservations, which name no end; it renews the Lease leaseRenew after
+// its last write, and only then, with no PVC write.
+func TestStockLease(t *testing.T) {
+	ctx := context.Background()
+	f, fpvc := newReservedFixture(t, 2, 2)
+	leases := f.leases(t)
+	if len(leases) != 1 {
+		t.Fatalf("%d stock Leases in sys, want 1", len(leases))
+	}
+	l := leases[0]
+	if !strings.HasPrefix(l.Name, "replica-a-") || len(l.Name) != len("replica-a-")+5 {
+		t.Errorf("Lease named %q, want replica-a- and 5 random characters", l.Name)
+	}
+	if got := ptr.Deref(l.Spec.HolderIdentity, ""); got != l.Name {
+		t.Errorf("holder identity %q, want the Lease's name %q", got, l.Name)
+	}
+	if got := ptr.Deref(l.Spec.LeaseDurationSeconds, 0); got != int32(LeaseDuration/time.Second) {
+		t.Errorf("duration %ds, want %v", got, LeaseDuration)
+	}
+	if l.Spec.RenewTime == nil || !l.Spec.RenewTime.Time.Equal(fixtures.Epoch) {
+		t.Errorf("renewed %v, want %v", l.Spec.RenewTime, fixtures.Epoch)
+	}
+	holder := "sys/" + l.Name
+	if f.stock.term.holder != holder {
+		t.Errorf("the stock holds as %q, want %q", f.stock.term.holder, holder)
+	}
+	if got := f.reservedBy(t, holder); len(got) != 2 {
+		t.Errorf("claims reserved by %s: %v, want both", holder, got)
+	}
+	var pvcs corev1.PersistentVolumeClaimList
+	if err := f.api.List(ctx, &pvcs); err != nil {
+		t.Fatal(err)
+	}
+	for i := range pvcs.Items {
+		if _, ok := claim.ReservedUntil(&pvcs.Items[i]); ok {
+			t.Errorf("%s names an end of its reservation: %v", pvcs.Items[i].Name, pvcs.Items[i].Annotations)
+		}
+	}
+
+	for _, step := range []struct {
+		after   time.Duration
+		renewed time.Duration
+	}{
+		{after: time.Second, renewed: 0},
+		{after: leaseRenew - time.Second, renewed: 0},
+		{after: leaseRenew, renewed: leaseRenew},
+		{after: leaseRenew + time.Second, renewed: leaseRenew},
+		{after: 2*leaseRenew + time.Second, renewed: 2*leaseRenew + time.Second},
+	} {
+		now := fixtures.Epoch.Add(step.after)
+		f.clock.SetTime(now)
+		leaseWrites, writes := f.leaseWrites.Load(), f.writes.Load()
+		if err := f.stock.Sync(ctx); err != nil {
+			t.Fatalf("sync at +%v: %v", step.after, err)
+		}
+		got := f.lease(t, l.Name)
+		wantRenewed := fixtures.Epoch.Add(step.renewed)
+		if !got.Spec.RenewTime.Time.Equal(wantRenewed) {
+			t.Errorf("sync at +%v: renewed at %v, want %v", step.after, got.Spec.RenewTime, wantRenewed)
+		}
+		wantWrites := int32(0)
+		if step.renewed == step.after {
+			wantWrites = 1
+		}
+		if w := f.leaseWrites.Load() - leaseWrites; w != wantWrites {
+			t.Errorf("sync at +%v: %d Lease writes, want %d", step.after, w, wantWrites)
+		}
+		if w := f.writes.Load() - writes; w != 0 {
+			t.Errorf("sync at +%v: %d PVC writes, want none", step.after, w)
+		}
+		if !f.stock.term.validUntil.Equal(wantRenewed.Add(LeaseDuration)) {
+			t.Errorf("sync at +%v: valid until %v, want %v", step.after, f.stock.term.validUntil, wantRenewed.Add(LeaseDuration))
+		}
+		if len(f.leases(t)) != 1 || f.stock.Len() != 2 || f.stock.term.holder != holder {
+			t.Errorf("sync at +%v: %d Leases, stock %d, holder %s; want the one Lease, both claims", step.after, len(f.leases(t)), f.stock.Len(), f.stock.term.holder)
+		}
+	}
+	if got := f.take(fpvc); got == nil {
+		t.Error("the stock with its Lease renewed hands out nothing")
+	}
+}
+
+// TestStockLeaseShare: the other replicas' live stock Leases share each
+// pool with the stock (its own counts once); a Lease over counts for
+// none, and is deleted once over for leaseGC, unless renewed meanwhile;
+// Leases of another namespace, or unlabelled, are no stock's.
+func TestStockLeaseShare(t *testing.T) {
+	ctx := context.Background()
+	now := fixtures.Epoch.Add(time.Hour)
+	unlabelled := otherLease("replica-b-abcde", now)
+	unlabelled.Labels = nil
+	elsewhere := otherLease("replica-b-abcde", now)
+	elsewhere.Namespace = "other"
+	for name, tc := range map[string]struct {
+		other *coordinationv1.Lease
+		// renewing renews the other Lease between the stock's list and
+		// its deletion.
+		renewing bool
+		want     int // the stock's share of a pool of 4
+		// next is its share on the next sync, when not want.
+		next    int
+		deleted bool
+	}{
+		"none":                           {want: 4},
+		"a live Lease: counts":           {other: otherLease("replica-b-abcde", now), want: 2},
+		"renewed moments ago: counts":    {other: otherLease("replica-b-abcde", now.Add(-LeaseDuration+time.Second)), want: 2},
+		"renewed ahead of the clock":     {other: otherLease("replica-b-abcde", now.Add(time.Minute)), want: 2},
+		"just over: no count":            {other: otherLease("replica-b-abcde", now.Add(-LeaseDuration)), want: 4},
+		"over for less than leaseGC":     {other: otherLease("replica-b-abcde", now.Add(-LeaseDuration-leaseGC+time.Second)), want: 4},
+		"over for leaseGC exactly":       {other: otherLease("replica-b-abcde", now.Add(-LeaseDuration-leaseGC)), want: 4},
+		"over for longer than leaseGC":   {other: otherLease("replica-b-abcde", now.Add(-LeaseDuration-leaseGC-time.Second)), want: 4, deleted: true},
+		"renewed before its deletion":    {other: otherLease("replica-b-abcde", now.Add(-LeaseDuration-leaseGC-time.Second)), renewing: true, want: 4, next: 2},
+		"unlabelled: no stock's":         {other: unlabelled, want: 4},
+		"in another namespace: no count": {other: elsewhere, want: 4},
+	} {
+		t.Run(name, func(t *testing.T) {
+			fpvc := fixtures.MakeFluentPVC("f").PoolSize(4).Obj()
+			objs := append([]client.Object{fpvc}, warmPVCs(fpvc, 4)...)
+			if tc.other != nil {
+				objs = append(objs, tc.other)
+			}
+			f := newStockFixture(t, pool.ReserveShare, objs...)
+			f.clock.SetTime(now)
+			if tc.renewing {
+				f.hooks.leaseFails = func(op string, l *coordinationv1.Lease) error {
+					if op != "delete" {
+						return nil
+					}
+					live := f.lease(t, l.Name)
+					at := metav1.NewMicroTime(now)
+					live.Spec.RenewTime = &at
+					if err := f.raw.Update(ctx, live); err != nil {
+						t.Fatal(err)
+					}
+					return nil
+				}
+			}
+			if err := f.stock.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.stock.Len(); got != tc.want {
+				t.Errorf("holds %d, want %d", got, tc.want)
+			}
+			if tc.other == nil {
+				return
+			}
+			err := f.raw.Get(ctx, client.ObjectKeyFromObject(tc.other), &coordinationv1.Lease{})
+			if gone := apierrors.IsNotFound(err); gone != tc.deleted || (err != nil && !gone) {
+				t.Errorf("the other Lease: %v; deleted %v, want %v", err, gone, tc.deleted)
+			}
+			// Once deleted, the next sync neither counts it nor tries again.
+			leaseWrites := f.leaseWrites.Load()
+			if err := f.stock.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			next := tc.want
+			if tc.next != 0 {
+				next = tc.next
+			}
+			if got := f.stock.Len(); got != next {
+				t.Errorf("holds %d after another sync, want %d", got, next)
+			}
+			if tc.deleted {
+				if w := f.leaseWrites.Load() - leaseWrites; w != 0 {
+					t.Errorf("%d Lease writes on the next sync, want none", w)
+				}
+			}
+		})
+	}
+}
+
+// TestStockFenced: once its Lease is lost (over by the stock's count
+// before a renewal landed, or deleted), the stock forgets every claim,
+// without a write, and hands out none; its next sync makes a new Lease,
+// under another name, and reserves anew, while the claims of the Lease
+// lost, still reserved by it, are never handed out.
+func TestStockFenced(t *testing.T) {
+	ctx := context.Background()
+	unavailable := apierrors.NewServiceUnavailable("the API server is away")
+	for name, tc := range map[string]struct {
+		// lose runs after the first sync, at fixtures.Epoch.
+		lose func(t *testing.T, f stockFixture, lease string)
+		// syncs are when the next syncs run, after fixtures.Epoch: the
+		// stock holds its claims until the last, which loses the Lease.
+		syncs []time.Duration
+	}{
+		"renewals fail until the Lease is over": {
+			lose: func(t *testing.T, f stockFixture, _ string) {
+				f.hooks.leaseFails = func(op string, _ *coordinationv1.Lease) error {
+					if op == "update" {
+						return unavailable
+					}
+					return nil
+				}
+			},
+			syncs: []time.Duration{leaseRenew, 2 * leaseRenew, 3 * leaseRenew, 4 * leaseRenew, LeaseDuration},
+		},
+		"renewals fail, the last long after": {
+			lose: func(t *testing.T, f stockFixture, _ string) {
+				f.hooks.leaseFails = func(op string, _ *coordinationv1.Lease) error {
+					if op == "update" {
+						return unavailable
+					}
+					return nil
+				}
+			},
+			syncs: []time.Duration{leaseRenew, time.Hour},
+		},
+		"the Lease is deleted": {
+			lose: func(t *testing.T, f stockFixture, lease string) {
+				if err := f.raw.Delete(ctx, f.lease(t, lease)); err != nil {
+					t.Fatal(err)
+				}
+			},
+			syncs: []time.Duration{leaseRenew},
+		},
+		// The Lease is over for others too by then: its claims may be
+		// being reclaimed.
+		"no sync until the Lease is over, the renewal lands late": {
+			lose:  func(*testing.T, stockFixture, string) {},
+			syncs: []time.Duration{LeaseDuration + time.Second},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			fpvc := fixtures.MakeFluentPVC("f").PoolSize(4).Obj()
+			f := newStockFixture(t, 2, append([]client.Object{fpvc}, warmPVCs(fpvc, 4)...)...)
+			if err := f.stock.Sync(ctx); err != nil || f.stock.Len() != 2 {
+				t.Fatalf("reserving: %v, stock %d, want 2", err, f.stock.Len())
+			}
+			first, oldHolder := f.stock.term.lease.Name, f.stock.term.holder
+			old := f.reservedBy(t, oldHolder)
+			tc.lose(t, f, first)
+			writes := f.writes.Load()
+			for i, after := range tc.syncs {
+				f.clock.SetTime(fixtures.Epoch.Add(after))
+				_ = f.stock.Sync(ctx)
+				if last := i == len(tc.syncs)-1; !last && f.stock.Len() != 2 {
+					t.Fatalf("sync at +%v: stock %d, want both claims kept", after, f.stock.Len())
+				}
+			}
+			lost := f.clock.Now()
+			if got := f.stock.Len(); got != 0 {
+				t.Fatalf("the stock holds %d claims once its Lease is lost, want none", got)
+			}
+			if w := f.writes.Load() - writes; w != 0 {
+				t.Errorf("%d PVC writes while the Lease is lost, want none", w)
+			}
+			if got := f.reservedBy(t, oldHolder); len(got) != 2 {
+				t.Errorf("claims still reserved by the lost Lease: %v, want both", got)
+			}
+			if got := f.take(fpvc); got != nil {
+				t.Errorf("handed out %s with its Lease lost", got.Name)
+			}
+
+			// The API works again.
+			f.hooks.leaseFails = nil
+			f.clock.SetTime(lost.Add(time.Second))
+			if err := f.stock.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if f.stock.term.lease == nil || f.stock.term.lease.Name == first || !strings.HasPrefix(f.stock.term.lease.Name, "replica-a-") {
+				t.Fatalf("after the loss, the stock's Lease is %v, want a new one (not %s)", f.stock.term.lease, first)
+			}
+			if f.stock.term.holder == oldHolder {
+				t.Errorf("the stock still holds as %s", oldHolder)
+			}
+			fresh := f.reservedBy(t, f.stock.term.holder)
+			if len(fresh) != 2 || f.stock.Len() != 2 {
+				t.Errorf("reserved anew %v (stock %d), want 2 others", fresh, f.stock.Len())
+			}
+			handed := f.takeAll(fpvc)
+			slices.Sort(handed)
+			slices.Sort(fresh)
+			if !slices.Equal(handed, fresh) {
+				t.Errorf("handed out %v, want the claims reserved anew %v (not %v)", handed, fresh, old)
+			}
+		})
+	}
+}
+
+// TestStockLeaseMargin: while its Lease has less than leaseMargin left
+// by its count, the stock hands out nothing and writes no claim: a sync
+// that cannot renew gives none back, and a stock that closes forgets its
+// claims; once renewed, it gives back again.
+func TestStockLeaseMargin(t *testing.T) {
+	ctx := context.Background()
+	for name, tc := range map[string]struct {
+		renews     bool
+		close      bool
+		wantHeld   int
+		wantWrites int32
+	}{
+		"a sync that cannot renew: nothing given back": {wantHeld: 2},
+		"closed: forgotten, nothing given back":        {close: true},
+		"a sync that renews: given back":               {renews: true, wantHeld: 1, wantWrites: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f, fpvc := newReservedFixture(t, 2, 2)
+			holder := f.stock.term.holder
+			live := &v1alpha1.FluentPVC{}
+			if err := f.api.Get(ctx, client.ObjectKeyFromObject(fpvc), live); err != nil {
+				t.Fatal(err)
+			}
+			live.Spec.Pool.Size = 1
+			update(t, f.raw, live)
+
+			f.clock.SetTime(fixtures.Epoch.Add(LeaseDuration - leaseMargin - time.Nanosecond))
+			if !f.stock.term.usable(f.clock.Now()) {
+				t.Fatal("the Lease is not usable with more than leaseMargin left")
+			}
+			f.clock.SetTime(fixtures.Epoch.Add(LeaseDuration - leaseMargin))
+			if got := f.take(fpvc); got != nil {
+				t.Errorf("handed out %s with leaseMargin left", got.Name)
+			}
+			if f.stock.Len() != 2 {
+				t.Fatalf("stock %d after a refused take, want 2", f.stock.Len())
+			}
+			if !tc.renews {
+				f.hooks.leaseFails = func(string, *coordinationv1.Lease) error {
+					return apierrors.NewServiceUnavailable("the API server is away")
+				}
+			}
+			var err error
+			if tc.close {
+				err = f.stock.Close(ctx)
+			} else {
+				err = f.stock.Sync(ctx)
+			}
+			if tc.renews && err != nil {
+				t.Fatal(err)
+			}
+			if got := f.stock.Len(); got != tc.wantHeld {
+				t.Errorf("stock %d, want %d", got, tc.wantHeld)
+			}
+			if w := f.writes.Load(); w != 2+tc.wantWrites {
+				t.Errorf("%d PVC writes after the reservations, want %d", w-2, tc.wantWrites)
+			}
+			if got := len(f.reservedBy(t, holder)); got != 2-int(tc.wantWrites) {
+				t.Errorf("%d claims reserved, want %d", got, 2-int(tc.wantWrites))
+			}
+			if tc.renews {
+				if got := f.take(fpvc); got == nil {
+					t.Error("the stock with its Lease renewed hands out nothing")
+				}
+			}
+		})
+	}
+}
+
+// TestStockRenewalAnswerLost: a renewal that lands although its answer
+// is an error (a timeout; a conflict, which a client's retry of it meets)
+// costs the stock nothing: the next renewal conflicts, the stock reads
+// the Lease as it is and renews it on a later sync, holding its claims
+// throughout, without a PVC write.
+func TestStockRenewalAnswerLost(t *testing.T) {
+	ctx := context.Background()
+	for name, answer := range map[string]error{
+		"a timeout":  apierrors.NewTimeoutError("the renewal's answer", 1),
+		"a conflict": apierrors.NewConflict(coordinationv1.Resource("leases"), "replica-a", errors.New("the object has been modified")),
+	} {
+		t.Run(name, func(t *testing.T) {
+			f, fpvc := newReservedFixture(t, 2, 2)
+			name, holder := f.stock.term.lease.Name, f.stock.term.holder
+			f.hooks.leaseAnswer = func(*coordinationv1.Lease) error {
+				f.hooks.leaseAnswer = nil
+				return answer
+			}
+			f.clock.SetTime(fixtures.Epoch.Add(leaseRenew))
+			if err := f.stock.Sync(ctx); err == nil {
+				t.Error("a sync whose renewal's answer is lost says nothing")
+			}
+			if got := f.lease(t, name).Spec.RenewTime; !got.Time.Equal(fixtures.Epoch.Add(leaseRenew)) {
+				t.Fatalf("the lost renewal did not land: renewed %v", got)
+			}
+			f.clock.SetTime(fixtures.Epoch.Add(leaseRenew + time.Second))
+			_ = f.stock.Sync(ctx)
+			if f.stock.Len() != 2 || f.stock.term.holder != holder {
+				t.Fatalf("stock %d as %s after the lost renewal, want both claims as %s", f.stock.Len(), f.stock.term.holder, holder)
+			}
+			renew := fixtures.Epoch.Add(2 * leaseRenew)
+			f.clock.SetTime(renew)
+			if err := f.stock.Sync(ctx); err != nil {
+				t.Fatalf("the renewal after the lost one: %v", err)
+			}
+			if got := f.lease(t, name).Spec.RenewTime; !got.Time.Equal(renew) {
+				t.Errorf("renewed %v, want %v", got, renew)
+			}
+			if !f.stock.term.validUntil.Equal(renew.Add(LeaseDuration)) {
+				t.Errorf("valid until %v, want %v", f.stock.term.validUntil, renew.Add(LeaseDuration))
+			}
+			if f.stock.Len() != 2 || f.stock.term.holder != holder || len(f.leases(t)) != 1 {
+				t.Errorf("stock %d as %s, %d Leases; want both claims, as %s, one Lease", f.stock.Len(), f.stock.term.holder, len(f.leases(t)), holder)
+			}
+			if w := f.writes.Load(); w != 2 {
+				t.Errorf("%d PVC writes after the reservations, want none", w-2)
+			}
+			f.clock.SetTime(renew.Add(LeaseDuration - leaseMargin - time.Second))
+			if got := f.take(fpvc); got == nil {
+				t.Error("the stock hands out nothing under its renewed Lease")
 			}
 		})
 	}
 }
 
 // TestStockHandout: a checkout hands out a reserved claim without a
-// write, only one with HandoutMargin left, of the current template, and
-// each claim once.
+// write, of the current template and namespace, each claim once, while
+// its Lease has more than leaseMargin left.
 func TestStockHandout(t *testing.T) {
 	fpvc := fixtures.MakeFluentPVC("f").PoolSize(2).Obj()
 	f := newStockFixture(t, 2, append([]client.Object{fpvc}, warmPVCs(fpvc, 2)...)...)
@@ -198,7 +734,8 @@ func TestStockHandout(t *testing.T) {
 	if err := f.stock.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	before := f.writes.Load()
+	before, leaseBefore := f.writes.Load(), f.leaseWrites.Load()
+	f.clock.SetTime(fixtures.Epoch.Add(LeaseDuration - leaseMargin - time.Second))
 	pod := fixtures.MakePod("p", "ns").FluentPVC(fpvc.Name).Obj()
 	taken := map[string]bool{}
 	for range 2 {
@@ -206,26 +743,24 @@ func TestStockHandout(t *testing.T) {
 		if err != nil || got.PVC == nil {
 			t.Fatalf("checkout: %v, %v; want a reserved claim", got.PVC, err)
 		}
-		if _, _, ok := claim.Reservation(got.PVC); !ok || taken[got.PVC.Name] {
-			t.Fatalf("handed out %s, not a reserved claim handed out once (%v)", got.PVC.Name, taken)
+		if by, _, ok := claim.Reservation(got.PVC); !ok || by != f.stock.term.holder || taken[got.PVC.Name] {
+			t.Fatalf("handed out %s, not a claim of this stock handed out once (%v)", got.PVC.Name, taken)
 		}
 		taken[got.PVC.Name] = true
 	}
 	if w := f.writes.Load() - before; w != 0 {
-		t.Errorf("the handouts made %d writes, want none", w)
+		t.Errorf("the handouts made %d PVC writes, want none", w)
+	}
+	if w := f.leaseWrites.Load() - leaseBefore; w != 0 {
+		t.Errorf("the handouts made %d Lease writes, want none", w)
 	}
 	if f.stock.Len() != 0 {
 		t.Errorf("the stock still holds %d claims after handing out both", f.stock.Len())
 	}
 
-	// A reservation about to end is not handed out.
 	g := newStockFixture(t, 1, append([]client.Object{fpvc}, warmPVCs(fpvc, 1)...)...)
 	if err := g.stock.Sync(context.Background()); err != nil {
 		t.Fatal(err)
-	}
-	g.clock.SetTime(fixtures.Epoch.Add(ReserveTTL - HandoutMargin + time.Second))
-	if got := g.stock.take(context.Background(), fpvc.Name, "ns", pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
-		t.Errorf("handed out %s with less than HandoutMargin left", got.Name)
 	}
 	if got := g.stock.take(context.Background(), fpvc.Name, "ns", "other-hash", func(string) bool { return true }, nil); got != nil {
 		t.Errorf("handed out %s for another template", got.Name)
@@ -233,48 +768,49 @@ func TestStockHandout(t *testing.T) {
 	if got := g.stock.take(context.Background(), fpvc.Name, "other-ns", pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
 		t.Errorf("handed out %s for another namespace", got.Name)
 	}
+	if got := g.stock.take(context.Background(), "other", "ns", pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
+		t.Errorf("handed out %s for another FluentPVC", got.Name)
+	}
+	if got := g.stock.take(context.Background(), fpvc.Name, "ns", pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return false }, nil); got != nil {
+		t.Errorf("handed out %s whose volume the pod cannot use", got.Name)
+	}
+	if got := g.stock.take(context.Background(), fpvc.Name, "ns", pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, func(*corev1.PersistentVolumeClaim) bool { return true }); got != nil {
+		t.Errorf("handed out %s, which the checkout skips", got.Name)
+	}
+	if g.stock.Len() != 1 {
+		t.Errorf("stock %d after refused takes, want the claim kept", g.stock.Len())
+	}
 }
 
-// TestStockKeeps: the stock extends a reservation before it ends (and
-// forgets one it could not extend in time, which the binding controller
-// reclaims), and
-// gives its claims back to the pool, as warm PVCs, when the template
-// changes, the pool shrinks or asks for fewer, the FluentPVC is being
-// deleted, and when it
-// closes; a closed stock hands out nothing.
+// TestStockKeeps: the stock keeps its claims, renewing its Lease, and
+// gives them back to the pool, as warm PVCs, when the template changes,
+// the pool shrinks or asks for fewer, another replica shares the pool,
+// the FluentPVC or the namespace is being deleted, and when it closes; a
+// closed stock hands out nothing.
 func TestStockKeeps(t *testing.T) {
 	ctx := context.Background()
 	for name, tc := range map[string]struct {
 		change func(f *v1alpha1.FluentPVC)
-		// replicas, when set, is how many replicas share the pool
-		// after the first sync (alone before it).
-		replicas int
-		after    time.Duration
-		close    bool
-		// namespaceGoing deletes the namespace (held by a finalizer).
+		// other, when set, is another replica's live Lease, made after
+		// the first sync.
+		other          bool
+		after          time.Duration
+		close          bool
 		namespaceGoing bool
 		want           int // claims still reserved
-		extended       bool
-		// forgotten: the stock holds none of the claims still reserved.
-		forgotten bool
-		// writeTakes is how long the API server takes to answer a write.
-		writeTakes time.Duration
 	}{
-		"its end near (extensions failed): forgotten, no write": {
-			after: ReserveTTL - writeMargin + time.Second, want: 2, forgotten: true},
-		"extended too late to be sure: forgotten": {
-			after: ReserveTTL/2 + time.Second, writeTakes: ReserveTTL / 2, want: 2, extended: true, forgotten: true},
-		"half its time left: extended":    {after: ReserveTTL/2 + time.Second, want: 2, extended: true},
-		"most of its time left: kept":     {after: time.Second, want: 2},
+		"unchanged: kept":                 {after: time.Second, want: 2},
+		"renewed: kept":                   {after: leaseRenew, want: 2},
 		"the template changed":            {change: func(f *v1alpha1.FluentPVC) { f.Spec.PVCSpecTemplate.VolumeName = "other" }},
 		"the pool shrank":                 {change: func(f *v1alpha1.FluentPVC) { f.Spec.Pool.Size = 1 }, want: 1},
 		"the FluentPVC asks for fewer":    {change: func(f *v1alpha1.FluentPVC) { f.Spec.Pool.ReserveAhead = ptr.To[int32](1) }, want: 1},
 		"the FluentPVC asks for none":     {change: func(f *v1alpha1.FluentPVC) { f.Spec.Pool.ReserveAhead = ptr.To[int32](0) }},
-		"another replica shares the pool": {replicas: 2, want: 1},
+		"another replica shares the pool": {other: true, want: 1},
 		"the FluentPVC is being deleted": {change: func(f *v1alpha1.FluentPVC) {
 			f.Finalizers = []string{"keep"}
 		}},
 		"closed":                         {close: true},
+		"closed, the Lease renewed":      {close: true, after: leaseRenew},
 		"its namespace is being deleted": {namespaceGoing: true},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -283,17 +819,16 @@ func TestStockKeeps(t *testing.T) {
 			if err := f.stock.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}
+			holder := f.stock.term.holder
 			if tc.change != nil {
 				live := &v1alpha1.FluentPVC{}
 				if err := f.api.Get(ctx, client.ObjectKeyFromObject(fpvc), live); err != nil {
 					t.Fatal(err)
 				}
 				tc.change(live)
-				if err := f.api.Update(ctx, live); err != nil {
-					t.Fatal(err)
-				}
+				update(t, f.raw, live)
 				if name == "the FluentPVC is being deleted" {
-					if err := f.api.Delete(ctx, live); err != nil {
+					if err := f.raw.Delete(ctx, live); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -304,20 +839,15 @@ func TestStockKeeps(t *testing.T) {
 					t.Fatal(err)
 				}
 				ns.Finalizers = []string{"keep"}
-				if err := f.api.Update(ctx, ns); err != nil {
-					t.Fatal(err)
-				}
-				if err := f.api.Delete(ctx, ns); err != nil {
+				update(t, f.raw, ns)
+				if err := f.raw.Delete(ctx, ns); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if tc.replicas > 0 {
-				f.stock.Replicas = func(context.Context) (int, error) { return tc.replicas, nil }
+			if tc.other {
+				f.create(t, otherLease("replica-b-abcde", fixtures.Epoch))
 			}
 			f.clock.SetTime(fixtures.Epoch.Add(tc.after))
-			if tc.writeTakes > 0 {
-				*f.duringWrite = func() { f.clock.SetTime(fixtures.Epoch.Add(tc.after + tc.writeTakes)) }
-			}
 			before := f.writes.Load()
 			var err error
 			if tc.close {
@@ -328,15 +858,11 @@ func TestStockKeeps(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantHeld := tc.want
-			if tc.forgotten {
-				wantHeld = 0
+			if got := len(f.reservedBy(t, holder)); got != tc.want || f.stock.Len() != tc.want {
+				t.Errorf("reserved %d (stock %d), want %d", got, f.stock.Len(), tc.want)
 			}
-			if got := f.reserved(t); got != tc.want || f.stock.Len() != wantHeld {
-				t.Errorf("reserved %d (stock %d), want %d (stock %d)", got, f.stock.Len(), tc.want, wantHeld)
-			}
-			if tc.forgotten && !tc.extended && f.writes.Load() != before {
-				t.Errorf("%d writes of claims whose reservations end, want none", f.writes.Load()-before)
+			if w := int(f.writes.Load() - before); w != 2-tc.want {
+				t.Errorf("%d PVC writes, want one per claim given back (%d)", w, 2-tc.want)
 			}
 			var pvcs corev1.PersistentVolumeClaimList
 			if err := f.api.List(ctx, &pvcs); err != nil {
@@ -344,10 +870,7 @@ func TestStockKeeps(t *testing.T) {
 			}
 			for i := range pvcs.Items {
 				c := &pvcs.Items[i]
-				if _, until, ok := claim.Reservation(c); ok {
-					if extended := until.After(fixtures.Epoch.Add(ReserveTTL)); extended != tc.extended {
-						t.Errorf("%s ends %v; extended %v, want %v", c.Name, until, extended, tc.extended)
-					}
+				if _, _, ok := claim.Reservation(c); ok {
 					continue
 				}
 				if claim.StateOf(c) != claim.Warm || len(c.Finalizers) > 0 || c.Annotations[v1alpha1.ReservedByAnnotationKey] != "" {
@@ -355,107 +878,37 @@ func TestStockKeeps(t *testing.T) {
 				}
 			}
 			if tc.close {
-				if got := f.stock.take(context.Background(), fpvc.Name, "ns", pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
+				if got := f.take(fpvc); got != nil {
 					t.Errorf("a closed stock handed out %s", got.Name)
 				}
+				if err := f.stock.Sync(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if f.stock.Len() != 0 {
+					t.Errorf("a closed stock reserved %d on a sync", f.stock.Len())
+				}
 			}
 		})
 	}
 }
 
-// TestStockWriteConflict: when another write lands on a claim between
-// the stock's read and its extension, the stock keeps the claim as the
-// cache now shows it if it is still this stock's reservation (and
-// extends it on the next sync), and forgets it otherwise, without an
-// error either way.
-func TestStockWriteConflict(t *testing.T) {
-	ctx := context.Background()
-	for name, tc := range map[string]struct {
-		// meanwhile changes the stored claim.
-		meanwhile func(c *corev1.PersistentVolumeClaim)
-		kept      bool
-	}{
-		"still this stock's, labelled by others": {
-			meanwhile: func(c *corev1.PersistentVolumeClaim) { c.Labels["team"] = "a" },
-			kept:      true,
-		},
-		"given back to the pool by others": {
-			meanwhile: func(c *corev1.PersistentVolumeClaim) {
-				c.Labels[v1alpha1.ClaimRoleLabelKey] = v1alpha1.ClaimRoleWarm
-				delete(c.Annotations, v1alpha1.ReservedByAnnotationKey)
-				delete(c.Annotations, v1alpha1.ReservedUntilAnnotationKey)
-			},
-		},
-		"reserved by another replica": {
-			meanwhile: func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.ReservedByAnnotationKey] = "replica-b" },
-		},
-		"recording a pod": {
-			meanwhile: func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "ns/p-uid" },
-		},
-	} {
-		t.Run(name, func(t *testing.T) {
-			fpvc := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
-			f := newStockFixture(t, 1, append([]client.Object{fpvc}, warmPVCs(fpvc, 1)...)...)
-			if err := f.stock.Sync(ctx); err != nil || f.stock.Len() != 1 {
-				t.Fatalf("reserving: %v, stock %d", err, f.stock.Len())
-			}
-			key := client.ObjectKey{Namespace: "ns", Name: "f-warm-0"}
-			*f.duringWrite = func() {
-				*f.duringWrite = nil
-				c := &corev1.PersistentVolumeClaim{}
-				if err := f.api.Get(ctx, key, c); err != nil {
-					t.Fatal(err)
-				}
-				tc.meanwhile(c)
-				if err := f.api.Update(ctx, c); err != nil {
-					t.Fatal(err)
-				}
-			}
-			f.clock.SetTime(fixtures.Epoch.Add(ReserveTTL/2 + time.Second))
-			if err := f.stock.Sync(ctx); err != nil {
-				t.Fatalf("sync with a conflicting write: %v", err)
-			}
-			stored := &corev1.PersistentVolumeClaim{}
-			if err := f.api.Get(ctx, key, stored); err != nil {
-				t.Fatal(err)
-			}
-			if _, until, _ := claim.Reservation(stored); until.After(fixtures.Epoch.Add(ReserveTTL)) {
-				t.Fatalf("the extension landed over the other write (ends %v)", until)
-			}
-			if held := f.stock.Len() == 1; held != tc.kept {
-				t.Fatalf("the stock holds the claim: %v, want %v", held, tc.kept)
-			}
-			if !tc.kept {
-				if got := f.stock.take(ctx, fpvc.Name, "ns", pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, nil); got != nil {
-					t.Errorf("handed out %s, no longer this stock's", got.Name)
-				}
-				return
-			}
-			// Kept as the cache shows it: the next sync extends it.
-			if err := f.stock.Sync(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.api.Get(ctx, key, stored); err != nil {
-				t.Fatal(err)
-			}
-			if _, until, ok := claim.Reservation(stored); !ok || !until.After(fixtures.Epoch.Add(ReserveTTL)) || stored.Labels["team"] != "a" {
-				t.Errorf("after the next sync: reserved %v until %v, labels %v; want extended, the other write kept", ok, until, stored.Labels)
-			}
-		})
-	}
-}
-
-// TestStockConcurrentTake: admissions taking claims while a sync extends
-// them hand each claim out at most once, and every claim is either handed
-// out or still held. Run with -race.
+// TestStockConcurrentTake: admissions taking claims while a sync renews
+// the Lease and gives claims back (another replica came) hand each claim
+// out at most once, never one given back, and every claim is handed out,
+// given back or still held. Run with -race.
 func TestStockConcurrentTake(t *testing.T) {
 	ctx := context.Background()
 	const claims, takers = 4, 8
 	f, fpvc := newReservedFixture(t, claims, claims)
-	f.clock.SetTime(fixtures.Epoch.Add(ReserveTTL/2 + time.Second))
-	hash := pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate)
+	f.create(t, otherLease("replica-b-abcde", fixtures.Epoch.Add(leaseRenew)))
+	f.clock.SetTime(fixtures.Epoch.Add(leaseRenew))
 	var mu sync.Mutex
-	taken := map[string]int{}
+	taken, given := map[string]int{}, map[string]bool{}
+	f.hooks.writing = func(name string) {
+		mu.Lock()
+		defer mu.Unlock()
+		given[name] = true
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := f.stock.Sync(ctx); err != nil {
@@ -464,7 +917,7 @@ func TestStockConcurrentTake(t *testing.T) {
 	})
 	for range takers {
 		wg.Go(func() {
-			if c := f.stock.take(ctx, fpvc.Name, "ns", hash, func(string) bool { return true }, nil); c != nil {
+			if c := f.take(fpvc); c != nil {
 				mu.Lock()
 				taken[c.Name]++
 				mu.Unlock()
@@ -473,94 +926,103 @@ func TestStockConcurrentTake(t *testing.T) {
 	}
 	wg.Wait()
 	for name, n := range taken {
-		if n > 1 {
-			t.Errorf("%s handed out %d times", name, n)
+		if n > 1 || given[name] {
+			t.Errorf("%s handed out %d times, given back %v", name, n, given[name])
 		}
 	}
-	if got := len(taken) + f.stock.Len(); got != claims {
-		t.Errorf("%d handed out and %d held, want %d in all", len(taken), f.stock.Len(), claims)
+	if got := len(taken) + len(given) + f.stock.Len(); got != claims {
+		t.Errorf("%d handed out, %d given back, %d held; want %d in all", len(taken), len(given), f.stock.Len(), claims)
+	}
+	if l := f.lease(t, f.stock.term.lease.Name); !l.Spec.RenewTime.Time.Equal(fixtures.Epoch.Add(leaseRenew)) {
+		t.Errorf("the Lease renewed at %v, want %v", l.Spec.RenewTime, fixtures.Epoch.Add(leaseRenew))
 	}
 }
 
-// TestStockTakeDuringExtension: an admission that comes while a sync
-// writes an extension (each write runs a take) never gets the claim being
-// written, nor one still waiting for its extension, only those extended;
-// every claim is handed out once, as extended.
-func TestStockTakeDuringExtension(t *testing.T) {
+// TestStockTakeDuringGiveBack: an admission that comes while a sync
+// gives claims back (each write runs a take) never gets the claim being
+// written, nor one still waiting for its give-back, only a claim kept;
+// every claim kept is handed out once.
+func TestStockTakeDuringGiveBack(t *testing.T) {
 	ctx := context.Background()
-	const claims = 3
+	const claims, kept = 3, 1
 	f, fpvc := newReservedFixture(t, claims, claims)
-	f.clock.SetTime(fixtures.Epoch.Add(ReserveTTL/2 + time.Second))
-	hash := pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate)
-	take := func() *corev1.PersistentVolumeClaim {
-		return f.stock.take(ctx, fpvc.Name, "ns", hash, func(string) bool { return true }, nil)
+	live := &v1alpha1.FluentPVC{}
+	if err := f.api.Get(ctx, client.ObjectKeyFromObject(fpvc), live); err != nil {
+		t.Fatal(err)
 	}
-	handed := map[string]int{}
-	handOut := func(c *corev1.PersistentVolumeClaim) {
-		handed[c.Name]++
-		if _, until, _ := claim.Reservation(c); !until.After(fixtures.Epoch.Add(ReserveTTL)) {
-			t.Errorf("%s handed out as reserved until %v, not as extended", c.Name, until)
-		}
-	}
+	live.Spec.Pool.Size = kept
+	update(t, f.raw, live)
+	handed, given := map[string]int{}, map[string]bool{}
 	tries := 0
-	*f.writing = func(name string) {
+	f.hooks.writing = func(name string) {
 		tries++
-		if c := take(); c != nil {
-			if c.Name == name {
-				t.Errorf("%s handed out while its extension was written", name)
-			}
-			handOut(c)
+		given[name] = true
+		if c := f.take(fpvc); c != nil {
+			handed[c.Name]++
 		}
 	}
 	before := f.writes.Load()
 	if err := f.stock.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if w := f.writes.Load() - before; w != claims || tries != claims {
-		t.Fatalf("%d extensions, %d takes during them; want %d of each", w, tries, claims)
+	if w := f.writes.Load() - before; w != claims-kept || tries != claims-kept {
+		t.Fatalf("%d give-backs, %d takes during them; want %d of each", w, tries, claims-kept)
 	}
-	*f.writing = nil
-	for c := take(); c != nil; c = take() {
-		handOut(c)
+	f.hooks.writing = nil
+	for _, name := range f.takeAll(fpvc) {
+		handed[name]++
 	}
-	if len(handed) != claims {
-		t.Errorf("handed out %v, want each of the %d claims", handed, claims)
+	if len(handed) != kept {
+		t.Errorf("handed out %v, want the %d claim kept", handed, kept)
 	}
 	for name, n := range handed {
-		if n != 1 {
-			t.Errorf("%s handed out %d times", name, n)
+		if n != 1 || given[name] {
+			t.Errorf("%s handed out %d times, given back %v", name, n, given[name])
 		}
+	}
+	if got := f.reserved(t); got != kept {
+		t.Errorf("%d claims reserved, want %d", got, kept)
 	}
 }
 
-// TestStockReplicasUnknown: while the replicas cannot be counted, the
+// TestStockReplicasUnknown: while the stock Leases cannot be listed, the
 // last count stands; before any count, the replica reserves as if alone.
 func TestStockReplicasUnknown(t *testing.T) {
 	ctx := context.Background()
 	fpvc := fixtures.MakeFluentPVC("f").PoolSize(4).Obj()
 	f := newStockFixture(t, pool.ReserveShare, append([]client.Object{fpvc}, warmPVCs(fpvc, 4)...)...)
-	counted := 0
-	f.stock.Replicas = func(context.Context) (int, error) {
-		if counted == 0 {
-			return 0, errors.New("forbidden")
+	fail := new(bool)
+	f.stock.Checkouts.Cache = failingLeases{Reader: f.api, fail: fail}
+	others := 0
+	setOthers := func(n int) {
+		for ; others < n; others++ {
+			f.create(t, otherLease(fmt.Sprintf("replica-%d-abcde", others), fixtures.Epoch))
 		}
-		return counted, nil
+		for ; others > n; others-- {
+			if err := f.raw.Delete(ctx, otherLease(fmt.Sprintf("replica-%d-abcde", others-1), fixtures.Epoch)); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	for _, step := range []struct {
-		counted, want int
+	for i, step := range []struct {
+		others int
+		fail   bool
+		want   int
 	}{
-		{counted: 4, want: 1},
-		{counted: 0, want: 1}, // the count fails: still a share of 1
-		{counted: 2, want: 2},
-		{counted: 0, want: 2},
-		{counted: 1, want: 4},
+		{others: 3, fail: true, want: 4}, // no count yet: alone
+		{others: 3, want: 1},
+		{others: 0, fail: true, want: 1},
+		{others: 1, want: 2},
+		{others: 3, fail: true, want: 2},
+		{others: 0, want: 4},
 	} {
-		counted = step.counted
+		setOthers(step.others)
+		*fail = step.fail
 		if err := f.stock.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if got := f.stock.Len(); got != step.want {
-			t.Errorf("counted %d: holds %d, want %d", step.counted, got, step.want)
+			t.Errorf("step %d (%d others, listing fails %v): holds %d, want %d", i, step.others, step.fail, got, step.want)
 		}
 	}
 }
@@ -585,18 +1047,16 @@ func TestStockGiveBackUnknown(t *testing.T) {
 				t.Fatal(err)
 			}
 			f.stock.Checkouts.Cache = frozen{Reader: f.api, pvcs: before.Items}
-			f.stock.Replicas = func(context.Context) (int, error) { return 2, nil }
-			*f.answer = func(string) error { return answer }
-			_ = f.stock.Sync(ctx)
-			if got := f.reserved(t); got != 1 {
-				t.Fatalf("%d reserved after giving one back, want 1", got)
+			f.create(t, otherLease("replica-b-abcde", fixtures.Epoch))
+			f.hooks.answer = func(string) error { return answer }
+			if err := f.stock.Sync(ctx); err == nil {
+				t.Error("a sync whose give-back's answer is an error says nothing")
 			}
-			*f.answer = nil
-			hash := pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate)
-			var handed []string
-			for c := f.stock.take(ctx, fpvc.Name, "ns", hash, func(string) bool { return true }, nil); c != nil; c = f.stock.take(ctx, fpvc.Name, "ns", hash, func(string) bool { return true }, nil) {
-				handed = append(handed, c.Name)
+			if got := f.reserved(t); got != 1 || f.stock.Len() != 1 {
+				t.Fatalf("%d reserved (stock %d) after giving one back, want 1", got, f.stock.Len())
 			}
+			f.hooks.answer = nil
+			handed := f.takeAll(fpvc)
 			if len(handed) != 1 {
 				t.Fatalf("handed out %v, want only the claim still reserved", handed)
 			}
@@ -604,7 +1064,7 @@ func TestStockGiveBackUnknown(t *testing.T) {
 			if err := f.api.Get(ctx, client.ObjectKey{Namespace: "ns", Name: handed[0]}, live); err != nil {
 				t.Fatal(err)
 			}
-			if by, _, ok := claim.Reservation(live); !ok || by != "replica-a" {
+			if by, _, ok := claim.Reservation(live); !ok || by != f.stock.term.holder {
 				t.Errorf("handed out %s, which the API server shows given back", handed[0])
 			}
 		})
@@ -631,27 +1091,33 @@ func (f frozen) Get(ctx context.Context, key client.ObjectKey, obj client.Object
 }
 
 // TestStockStillHeld: a claim is handed out while the cache shows it
-// reserved by this stock, or still shows the warm PVC it was reserved
-// from; not once the cache shows it reclaimed, reserved by another
-// replica, or deleted.
+// reserved by this stock's Lease, or still shows the warm PVC it was
+// reserved from; not once the cache shows it reclaimed, reserved by
+// another Lease (another replica's, or this process's lost one), or
+// deleted.
 func TestStockStillHeld(t *testing.T) {
+	const holder = "sys/replica-a-abcde"
 	fpvc := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
 	warm := warmPVCs(fpvc, 1)[0].(*corev1.PersistentVolumeClaim)
 	warm.ResourceVersion = "41"
-	w, err := claim.Reserve(warm, fixtures.Epoch, fixtures.Epoch.Add(ReserveTTL), "replica-a", "token")
+	w, err := claim.Reserve(warm, fixtures.Epoch, holder, "token")
 	if err != nil {
 		t.Fatal(err)
 	}
 	mine := w.Object
 	mine.ResourceVersion = "42"
 	other := mine.DeepCopy()
-	other.Annotations[v1alpha1.ReservedByAnnotationKey] = "replica-b"
+	other.Annotations[v1alpha1.ReservedByAnnotationKey] = "sys/replica-b-abcde"
+	lost := mine.DeepCopy()
+	lost.Annotations[v1alpha1.ReservedByAnnotationKey] = "sys/replica-a-fghij"
 	used := mine.DeepCopy()
 	used.Annotations[v1alpha1.UsedByPodAnnotationKey] = "p/p-uid"
 	returned := warm.DeepCopy()
 	returned.ResourceVersion = "50"
 	replaced := mine.DeepCopy()
 	replaced.UID = "another-uid"
+	deleting := mine.DeepCopy()
+	deleting.DeletionTimestamp, deleting.Finalizers = &metav1.Time{Time: fixtures.Epoch}, []string{"keep"}
 	for name, tc := range map[string]struct {
 		cached *corev1.PersistentVolumeClaim
 		getErr error
@@ -664,9 +1130,11 @@ func TestStockStillHeld(t *testing.T) {
 		"reserved by this stock":            {cached: mine, want: true},
 		"the warm PVC it was reserved from": {cached: warm, want: true},
 		"reserved by another replica":       {cached: other},
+		"reserved by a Lease lost":          {cached: lost},
 		"recording a pod":                   {cached: used},
 		"warm again, given back by others":  {cached: returned},
 		"another PVC of that name":          {cached: replaced},
+		"being deleted":                     {cached: deleting},
 		"gone":                              {},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -683,39 +1151,10 @@ func TestStockStillHeld(t *testing.T) {
 			api := indexed(fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...)).
 				WithInterceptorFuncs(interceptor.Funcs{Get: failing}).Build()
 			clk := clocktesting.NewFakePassiveClock(fixtures.Epoch)
-			s := NewStock("replica-a", 1, NewCheckouter(api, api, api), clk)
+			s := NewStock("replica-a", "sys", 1, NewCheckouter(api, api, api), clk)
+			s.term.holder = holder
 			if got, known := s.stillHeld(context.Background(), mine); got != tc.want || known == tc.unknown {
 				t.Errorf("stillHeld = %v (known %v), want %v (known %v)", got, known, tc.want, !tc.unknown)
-			}
-		})
-	}
-}
-
-// TestStockTTL: a reservation runs for the stock's TTL, within
-// MinReserveTTL and claim.MaxReservation, and ReserveTTL when unset; the
-// reserved claim's end says so.
-func TestStockTTL(t *testing.T) {
-	for name, tc := range map[string]struct {
-		ttl, want time.Duration
-	}{
-		"unset":     {want: ReserveTTL},
-		"a minute":  {ttl: time.Minute, want: time.Minute},
-		"too short": {ttl: time.Second, want: MinReserveTTL},
-		"too long":  {ttl: time.Hour, want: claim.MaxReservation},
-	} {
-		t.Run(name, func(t *testing.T) {
-			fpvc := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
-			f := newStockFixture(t, 1, append([]client.Object{fpvc}, warmPVCs(fpvc, 1)...)...)
-			f.stock.TTL = tc.ttl
-			if err := f.stock.Sync(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			got := &corev1.PersistentVolumeClaim{}
-			if err := f.api.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: "f-warm-0"}, got); err != nil {
-				t.Fatal(err)
-			}
-			if _, until, ok := claim.Reservation(got); !ok || !until.Equal(fixtures.Epoch.Add(tc.want)) {
-				t.Errorf("reserved %v until %v, want until %v", ok, until, fixtures.Epoch.Add(tc.want))
 			}
 		})
 	}
@@ -785,12 +1224,16 @@ func TestStockGivesBackUnfit(t *testing.T) {
 			if err := f.api.Get(ctx, client.ObjectKeyFromObject(fpvc), live); err != nil {
 				t.Fatal(err)
 			}
-			tc.change(t, f.api, live)
+			tc.change(t, f.raw, live)
+			before := f.writes.Load()
 			if err := f.stock.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if got := f.reserved(t); got != tc.want || f.stock.Len() != tc.want {
 				t.Errorf("reserved %d (stock %d), want %d", got, f.stock.Len(), tc.want)
+			}
+			if w := int(f.writes.Load() - before); w != 3-tc.want {
+				t.Errorf("%d PVC writes, want one per claim given back (%d)", w, 3-tc.want)
 			}
 			// Sync again: nothing unfit is reserved anew.
 			if err := f.stock.Sync(ctx); err != nil {
@@ -828,9 +1271,7 @@ func TestStockNodesUnknown(t *testing.T) {
 	if err := f.stock.Sync(ctx); err != nil || f.stock.Len() != 2 {
 		t.Fatalf("reserving: %v, stock %d, want 2", err, f.stock.Len())
 	}
-	if err := f.api.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n-other", Labels: map[string]string{corev1.LabelHostname: "n-other"}}}); err != nil {
-		t.Fatal(err)
-	}
+	f.create(t, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n-other", Labels: map[string]string{corev1.LabelHostname: "n-other"}}})
 	f.stock.Checkouts.Cache = failingNodes{f.api}
 	if err := f.stock.Sync(ctx); err != nil {
 		t.Fatalf("Sync while the nodes cannot be listed: %v", err)

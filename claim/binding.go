@@ -16,7 +16,7 @@ import (
 // binding tell its checkout from the claim's next one. The pod is not
 // known yet: the operator records it when it first sees it.
 //
-// A claim reserved ahead of its pod (ReservedUntil) carries the time of
+// A claim reserved ahead of its pod (Reserved) carries the time of
 // its reservation as its admission, which may be long before the pod it
 // was handed to without a write: its binding records no admission time,
 // and its creation (moments after the pod's) stands for it.
@@ -43,7 +43,7 @@ func Binding(pvc *corev1.PersistentVolumeClaim, fpvcUID types.UID) *v1alpha1.Flu
 			PVC:       v1alpha1.ObjectIdentity{Name: pvc.Name, UID: pvc.UID},
 		},
 	}
-	if _, reserved := ReservedUntil(pvc); reserved {
+	if Reserved(pvc) {
 		delete(b.Annotations, v1alpha1.AdmittedAtAnnotationKey)
 	}
 	return b

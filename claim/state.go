@@ -8,7 +8,7 @@
 // A claim's life:
 //
 //	(none) --NewWarm--> Warm --Checkout--> Claimed --RecordPod--> Used
-//	Warm --Reserve--> Claimed (reserved; Extend)  --RecordPod--> Used
+//	Warm --Reserve--> Claimed (reserved)          --RecordPod--> Used
 //	(none) --NewClaimed-----------------> Claimed
 //	Claimed --Return--> Warm               (proof that no pod used it)
 //	Claimed --Unreserve--> Warm            (reserved, handed to no pod)
@@ -173,28 +173,35 @@ func NewCheckoutID() string {
 	return utilrand.String(checkoutIDLen)
 }
 
-// MaxReservation is the longest a reservation runs from the write that
-// makes or extends it (Reserve, Extend); whoever reads one takes an end
-// further ahead than that for a clock that is off.
+// MaxReservation is the longest a reservation that names its end
+// (v1alpha1.ReservedUntilAnnotationKey) runs; whoever reads one takes an
+// end further ahead than that for a clock that is off.
 const MaxReservation = 10 * time.Minute
 
 // Reservation is who holds the reservation of claim pvc
-// (v1alpha1.ReservedByAnnotationKey) and until when; false when pvc is
-// not a claim reserved ahead of its pod that records no pod yet. A
-// reservation whose time is over still counts here: only its holder
-// knows whether it handed the claim out.
+// (v1alpha1.ReservedByAnnotationKey) and, when the claim names it, until
+// when (v1alpha1.ReservedUntilAnnotationKey; the zero time when the
+// holder's Lease says it); false when pvc is not a claim reserved ahead of
+// its pod that records no pod yet. A reservation whose time is over still
+// counts here: only its holder knows whether it handed the claim out.
 func Reservation(pvc *corev1.PersistentVolumeClaim) (string, time.Time, bool) {
 	by := pvc.Annotations[v1alpha1.ReservedByAnnotationKey]
-	until, err := time.Parse(time.RFC3339Nano, pvc.Annotations[v1alpha1.ReservedUntilAnnotationKey])
-	if by == "" || err != nil || StateOf(pvc) != Claimed {
+	if by == "" || StateOf(pvc) != Claimed {
 		return "", time.Time{}, false
 	}
+	until, _ := ReservedUntil(pvc)
 	return by, until, true
 }
 
-// ReservedUntil is when the reservation that claim pvc was checked out
-// under ends, whether or not it records its pod since; false for a
+// Reserved says whether claim pvc was checked out ahead of its pod (a
+// reservation), whether or not it records its pod since; false for a
 // claim checked out at its pod's admission.
+func Reserved(pvc *corev1.PersistentVolumeClaim) bool {
+	return pvc.Annotations[v1alpha1.ReservedByAnnotationKey] != ""
+}
+
+// ReservedUntil is the end that the reservation claim pvc was checked out
+// under names, if it names one (v1alpha1.ReservedUntilAnnotationKey).
 func ReservedUntil(pvc *corev1.PersistentVolumeClaim) (time.Time, bool) {
 	until, err := time.Parse(time.RFC3339Nano, pvc.Annotations[v1alpha1.ReservedUntilAnnotationKey])
 	return until, err == nil

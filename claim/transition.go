@@ -347,40 +347,21 @@ func toWarm(pvc *corev1.PersistentVolumeClaim, checkoutID string) Write {
 }
 
 // Reserve checks warm PVC pvc out ahead of any pod (Checkout, at now)
-// for webhook replica owner, which alone hands it to a pod, without a
-// write, before until (the API server's clock). Everything a checkout
-// writes is written here: the claim's binding waits for its pod until
-// the reservation is over, and reclaims it as any other claim whose pod
-// never came after that.
-func Reserve(pvc *corev1.PersistentVolumeClaim, now, until time.Time, owner, checkoutID string) (Write, error) {
-	if owner == "" {
+// for holder, the name of a webhook replica's Lease ("namespace/name"),
+// which alone hands it to a pod, without a write, while that Lease is
+// renewed. Everything a checkout writes is written here: the claim's
+// binding waits for its pod until the Lease is over, and reclaims it as
+// any other claim whose pod never came after that.
+func Reserve(pvc *corev1.PersistentVolumeClaim, now time.Time, holder, checkoutID string) (Write, error) {
+	if holder == "" {
 		return Write{}, refuse("reserve", pvc, "a reservation names its holder")
 	}
 	w, err := Checkout(pvc, now, checkoutID)
 	if err != nil {
 		return Write{}, err
 	}
-	setAnnotation(w.Object, v1alpha1.ReservedUntilAnnotationKey, until.UTC().Format(time.RFC3339Nano))
-	setAnnotation(w.Object, v1alpha1.ReservedByAnnotationKey, owner)
+	setAnnotation(w.Object, v1alpha1.ReservedByAnnotationKey, holder)
 	return w, nil
-}
-
-// Extend moves the end of owner's reservation of claim pvc to until.
-// Owner extends only a claim it has not handed to a pod. The update is
-// conditioned on the version read, so that it fails once anything else
-// wrote the claim.
-func Extend(pvc *corev1.PersistentVolumeClaim, owner string, until time.Time) (Write, error) {
-	if by, _, ok := Reservation(pvc); !ok || by != owner {
-		return Write{}, refuse("extend the reservation of", pvc, "it is not reserved by "+owner)
-	}
-	if !pvc.DeletionTimestamp.IsZero() {
-		return Write{}, refuse("extend the reservation of", pvc, "it is being deleted")
-	}
-	out := pvc.DeepCopy()
-	setAnnotation(out, v1alpha1.ReservedUntilAnnotationKey, until.UTC().Format(time.RFC3339Nano))
-	pre := preconditionOf(pvc)
-	pre.CheckoutID = pvc.Annotations[v1alpha1.CheckoutIDAnnotationKey]
-	return Write{Op: OpUpdate, Object: out, Precondition: pre}, nil
 }
 
 // Unreserve gives claim pvc, reserved by owner, back to the warm pool.

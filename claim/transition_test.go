@@ -59,7 +59,6 @@ func states() map[string]*corev1.PersistentVolumeClaim {
 func reserved(c *corev1.PersistentVolumeClaim) *corev1.PersistentVolumeClaim {
 	return with(c, func(c *corev1.PersistentVolumeClaim) {
 		c.Annotations[v1alpha1.ReservedByAnnotationKey] = "replica-a"
-		c.Annotations[v1alpha1.ReservedUntilAnnotationKey] = fixtures.Epoch.Add(time.Minute).Format(time.RFC3339Nano)
 	})
 }
 
@@ -104,13 +103,7 @@ func TestTransitions(t *testing.T) {
 		"ReleaseUnbound": claim.ReleaseUnbound,
 		"Return":         func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Return(b, c) },
 		"Reserve": func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
-			return claim.Reserve(c, fixtures.Epoch, fixtures.Epoch.Add(time.Minute), "replica-a", "new-token")
-		},
-		"Extend": func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
-			return claim.Extend(c, "replica-a", fixtures.Epoch.Add(2*time.Minute))
-		},
-		"Extend, other replica": func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
-			return claim.Extend(c, "replica-b", fixtures.Epoch.Add(2*time.Minute))
+			return claim.Reserve(c, fixtures.Epoch, "replica-a", "new-token")
 		},
 		"Unreserve":                func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Unreserve(c, "replica-a") },
 		"Unreserve, other replica": func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Unreserve(c, "replica-b") },
@@ -131,12 +124,9 @@ func TestTransitions(t *testing.T) {
 		"Reserve": {
 			"warm": writes(claim.OpUpdate, claim.Claimed), "warm, bound": writes(claim.OpUpdate, claim.Claimed),
 		},
-		// Only the replica that holds a reservation extends it or gives the
-		// claim back, and only while the claim records no pod: a claim
-		// recording one may hold its data.
-		"Extend": {
-			"reserved": writes(claim.OpUpdate, claim.Claimed),
-		},
+		// Only the replica that holds a reservation gives the claim back,
+		// and only while the claim records no pod: a claim recording one
+		// may hold its data.
 		"Unreserve": {
 			"reserved": writes(claim.OpUpdate, claim.Warm),
 		},
@@ -286,13 +276,13 @@ func TestCheckoutAndReturn(t *testing.T) {
 
 // TestReserveAndUnreserve follows a warm PVC through a reservation and
 // back: the reservation writes what a checkout writes and names its
-// holder and end; giving it back removes every key, so that the PVC is a
-// warm PVC like any other; a pod recorded since ends the reservation.
+// holder; giving it back removes every key, so that the PVC is a warm PVC
+// like any other; a pod recorded since ends the reservation. A
+// reservation that names its end is read with it.
 func TestReserveAndUnreserve(t *testing.T) {
 	warm := claim.NewWarm(fixtures.MakeFluentPVC("f").Obj(), "ns", "h", "node-1").Object
 	warm.Status.Phase, warm.ResourceVersion = corev1.ClaimBound, "41"
-	until := fixtures.Epoch.Add(time.Minute)
-	out, err := claim.Reserve(warm, fixtures.Epoch, until, "replica-a", "token")
+	out, err := claim.Reserve(warm, fixtures.Epoch, "ns/replica-a", "token")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,8 +291,8 @@ func TestReserveAndUnreserve(t *testing.T) {
 		t.Errorf("reserved claim is not held and Claimed: %+v", c.ObjectMeta)
 	}
 	by, gotUntil, ok := claim.Reservation(c)
-	if !ok || by != "replica-a" || !gotUntil.Equal(until) {
-		t.Errorf("Reservation = %q, %v, %v; want replica-a, %v, true", by, gotUntil, ok, until)
+	if !ok || by != "ns/replica-a" || !gotUntil.IsZero() {
+		t.Errorf("Reservation = %q, %v, %v; want ns/replica-a, no end, true", by, gotUntil, ok)
 	}
 	checkedOut, err := claim.Checkout(warm, fixtures.Epoch, "token")
 	if err != nil {
@@ -313,7 +303,7 @@ func TestReserveAndUnreserve(t *testing.T) {
 			t.Errorf("annotation %s = %q, want the checkout's %q", k, c.Annotations[k], v)
 		}
 	}
-	back, err := claim.Unreserve(c, "replica-a")
+	back, err := claim.Unreserve(c, "ns/replica-a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,10 +315,16 @@ func TestReserveAndUnreserve(t *testing.T) {
 	if _, _, ok := claim.Reservation(used); ok {
 		t.Errorf("a claim recording its pod is still reserved")
 	}
-	if got, ok := claim.ReservedUntil(used); !ok || !got.Equal(until) {
-		t.Errorf("ReservedUntil = %v, %v; want %v, true", got, ok, until)
+	if !claim.Reserved(used) {
+		t.Errorf("a claim reserved ahead of its pod that records it since is not Reserved")
 	}
-	if _, err := claim.Reserve(warm, fixtures.Epoch, until, "", "token"); err == nil {
+	until := fixtures.Epoch.Add(time.Minute)
+	named := c.DeepCopy()
+	named.Annotations[v1alpha1.ReservedUntilAnnotationKey] = until.Format(time.RFC3339Nano)
+	if _, got, ok := claim.Reservation(named); !ok || !got.Equal(until) {
+		t.Errorf("Reservation's end = %v, %v; want %v, true", got, ok, until)
+	}
+	if _, err := claim.Reserve(warm, fixtures.Epoch, "", "token"); err == nil {
 		t.Errorf("a reservation without its holder is not refused")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/checkout"
 	"github.com/st-tech/fluent-pvc-operator/claim"
 )
 
@@ -39,6 +40,10 @@ type birth struct {
 	// seen is the pod remembered for checkout, if wasSeen (seenPods).
 	seen    v1alpha1.ObjectIdentity
 	wasSeen bool
+	// holderEnd is when the Lease of the claim's reservation holder is
+	// over (checkout.HolderEnd), for a claim reserved ahead of its pod
+	// that records none; the zero time otherwise, or when it is gone.
+	holderEnd time.Time
 }
 
 // birthStep is what createBinding does once a birthPlan is decided.
@@ -107,6 +112,11 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 		default:
 			o.claim = live
 		}
+		// Only a Lease read live proves that its holder hands the claim
+		// to no pod any more.
+		if o.holderEnd, err = holderEnd(ctx, r.apiReader, o.claim, now); err != nil {
+			return 0, err
+		}
 		p = decideLiveBirth(o, now)
 	}
 	return r.applyBirth(ctx, o, p, now)
@@ -136,7 +146,25 @@ func (r *BindingReconciler) observeBirth(ctx context.Context, key client.ObjectK
 	o.checkout = seenKeyOf(pvc)
 	o.ownClaimStale = r.ownClaims.stale(key, pvc.ResourceVersion, now)
 	o.seen, o.wasSeen = r.seen.get(o.checkout, now)
-	return o, nil
+	var err error
+	o.holderEnd, err = holderEnd(ctx, r.Client, pvc, now)
+	return o, err
+}
+
+// holderEnd is when the Lease of the holder of claim pvc's reservation is
+// over, as r shows it at now (checkout.HolderEnd), if pvc is reserved
+// ahead of its pod under a Lease and records no pod; the zero time
+// otherwise, and when the Lease is gone.
+func holderEnd(ctx context.Context, r client.Reader, pvc *corev1.PersistentVolumeClaim, now time.Time) (time.Time, error) {
+	if pvc == nil {
+		return time.Time{}, nil
+	}
+	by, until, reserved := claim.Reservation(pvc)
+	if !reserved || !until.IsZero() {
+		return time.Time{}, nil
+	}
+	end, _, err := checkout.HolderEnd(ctx, r, by, now)
+	return end, err
 }
 
 // bindsClaim says whether the binding named name is to be made for claim
@@ -185,7 +213,7 @@ func decideBirth(o birth, now time.Time, podStartWait time.Duration) birthPlan {
 		// it is recorded all the same.
 		return birthPlan{step: birthReadLive}
 	}
-	if wait := awaitPod(o.claim, pod != nil, now); wait > 0 {
+	if wait := awaitPod(o.claim, pod != nil, now, o.holderEnd); wait > 0 {
 		return birthPlan{step: birthWait, wait: wait}
 	}
 	used, _ := claim.PodOf(o.claim)
@@ -221,8 +249,7 @@ func decidePodStart(pvc *corev1.PersistentVolumeClaim, pod *corev1.Pod, used v1a
 	// that carries it (the webhook's copy check), so the record is not
 	// needed during the start, and the burst of starting pods meets no
 	// write.
-	_, reserved := claim.ReservedUntil(pvc)
-	return birthPlan{step: birthWait, wait: wait, pod: id, remember: true, record: !reserved}
+	return birthPlan{step: birthWait, wait: wait, pod: id, remember: true, record: !claim.Reserved(pvc)}
 }
 
 // decideLiveBirth is what createBinding does, at now, about the claim of
@@ -239,9 +266,9 @@ func decideLiveBirth(o birth, now time.Time) birthPlan {
 	}
 	pod := birthPod(o)
 	if pod == nil && !o.wasSeen {
-		// A reservation its holder extended lately, which the cached copy
-		// does not show yet: its pod may still come.
-		if wait := awaitPod(o.claim, false, now); wait > 0 {
+		// A reservation whose holder's Lease was renewed lately, which the
+		// cache does not show yet: its pod may still come.
+		if wait := awaitPod(o.claim, false, now, o.holderEnd); wait > 0 {
 			return birthPlan{step: birthWait, wait: wait}
 		}
 	}

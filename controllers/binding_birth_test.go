@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/checkout"
 	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
@@ -48,6 +49,8 @@ func TestDecideBirth(t *testing.T) {
 		return pvc
 	}
 	reserved := reservedUntil(fresh, admitted.Add(time.Minute))
+	leased := fresh.DeepCopy()
+	leased.Annotations[v1alpha1.ReservedByAnnotationKey] = "sys/replica-a"
 	otherBinding := fresh.DeepCopy()
 	otherBinding.Labels[v1alpha1.BindingNameLabelKey] = "d"
 
@@ -57,9 +60,12 @@ func TestDecideBirth(t *testing.T) {
 		// live is the claim read live; nil: the cached one's copy.
 		live *corev1.PersistentVolumeClaim
 		// liveGone: the live read finds no claim.
-		liveGone      bool
-		pods          []corev1.Pod
-		ownClaimStale bool
+		liveGone bool
+		// holderEnd and liveHolderEnd are when the Lease of the claim's
+		// reservation holder is over, as cached and as read live.
+		holderEnd, liveHolderEnd time.Time
+		pods                     []corev1.Pod
+		ownClaimStale            bool
 		// seen is the pod remembered for the cached checkout.
 		seen        *v1alpha1.ObjectIdentity
 		now         time.Time
@@ -101,6 +107,24 @@ func TestDecideBirth(t *testing.T) {
 		"reserved ahead, no pod yet: it may come until the reservation ends": {
 			claim: reserved, now: admitted.Add(time.Second),
 			wantPlan: birthPlan{step: birthWait, wait: time.Minute + bindingPodWait - time.Second},
+		},
+		"reserved under a Lease, no pod yet: it may come until the Lease is over": {
+			claim: leased, holderEnd: admitted.Add(40 * time.Second), now: admitted.Add(time.Second),
+			wantPlan: birthPlan{step: birthWait, wait: 39*time.Second + bindingPodWait},
+		},
+		"reserved under a Lease that is over and gone from the cache, renewed by the live read: its pod may still come": {
+			claim: leased, liveHolderEnd: podWaitOver.Add(30 * time.Second), now: podWaitOver,
+			wantPlan: birthPlan{step: birthReadLive},
+			wantLive: birthPlan{step: birthWait, wait: 30*time.Second + bindingPodWait},
+		},
+		"reserved under a Lease over for the live read too: made without a pod": {
+			claim: leased, liveHolderEnd: admitted.Add(time.Second), now: admitted.Add(time.Second + bindingPodWait),
+			wantPlan: birthPlan{step: birthReadLive},
+			wantLive: birthPlan{step: birthCreate},
+		},
+		"reserved under a Lease whose clock runs ahead: waits no longer than a Lease": {
+			claim: leased, holderEnd: admitted.Add(time.Hour), now: admitted,
+			wantPlan: birthPlan{step: birthWait, wait: checkout.LeaseDuration + bindingPodWait},
 		},
 		"pod cached, not scheduled: the binding waits for its scheduling": {
 			claim: fresh, pods: []corev1.Pod{pending("")}, now: starting,
@@ -197,7 +221,7 @@ func TestDecideBirth(t *testing.T) {
 			if tc.noStartWait {
 				wait = 0
 			}
-			o := birth{key: client.ObjectKey{Namespace: "ns", Name: "c"}, pods: tc.pods, ownClaimStale: tc.ownClaimStale}
+			o := birth{key: client.ObjectKey{Namespace: "ns", Name: "c"}, pods: tc.pods, ownClaimStale: tc.ownClaimStale, holderEnd: tc.holderEnd}
 			if tc.claim != nil {
 				o.claim = tc.claim.DeepCopy()
 				o.checkout = seenKeyOf(tc.claim)
@@ -221,6 +245,7 @@ func TestDecideBirth(t *testing.T) {
 			case tc.live != nil:
 				o.claim = tc.live.DeepCopy()
 			}
+			o.holderEnd = tc.liveHolderEnd
 			if diff := cmp.Diff(tc.wantLive, decideLiveBirth(o, tc.now), cmp.AllowUnexported(birthPlan{})); diff != "" {
 				t.Errorf("decideLiveBirth (-want +got):\n%s", diff)
 			}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/checkout"
 	"github.com/st-tech/fluent-pvc-operator/claim"
 )
 
@@ -866,11 +867,13 @@ const bindingPodWait = 5 * time.Second
 // of bindingPodWait since the admission, or 0 to make the binding now. A
 // claim that records its pod (its binding lost and made again), or whose
 // admission time is unknown, does not wait. A claim reserved ahead of its
-// pod (claim.Reservation) may be handed out until its reservation ends:
-// it waits until bindingPodWait after that, at most
-// claim.MaxReservation and bindingPodWait in a row, whatever the clock of
-// the replica that wrote it.
-func awaitPod(pvc *corev1.PersistentVolumeClaim, podCached bool, now time.Time) time.Duration {
+// pod (claim.Reservation) may be handed out until its holder's Lease is
+// over (holderEnd; the zero time when it is gone), or until the end the
+// reservation names: it waits until bindingPodWait after that, at most
+// checkout.LeaseDuration (claim.MaxReservation for an end it names) and
+// bindingPodWait in a row, whatever the clock of the replica that wrote
+// it.
+func awaitPod(pvc *corev1.PersistentVolumeClaim, podCached bool, now, holderEnd time.Time) time.Duration {
 	if podCached {
 		return 0
 	}
@@ -882,8 +885,14 @@ func awaitPod(pvc *corev1.PersistentVolumeClaim, podCached bool, now time.Time) 
 		return 0
 	}
 	longest := bindingPodWait
-	if _, until, reserved := claim.Reservation(pvc); reserved && until.After(admitted) {
-		admitted, longest = until, claim.MaxReservation+bindingPodWait
+	if _, until, reserved := claim.Reservation(pvc); reserved {
+		end, most := holderEnd, checkout.LeaseDuration
+		if !until.IsZero() {
+			end, most = until, claim.MaxReservation
+		}
+		if end.After(admitted) {
+			admitted, longest = end, most+bindingPodWait
+		}
 	}
 	left := admitted.Add(bindingPodWait).Sub(now)
 	if left <= 0 {

@@ -273,6 +273,15 @@ func TestObserveStarting(t *testing.T) {
 	}
 }
 
+// underLease makes a reserved claim's holder the Lease named holder, with
+// no end of its own.
+func underLease(holder string) func(*corev1.PersistentVolumeClaim) {
+	return func(c *corev1.PersistentVolumeClaim) {
+		c.Annotations[v1alpha1.ReservedByAnnotationKey] = holder
+		delete(c.Annotations, v1alpha1.ReservedUntilAnnotationKey)
+	}
+}
+
 func TestReservedStock(t *testing.T) {
 	now := fixtures.Epoch
 	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
@@ -301,10 +310,15 @@ func TestReservedStock(t *testing.T) {
 		"a claim of an admission": {claimed: []corev1.PersistentVolumeClaim{*fixtures.Claim(f, "ns", "a", "h", v1alpha1.CheckoutHit, now)}},
 		"ending far ahead: counted, rechecked within the longest reservation": {
 			claimed: []corev1.PersistentVolumeClaim{reserved("ns", "a", "h", 24*time.Hour, nil)}, want: map[string]int{"ns": 1}, recheck: claim.MaxReservation},
+		"held under a live Lease": {
+			claimed: []corev1.PersistentVolumeClaim{reserved("ns", "a", "h", 0, underLease("sys/live")), reserved("ns", "b", "h", 0, underLease("sys/live"))}, want: map[string]int{"ns": 2}, recheck: 30 * time.Second},
+		"held under a Lease that is over": {claimed: []corev1.PersistentVolumeClaim{reserved("ns", "a", "h", 0, underLease("sys/over"))}},
+		"held under a Lease that is gone": {claimed: []corev1.PersistentVolumeClaim{reserved("ns", "a", "h", 0, underLease("sys/gone"))}},
 	}
+	ends := map[string]time.Time{"sys/live": now.Add(30 * time.Second), "sys/over": now.Add(-time.Second)}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, recheck := reservedStock(tc.claimed, "h", now)
+			got, recheck := reservedStock(tc.claimed, "h", now, ends)
 			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" || recheck != tc.recheck {
 				t.Errorf("reservedStock = %v, %s; want %v, %s", got, recheck, tc.want, tc.recheck)
 			}

@@ -364,21 +364,41 @@ func (r *PoolReconciler) observePool(ctx context.Context, f *v1alpha1.FluentPVC,
 	if placing {
 		o.claimed = claimed.Items
 	}
-	o.reserved, o.reservedRecheck = reservedStock(claimed.Items, pool.TemplateHash(&f.Spec.PVCSpecTemplate), r.clock.Now())
+	if err := r.observeReserved(ctx, f, claimed.Items, &o); err != nil {
+		return o, err
+	}
 	return o, r.observeStarting(ctx, claimed.Items, &o)
+}
+
+// observeReserved counts the claims among claimed (f's) that are reserved
+// ahead of their pods, under a Lease the cache shows live or until an end
+// they name (reservedStock).
+func (r *PoolReconciler) observeReserved(ctx context.Context, f *v1alpha1.FluentPVC, claimed []corev1.PersistentVolumeClaim, o *poolObserved) error {
+	now := r.clock.Now()
+	ends, err := r.holderEnds(ctx, claimed, now)
+	if err != nil {
+		return err
+	}
+	o.reserved, o.reservedRecheck = reservedStock(claimed, pool.TemplateHash(&f.Spec.PVCSpecTemplate), now, ends)
+	return nil
 }
 
 // reservedStock counts, by namespace, the claims among claimed (a
 // FluentPVC's claims) made from the template of hash hash, not being
 // deleted, that are reserved ahead of their pods and whose reservations
 // are not over at now; and how long until the first of them ends (0:
-// none). An end further ahead than claim.MaxReservation counts as that.
-func reservedStock(claimed []corev1.PersistentVolumeClaim, hash string, now time.Time) (map[string]int, time.Duration) {
+// none). A reservation ends with its holder's Lease (ends, by holder; a
+// holder missing there is gone), or at the end it names, counted as
+// claim.MaxReservation at most.
+func reservedStock(claimed []corev1.PersistentVolumeClaim, hash string, now time.Time, ends map[string]time.Time) (map[string]int, time.Duration) {
 	var out map[string]int
 	var first time.Duration
 	for i := range claimed {
 		c := &claimed[i]
-		_, until, ok := claim.Reservation(c)
+		by, until, ok := claim.Reservation(c)
+		if until.IsZero() {
+			until = ends[by]
+		}
 		left := min(until.Sub(now), claim.MaxReservation)
 		if !ok || left <= 0 || c.Labels[v1alpha1.TemplateHashLabelKey] != hash || !c.DeletionTimestamp.IsZero() {
 			continue
@@ -392,6 +412,28 @@ func reservedStock(claimed []corev1.PersistentVolumeClaim, hash string, now time
 		}
 	}
 	return out, first
+}
+
+// holderEnds is when the Lease of each reservation holder among claimed
+// is over, as cached at now (checkout.HolderEnd); a holder whose Lease is
+// gone is missing.
+func (r *PoolReconciler) holderEnds(ctx context.Context, claimed []corev1.PersistentVolumeClaim, now time.Time) (map[string]time.Time, error) {
+	ends, asked := map[string]time.Time{}, map[string]bool{}
+	for i := range claimed {
+		by, until, ok := claim.Reservation(&claimed[i])
+		if !ok || !until.IsZero() || asked[by] {
+			continue
+		}
+		asked[by] = true
+		end, found, err := checkout.HolderEnd(ctx, r, by, now)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			ends[by] = end
+		}
+	}
+	return ends, nil
 }
 
 // observeStarting counts the warm PVCs, among claimed (the FluentPVC's

@@ -14,10 +14,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/rest"
@@ -64,14 +62,8 @@ type Options struct {
 	// without an API write, for FluentPVCs whose spec.pool.reserveAhead
 	// is unset; 0 reserves none for them, pool.ReserveShare its share.
 	ReserveAhead int
-	// Service, when named, is the webhook's Service, whose ready
-	// endpoints are the replicas that share each pool's reservations
-	// (pool.Limit); the manager's cache must hold its EndpointSlices
-	// (ServiceEndpoints). Unnamed, the replica reserves as if alone.
-	Service types.NamespacedName
-	// ReservationTTL is how long a reservation runs (checkout.Stock's TTL).
-	ReservationTTL time.Duration
-	// Owner names this replica's process in its reservations.
+	// Owner names this replica's process in its stock's Lease, which
+	// lives in Namespace (checkout.Stock).
 	Owner string
 	// Drain, when set, makes the webhooks' answers close their
 	// connections once it is started (Drain).
@@ -170,20 +162,11 @@ func Setup(mgr ctrl.Manager, opts Options, caches *Caches) error {
 	if serverClock == nil {
 		serverClock = clock.RealClock{}
 	}
-	m.Pool.Stock = checkout.NewStock(opts.Owner, opts.ReserveAhead, m.Pool, serverClock)
-	m.Pool.Stock.TTL = opts.ReservationTTL
+	m.Pool.Stock = checkout.NewStock(opts.Owner, opts.Namespace, opts.ReserveAhead, m.Pool, serverClock)
 	if opts.Drain != nil {
 		// A replica told to stop reserves no more: it gives its stock back
 		// once stopped.
 		m.Pool.Stock.Stopping = opts.Drain.Draining
-	}
-	if opts.Service.Name != "" {
-		// Not waited for: until it syncs, the stock reserves as if alone.
-		i, err := mgr.GetCache().GetInformer(context.Background(), &discoveryv1.EndpointSlice{}, cache.BlockUntilSynced(false))
-		if err != nil {
-			return fmt.Errorf("watching the webhook Service's EndpointSlices: %w", err)
-		}
-		m.Pool.Stock.Replicas = Replicas(mgr.GetCache(), i, opts.Service)
 	}
 	if err := mgr.Add(m.Pool.Stock); err != nil {
 		return fmt.Errorf("adding the reserved claims' stock: %w", err)

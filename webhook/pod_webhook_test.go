@@ -8,23 +8,22 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	admissionv1 "k8s.io/api/admission/v1"
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -367,7 +366,7 @@ var _ = Describe("Pod admission", func() {
 		Expect(k8sClient.Status().Update(ctx, warm)).To(Succeed())
 
 		m := webhook.NewPodMutator(mgrClient, k8sClient, k8sClient, admission.NewDecoder(scheme), clock.RealClock{})
-		stock := checkout.NewStock("replica-a", 1, m.Pool, clock.RealClock{})
+		stock := checkout.NewStock("replica-a", ns, 1, m.Pool, clock.RealClock{})
 		m.Pool.Stock = stock
 		Eventually(func(g Gomega) {
 			g.Expect(stock.Sync(ctx)).To(Succeed())
@@ -395,11 +394,11 @@ var _ = Describe("Pod admission", func() {
 			By(name)
 			resp = r.Handle(ctx, createRequest(mutated, false))
 			Expect(resp.Allowed).To(BeFalse())
-			Expect(resp.Result.Message).To(ContainSubstring("reserved by webhook replica replica-a"))
+			Expect(resp.Result.Message).To(ContainSubstring("reserved by webhook replica " + ns + "/replica-a-"))
 		}
 	})
 
-	It("shares a pool's reservations among the replicas behind the webhook Service's ready endpoints", func() {
+	It("shares a pool's reservations among the replicas whose stock Leases are live", func() {
 		pooled := createFluentPVC(fixtures.MakeFluentPVC("shared-" + ns).PoolSize(3).PoolNamespaces(ns).Obj())
 		for range 3 {
 			warm := claim.NewWarm(pooled, ns, pool.TemplateHash(&pooled.Spec.PVCSpecTemplate), "").Object
@@ -419,100 +418,61 @@ var _ = Describe("Pod admission", func() {
 			}
 			g.Expect(bound).To(Equal(3), "the cache sees the pool full")
 		}).Should(Succeed())
-		// The Service's endpoints as the EndpointSlice controller writes
-		// them: a and b ready.
-		svc := types.NamespacedName{Namespace: ns, Name: "webhook"}
-		slice := &discoveryv1.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: "webhook-x1", Labels: map[string]string{discoveryv1.LabelServiceName: svc.Name}},
-			AddressType: discoveryv1.AddressTypeIPv4,
-		}
-		setEndpoints := func(ready map[string]bool) {
-			slice.Endpoints = nil
-			for i, name := range []string{"a", "b", "c"} {
-				r, ok := ready[name]
-				if !ok {
-					continue
-				}
-				slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{
-					Addresses:  []string{fmt.Sprintf("10.0.0.%d", i+1)},
-					Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(r)},
-					TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "operator-" + name},
-				})
-			}
-		}
-		setEndpoints(map[string]bool{"a": true, "b": true})
-		Expect(k8sClient.Create(ctx, slice)).To(Succeed())
-		// Ready endpoints of another Service here, and of a Service of the
-		// same name elsewhere: not the webhook's replicas.
-		for _, other := range []types.NamespacedName{{Namespace: ns, Name: "metrics"}, {Namespace: "default", Name: svc.Name}} {
-			o := slice.DeepCopy()
-			o.ObjectMeta = metav1.ObjectMeta{Namespace: other.Namespace, GenerateName: other.Name + "-", Labels: map[string]string{discoveryv1.LabelServiceName: other.Name}}
-			o.Endpoints = append(o.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.0.1.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
-			Expect(k8sClient.Create(ctx, o)).To(Succeed())
-			DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(context.Background(), o))).To(Succeed()) })
-		}
-		// A cache of the EndpointSlices as the manager's holds them
-		// (ServiceEndpoints).
-		slices, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{
-			&discoveryv1.EndpointSlice{}: webhook.ServiceEndpoints(svc),
-		}})
-		Expect(err).NotTo(HaveOccurred())
-		informer, err := slices.GetInformer(ctx, &discoveryv1.EndpointSlice{}, cache.BlockUntilSynced(false))
-		Expect(err).NotTo(HaveOccurred())
-		cacheCtx, stopCache := context.WithCancel(context.Background())
-		DeferCleanup(stopCache)
-		go func() {
-			defer GinkgoRecover()
-			Expect(slices.Start(cacheCtx)).To(Succeed())
-		}()
-		Expect(slices.WaitForCacheSync(ctx)).To(BeTrue())
-		replicas := webhook.Replicas(slices, informer, svc)
-		Eventually(func() (int, error) { return replicas(ctx) }).Should(Equal(2), "the webhook Service's ready endpoints alone")
-		stock := func(owner string) *checkout.Stock {
-			s := checkout.NewStock(owner, pool.ReserveShare, checkout.NewCheckouter(mgrClient, k8sClient, k8sClient), clock.RealClock{})
-			s.Replicas = replicas
+		// Each stock keeps its Lease in ns, as the replicas of one
+		// installation keep theirs in the operator's namespace.
+		stock := func(name string) *checkout.Stock {
+			s := checkout.NewStock(name, ns, pool.ReserveShare, checkout.NewCheckouter(mgrClient, k8sClient, k8sClient), clock.RealClock{})
 			DeferCleanup(func() { Expect(s.Close(context.Background())).To(Succeed()) })
 			return s
 		}
 		a, b := stock("replica-a"), stock("replica-b")
-		// reserved counts the pool's claims by the replica that reserved
-		// them, "" for the warm PVCs no one did.
+		// reserved counts the pool's claims by the replica whose Lease
+		// holds them, "" for the warm PVCs no one reserved.
 		reserved := func(g Gomega) map[string]int {
 			var l corev1.PersistentVolumeClaimList
 			g.Expect(k8sClient.List(ctx, &l, client.InNamespace(ns), client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: pooled.Name})).To(Succeed())
 			out := map[string]int{}
 			for i := range l.Items {
 				by, _, _ := claim.Reservation(&l.Items[i])
-				out[by]++
+				switch {
+				case strings.HasPrefix(by, ns+"/replica-a-"):
+					out["replica-a"]++
+				case strings.HasPrefix(by, ns+"/replica-b-"):
+					out["replica-b"]++
+				default:
+					out[by]++
+				}
 			}
 			return out
 		}
 		sync := func(g Gomega) {
 			g.Expect(a.Sync(ctx)).To(Succeed())
 			g.Expect(b.Sync(ctx)).To(Succeed())
-			got := reserved(g)
-			g.Expect(got["replica-a"]).To(BeNumerically("<=", 2), "at most a share of 3 over 2 replicas, rounded up")
-			g.Expect(got["replica-b"]).To(BeNumerically("<=", 2))
 		}
 
-		By("two ready replicas: the first to look takes its share, the other what is left")
+		By("two live Leases: the first to look takes its share, the other what is left")
 		Eventually(func(g Gomega) {
 			sync(g)
 			g.Expect(reserved(g)).To(Equal(map[string]int{"replica-a": 2, "replica-b": 1}))
 			g.Expect([]int{a.Len(), b.Len()}).To(Equal([]int{2, 1}))
 		}).Should(Succeed())
 
-		By("a third replica becomes ready: each gives back what it holds beyond a share of 1")
-		setEndpoints(map[string]bool{"a": true, "b": true, "c": true})
-		Expect(k8sClient.Update(ctx, slice)).To(Succeed())
+		By("a third replica's Lease: each gives back what it holds beyond a share of 1")
+		now := metav1.NewMicroTime(time.Now())
+		third := &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "replica-c-x1", Labels: map[string]string{v1alpha1.StockLeaseLabelKey: "true"}},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("replica-c-x1"), LeaseDurationSeconds: ptr.To[int32](45), RenewTime: &now},
+		}
+		Expect(k8sClient.Create(ctx, third)).To(Succeed())
 		Eventually(func(g Gomega) {
 			sync(g)
 			g.Expect(reserved(g)).To(Equal(map[string]int{"replica-a": 1, "replica-b": 1, "": 1}))
 		}).Should(Succeed())
 
-		By("only one replica ready: each reserves as if alone, and the one left is taken")
-		setEndpoints(map[string]bool{"a": true, "b": false, "c": false})
-		Expect(k8sClient.Update(ctx, slice)).To(Succeed())
+		By("the third's Lease over: the share is 2 again, and the one left is taken")
+		over := metav1.NewMicroTime(time.Now().Add(-time.Minute))
+		third.Spec.RenewTime = &over
+		Expect(k8sClient.Update(ctx, third)).To(Succeed())
 		Eventually(func(g Gomega) {
 			sync(g)
 			got := reserved(g)

@@ -125,18 +125,28 @@ const (
 	// matched by the claim's UID alone.
 	CheckoutIDAnnotationKey = keyPrefix + "checkout-id"
 
-	// ReservedUntilAnnotationKey marks a claim that a webhook replica
-	// checked out ahead of any pod (a reservation): until this time (RFC
-	// 3339, the API server's clock) that replica alone hands it to a pod,
-	// and it does so without a write. The claim's binding waits for the
-	// pod until then; a reserved claim whose time is over and that no pod
-	// carries is a claim whose pod never came, reclaimed as any other.
+	// ReservedByAnnotationKey marks a claim that a webhook replica checked
+	// out ahead of any pod (a reservation), and names the replica's Lease
+	// ("namespace/name", StockLeaseLabelKey): while that Lease is renewed,
+	// the replica alone hands the claim to a pod, without a write, and
+	// alone gives it back to the pool. The claim's binding waits for the
+	// pod until the Lease is over; a reserved claim whose Lease is over and
+	// that no pod carries is a claim whose pod never came, reclaimed as
+	// any other.
+	//
+	// A reservation that also carries ReservedUntilAnnotationKey (RFC 3339,
+	// the API server's clock) runs until that time instead, whatever its
+	// holder's Lease.
+	ReservedByAnnotationKey = keyPrefix + "reserved-by"
+
+	// ReservedUntilAnnotationKey is the end of a reservation that names
+	// its own (see ReservedByAnnotationKey).
 	ReservedUntilAnnotationKey = keyPrefix + "reserved-until"
 
-	// ReservedByAnnotationKey names the webhook replica process that holds
-	// a claim's reservation (ReservedUntilAnnotationKey): only that
-	// process extends it or gives the claim back to the pool.
-	ReservedByAnnotationKey = keyPrefix + "reserved-by"
+	// StockLeaseLabelKey labels the Lease of each webhook replica that
+	// holds reservations (ReservedByAnnotationKey), in the operator's
+	// namespace: the live ones share each pool's reservations.
+	StockLeaseLabelKey = keyPrefix + "stock"
 
 	// SidecarAnnotationKey records on a pod, at admission, the name of the
 	// sidecar the webhook added, so that the sidecar is known by that name

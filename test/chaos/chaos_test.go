@@ -97,9 +97,6 @@ func TestChaos(t *testing.T) {
 	}
 	reps, err := startReplicas(ctx, kc, 2, proxy.Kubeconfig, []string{
 		"--orphan-grace-period=10s", "--allow-short-orphan-grace-period", "--drain-backoff-base=1s", "--drain-backoff-max=5s",
-		// The shortest reservation: a killed replica's reserved claims are
-		// reclaimed within the settle.
-		"--reservation-ttl=1m",
 	})
 	if err != nil {
 		t.Fatalf("replicas: %v (log %s)", err, logPath)
