@@ -85,6 +85,10 @@ type Stock struct {
 	lastReplicas int
 	countFailing bool
 
+	// creating is the Lease the stock last tried to make, until it is
+	// known to be made or not. Only Sync uses it.
+	creating *coordinationv1.Lease
+
 	mu     sync.Mutex
 	closed bool
 	term   term
@@ -422,17 +426,7 @@ func (s *Stock) keepLease(ctx context.Context) error {
 	if t.lease != nil && now.Sub(t.lease.Spec.RenewTime.Time) < leaseRenew {
 		return nil
 	}
-	var l *coordinationv1.Lease
-	var err error
-	if t.lease == nil {
-		l = newLease(s.Namespace, s.Name, now)
-		err = s.Checkouts.Writer.Create(ctx, l)
-	} else {
-		l = t.lease.DeepCopy()
-		at := metav1.NewMicroTime(now)
-		l.Spec.RenewTime = &at
-		err = s.Checkouts.Writer.Update(ctx, l)
-	}
+	l, err := s.writeLease(ctx, t.lease, now)
 	switch {
 	case err == nil && t.lease != nil && !now.Before(t.validUntil):
 		// Renewed after it was over by the stock's count: the binding
@@ -458,6 +452,40 @@ func (s *Stock) keepLease(ctx context.Context) error {
 		}
 	}
 	return fmt.Errorf("keeping the stock's Lease: %w", err)
+}
+
+// writeLease renews lease, as written at now, or, when it is nil, makes
+// the stock's Lease. A Lease whose create was answered with an error may
+// have been made: the next try reads it, and renews it if it was,
+// rather than make a second one, which would count as another replica
+// until it is over.
+func (s *Stock) writeLease(ctx context.Context, lease *coordinationv1.Lease, now time.Time) (*coordinationv1.Lease, error) {
+	if lease == nil && s.creating != nil {
+		live := &coordinationv1.Lease{}
+		switch err := s.Checkouts.Live.Get(ctx, client.ObjectKeyFromObject(s.creating), live); {
+		case err == nil:
+			lease = live
+		case !apierrors.IsNotFound(err):
+			return nil, err
+		}
+	}
+	at := metav1.NewMicroTime(now)
+	if lease == nil {
+		if s.creating == nil {
+			s.creating = newLease(s.Namespace, s.Name, now)
+		}
+		l := s.creating.DeepCopy()
+		l.Spec.AcquireTime, l.Spec.RenewTime = &at, &at
+		err := s.Checkouts.Writer.Create(ctx, l)
+		if err == nil {
+			s.creating = nil
+		}
+		return l, err
+	}
+	s.creating = nil
+	l := lease.DeepCopy()
+	l.Spec.RenewTime = &at
+	return l, s.Checkouts.Writer.Update(ctx, l)
 }
 
 // setTerm makes t the stock's term.

@@ -69,6 +69,8 @@ type stockHooks struct {
 	leaseFails func(op string, l *coordinationv1.Lease) error
 	// leaseAnswer is what a Lease update returns once made.
 	leaseAnswer func(l *coordinationv1.Lease) error
+	// createAnswer is what a Lease create returns once made.
+	createAnswer func(l *coordinationv1.Lease) error
 }
 
 func newStockFixture(t *testing.T, target int, objs ...client.Object) stockFixture {
@@ -88,10 +90,16 @@ func newStockFixture(t *testing.T, target int, objs ...client.Object) stockFixtu
 				return err
 			}
 		}
-		if err := write(); err != nil || op != "update" || h.leaseAnswer == nil {
+		err := write()
+		switch {
+		case err != nil:
 			return err
+		case op == "create" && h.createAnswer != nil:
+			return h.createAnswer(l)
+		case op == "update" && h.leaseAnswer != nil:
+			return h.leaseAnswer(l)
 		}
-		return h.leaseAnswer(l)
+		return nil
 	}
 	pvc := func(obj client.Object, write func() error) error {
 		if _, ok := obj.(*corev1.PersistentVolumeClaim); !ok {
@@ -1307,4 +1315,48 @@ func (f failingNodes) List(ctx context.Context, l client.ObjectList, opts ...cli
 		return apierrors.NewServiceUnavailable("nodes cannot be listed")
 	}
 	return f.Reader.List(ctx, l, opts...)
+}
+
+// TestStockLeaseCreateAnswerLost: a Lease create that lands but is
+// answered with an error (a timeout, or a conflict, which a client's retry
+// of a create that landed meets as AlreadyExists) leaves one Lease: the
+// next sync finds it, renews it and reserves under it, and no second
+// Lease halves the share.
+func TestStockLeaseCreateAnswerLost(t *testing.T) {
+	ctx := context.Background()
+	for name, answer := range map[string]error{
+		"a timeout":      apierrors.NewTimeoutError("request timed out", 1),
+		"already exists": apierrors.NewAlreadyExists(coordinationv1.Resource("leases"), "replica-a"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			fpvc := fixtures.MakeFluentPVC("f").PoolSize(2).Obj()
+			f := newStockFixture(t, pool.ReserveShare, append([]client.Object{fpvc}, warmPVCs(fpvc, 2)...)...)
+			f.hooks.createAnswer = func(*coordinationv1.Lease) error { return answer }
+			if err := f.stock.Sync(ctx); err == nil {
+				t.Fatal("the first sync's create answered with an error: want the error")
+			}
+			if f.stock.Len() != 0 || f.writes.Load() != 0 {
+				t.Fatalf("reserved %d claims (%d writes) before the Lease was known", f.stock.Len(), f.writes.Load())
+			}
+			f.hooks.createAnswer = nil
+			f.clock.SetTime(fixtures.Epoch.Add(time.Second))
+			if err := f.stock.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var leases coordinationv1.LeaseList
+			if err := f.raw.List(ctx, &leases, client.InNamespace("sys")); err != nil {
+				t.Fatal(err)
+			}
+			if len(leases.Items) != 1 {
+				t.Fatalf("%d Leases, want the one made", len(leases.Items))
+			}
+			l := leases.Items[0]
+			if want := fixtures.Epoch.Add(time.Second); !l.Spec.RenewTime.Time.Equal(want) {
+				t.Errorf("Lease renewed at %v, want %v", l.Spec.RenewTime.Time, want)
+			}
+			if got := len(f.reservedBy(t, "sys/"+l.Name)); got != 2 || f.stock.Len() != 2 {
+				t.Errorf("reserved %d under %s (stock %d), want the whole pool: no second Lease shares it", got, l.Name, f.stock.Len())
+			}
+		})
+	}
 }
