@@ -137,11 +137,8 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 	// Nodes found missing from the cache, or not, by name: the staged
 	// candidates of a pool share a few nodes.
 	gone := map[string]bool{}
-	if got := c.Stock.take(ctx, fpvc.Name, namespace, hash, placement.Usable, func(pvc *corev1.PersistentVolumeClaim) bool {
-		return c.stranded(ctx, pvc, gone)
-	}); got != nil {
-		log.FromContext(ctx).V(1).Info("handed out a reserved claim", "claim", klog.KObj(got))
-		return Checkedout{PVC: got}, nil
+	if got, ok := c.takeReserved(ctx, fpvc, pod, placement, gone, false); ok {
+		return got, nil
 	}
 	holders, requests, err := c.holders(ctx, fpvc.Name, namespace)
 	if err != nil {
@@ -188,20 +185,67 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 		case err != nil:
 			return Checkedout{}, err
 		case got != nil:
-			out := Checkedout{PVC: got}
-			if h, ok := holders[got.Name]; ok {
-				out.Holder = h.Name
-				if node := h.Spec.NodeName; node != "" && placement.FitsNode(node) {
-					out.StagedOn = node
-				}
-			}
-			return out, nil
+			return staging(got, holders[got.Name], placement), nil
 		}
 		lostRace = lostRace || lost
+	}
+	// As with warm PVCs, a reserved claim staged where the pod cannot run
+	// comes last, and never to a pod pinned to its nodes.
+	if !pinned {
+		if got, ok := c.takeReserved(ctx, fpvc, pod, placement, gone, true); ok {
+			return got, nil
+		}
 	}
 	log.FromContext(ctx).V(1).Info("checkout missed; the pod gets a new claim",
 		"fluentPVC", klog.KObj(fpvc), "namespace", namespace, "reason", missReason(warmSeen, candidates, lostRace))
 	return Checkedout{}, nil
+}
+
+// takeReserved hands pod a claim of fpvc that the replica's stock holds
+// (Stock.take), if one fits, without an API write: one whose volume a
+// node the pod can run on can use, not stranded (gone is stranded's
+// memory of nodes), and, if a holder stages it, on a node the pod can run
+// on, where the pod is then pinned; with anyNode, one staged elsewhere
+// too, whose volume then moves to the pod's node.
+func (c *Checkouter) takeReserved(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod, placement *pool.Placement, gone map[string]bool, anyNode bool) (Checkedout, bool) {
+	var holders map[string]*corev1.Pod
+	listed := false
+	holderOf := func(name string) *corev1.Pod {
+		if !listed {
+			listed = true
+			var err error
+			if holders, _, err = c.holders(ctx, fpvc.Name, pod.Namespace); err != nil {
+				// Handed out unstaged: the volume follows the pod.
+				log.FromContext(ctx).V(1).Info("cannot list holders; a reserved claim is handed out as if unstaged", "error", err.Error())
+			}
+		}
+		return holders[name]
+	}
+	got := c.Stock.take(ctx, fpvc.Name, pod.Namespace, pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), placement.Usable, func(pvc *corev1.PersistentVolumeClaim) bool {
+		if h := holderOf(pvc.Name); !anyNode && h != nil && h.Spec.NodeName != "" && !placement.FitsNode(h.Spec.NodeName) {
+			return true // left for a pod that can run where it is staged
+		}
+		return c.stranded(ctx, pvc, gone)
+	})
+	if got == nil {
+		return Checkedout{}, false
+	}
+	log.FromContext(ctx).V(1).Info("handed out a reserved claim", "claim", klog.KObj(got))
+	return staging(got, holderOf(got.Name), placement), true
+}
+
+// staging is what a checkout hands a pod of placement with claim pvc,
+// whose holder is h (nil: none): the holder, and its node if the pod can
+// run there.
+func staging(pvc *corev1.PersistentVolumeClaim, h *corev1.Pod, placement *pool.Placement) Checkedout {
+	out := Checkedout{PVC: pvc}
+	if h != nil {
+		out.Holder = h.Name
+		if node := h.Spec.NodeName; node != "" && placement.FitsNode(node) {
+			out.StagedOn = node
+		}
+	}
+	return out
 }
 
 // listWarm lists the warm PVCs of FluentPVC fpvc in namespace through r:

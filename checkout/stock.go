@@ -36,8 +36,9 @@ const giveBackTimeout = 10 * time.Second
 // their pods (claim.Reserve), which its admissions hand out without an API
 // write. The reservation is the checkout's write made before the pod
 // comes, so a claim handed out is already a claim, with everything its
-// drain needs. Only pools that do not stage their warm PVCs are reserved
-// from: a staged pool's warm PVCs wait for their holders.
+// drain needs. Of a pool that stages its warm PVCs, the stock reserves
+// those a holder stages, and hands each to a pod that can run on its
+// holder's node, pinned there, as a checkout that writes does.
 //
 // The stock's reservations live as long as its Lease (coordination/v1, in
 // Namespace), which it renews every leaseRenew for LeaseDuration, the way
@@ -204,27 +205,24 @@ func (s *Stock) Len() int {
 
 // reservable are the FluentPVCs whose pools the stock reserves from, by
 // name: a pool of some size that asks for reservations (limit), not being
-// deleted, not staged.
-func (s *Stock) reservable(ctx context.Context, replicas int) (map[string]*v1alpha1.FluentPVC, error) {
-	var fpvcs v1alpha1.FluentPVCList
-	if err := s.Checkouts.Cache.List(ctx, &fpvcs); err != nil {
-		return nil, fmt.Errorf("listing FluentPVCs: %w", err)
+// deleted; staged says which of them stage their warm PVCs.
+func (s *Stock) reservable(ctx context.Context, replicas int) (fpvcs map[string]*v1alpha1.FluentPVC, staged map[string]bool, err error) {
+	var list v1alpha1.FluentPVCList
+	if err := s.Checkouts.Cache.List(ctx, &list); err != nil {
+		return nil, nil, fmt.Errorf("listing FluentPVCs: %w", err)
 	}
-	out := map[string]*v1alpha1.FluentPVC{}
-	for i := range fpvcs.Items {
-		f := &fpvcs.Items[i]
+	fpvcs, staged = map[string]*v1alpha1.FluentPVC{}, map[string]bool{}
+	for i := range list.Items {
+		f := &list.Items[i]
 		if s.limit(f, replicas) <= 0 || !f.DeletionTimestamp.IsZero() {
 			continue
 		}
-		staged, err := Stages(ctx, s.Checkouts.Cache, f)
-		if err != nil {
-			return nil, err
+		if staged[f.Name], err = Stages(ctx, s.Checkouts.Cache, f); err != nil {
+			return nil, nil, err
 		}
-		if !staged {
-			out[f.Name] = f
-		}
+		fpvcs[f.Name] = f
 	}
-	return out, nil
+	return fpvcs, staged, nil
 }
 
 // Sync renews the stock's Lease and brings the stock to its pool.Limit
@@ -233,12 +231,12 @@ func (s *Stock) reservable(ctx context.Context, replicas int) (map[string]*v1alp
 func (s *Stock) Sync(ctx context.Context) error {
 	leaseErr := s.keepLease(ctx)
 	replicas := s.replicas(ctx)
-	fpvcs, err := s.reservable(ctx, replicas)
+	fpvcs, staged, err := s.reservable(ctx, replicas)
 	if err != nil {
 		return errors.Join(leaseErr, err)
 	}
 	usable := s.usableOnSomeNode(ctx)
-	unfit, err := s.prune(ctx, fpvcs, usable)
+	unfit, err := s.prune(ctx, fpvcs, staged, usable)
 	if err != nil {
 		return errors.Join(leaseErr, err)
 	}
@@ -250,7 +248,7 @@ func (s *Stock) Sync(ctx context.Context) error {
 	}
 	if (s.Stopping == nil || !s.Stopping()) && s.term.usable(now) {
 		for name, f := range fpvcs {
-			errs = append(errs, s.reserve(ctx, f, count[name], usable, now, replicas))
+			errs = append(errs, s.reserve(ctx, f, staged[name], count[name], usable, now, replicas))
 		}
 	}
 	s.report(fpvcs)
@@ -296,15 +294,18 @@ func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, unfit map[types.Names
 // stock (stillHeld), and says which of the others no pod can take, to be
 // given back: those of a namespace being deleted (so that their
 // finalizers do not hold it), of a namespace that left their pool
-// (pool.PoolNamespaces of fpvcs), and those whose volume no node can use
-// (usable) or is attached to a node that is gone.
-func (s *Stock) prune(ctx context.Context, fpvcs map[string]*v1alpha1.FluentPVC, usable func(affinity string) bool) (map[types.NamespacedName]bool, error) {
+// (pool.PoolNamespaces of fpvcs), those whose volume no node can use
+// (usable) or is attached to a node that is gone, and those of a pool
+// that stages (staged) that no running holder stages any more (its node
+// went, or it was evicted): given back, the pool stages them again.
+func (s *Stock) prune(ctx context.Context, fpvcs map[string]*v1alpha1.FluentPVC, staged map[string]bool, usable func(affinity string) bool) (map[types.NamespacedName]bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	unfit := map[types.NamespacedName]bool{}
 	// By namespace, node and FluentPVC: a pool's claims share a few.
 	going, gone := map[string]bool{}, map[string]bool{}
 	inPool := map[string]sets.Set[string]{}
+	holders := map[types.NamespacedName]map[string]*corev1.Pod{} // by FluentPVC and namespace
 	for key, st := range s.held {
 		if st.busy {
 			continue
@@ -329,8 +330,22 @@ func (s *Stock) prune(ctx context.Context, fpvcs map[string]*v1alpha1.FluentPVC,
 			}
 			left = !inPool[name].Has(key.Namespace)
 		}
+		unstaged := false
+		if staged[name] {
+			pk := types.NamespacedName{Namespace: key.Namespace, Name: name}
+			hs, listed := holders[pk]
+			if !listed {
+				var err error
+				if hs, _, err = s.Checkouts.holders(ctx, name, key.Namespace); err != nil {
+					return nil, err
+				}
+				holders[pk] = hs
+			}
+			h := hs[key.Name]
+			unstaged = h == nil || !pool.HolderStaged(h)
+		}
 		affinity, _ := pool.WarmAffinity(st.pvc)
-		unfit[key] = g || left || !usable(affinity) || s.Checkouts.stranded(ctx, st.pvc, gone)
+		unfit[key] = g || left || unstaged || !usable(affinity) || s.Checkouts.stranded(ctx, st.pvc, gone)
 	}
 	return unfit, nil
 }
@@ -534,8 +549,11 @@ func (s *Stock) giveBack(ctx context.Context, c *corev1.PersistentVolumeClaim) e
 
 // reserve reserves Bound warm PVCs of f's pool whose volume a node can
 // use (usable), in every namespace of the pool that has them, until the stock
-// holds its limit there (held: how many it holds, by namespace).
-func (s *Stock) reserve(ctx context.Context, f *v1alpha1.FluentPVC, held map[string]int, usable func(affinity string) bool, now time.Time, replicas int) error {
+// holds its limit there (held: how many it holds, by namespace). Of a
+// pool that stages (staged), only warm PVCs that a running holder stages
+// are reserved, and their holders stay; of another, only those without a
+// holder.
+func (s *Stock) reserve(ctx context.Context, f *v1alpha1.FluentPVC, staged bool, held map[string]int, usable func(affinity string) bool, now time.Time, replicas int) error {
 	c := s.Checkouts
 	var warm corev1.PersistentVolumeClaimList
 	if err := c.Cache.List(ctx, &warm, client.MatchingFields{WarmIndex: f.Name}, client.UnsafeDisableDeepCopy); err != nil {
@@ -559,9 +577,6 @@ func (s *Stock) reserve(ctx context.Context, f *v1alpha1.FluentPVC, held map[str
 		} else if going {
 			continue
 		}
-		// A PVC with a holder, or whose holder may still be created, is
-		// left to the pool's staging (the pool stopped staging moments
-		// ago): a reserved claim has no holder to leave.
 		holders, requests, err := c.holders(ctx, f.Name, ns)
 		if err != nil {
 			errs = append(errs, err)
@@ -571,7 +586,12 @@ func (s *Stock) reserve(ctx context.Context, f *v1alpha1.FluentPVC, held map[str
 			if want <= 0 {
 				break
 			}
-			if _, held := holders[cand.Name]; held ||
+			// A PVC whose holder may still be created is left to the
+			// pool's staging, and so is one whose holder the pool is to
+			// remove (it stopped staging moments ago).
+			h, hasHolder := holders[cand.Name]
+			stagedHere := hasHolder && pool.HolderStaged(h)
+			if (staged && !stagedHere) || (!staged && hasHolder) ||
 				claim.HolderPending(cand, func(req string) bool { return requests[pool.HolderRequestKey(cand.Name, req)] }, now) ||
 				!c.take(cand, now) {
 				continue

@@ -1,6 +1,7 @@
 package checkout
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
@@ -261,9 +263,10 @@ func (f failingLeases) List(ctx context.Context, l client.ObjectList, opts ...cl
 
 // TestStockSync: the stock reserves Bound warm PVCs up to the
 // FluentPVC's spec.pool.reserveAhead or, when unset, its target, never
-// more than its share of the pool among the live stock Leases, and none
-// of a pool that stages its warm PVCs or of a FluentPVC being deleted.
-// It makes its Lease first, with one write.
+// more than its share of the pool among the live stock Leases, none of a
+// FluentPVC being deleted, only those a running holder stages of a pool
+// that stages its warm PVCs, and none with a holder of a pool that does
+// not. It makes its Lease first, with one write.
 func TestStockSync(t *testing.T) {
 	staged := fixtures.MakeFluentPVC("f").PoolSize(3).Obj()
 	staged.Spec.PVCSpecTemplate.StorageClassName = ptr.To("disk")
@@ -279,7 +282,10 @@ func TestStockSync(t *testing.T) {
 		// cannot be listed.
 		others   int
 		stopping bool
-		want     int
+		// holders are holder pods of the warm PVCs, by index, on the node
+		// named, running; pending when the node is "".
+		holders map[int]string
+		want    int
 	}{
 		"a stopping replica: none":         {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: pool.ReserveShare, stopping: true},
 		"up to the target":                 {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: 2, want: 2},
@@ -292,16 +298,28 @@ func TestStockSync(t *testing.T) {
 		"the FluentPVC's own number, at most its share": {fpvc: reserveAhead(3, 3), target: 0, others: 1, want: 2},
 		"at most the pool's size":                       {fpvc: fixtures.MakeFluentPVC("f").PoolSize(1).Obj(), target: 5, want: 1},
 		"every warm PVC there is":                       {fpvc: fixtures.MakeFluentPVC("f").PoolSize(5).Obj(), target: 5, want: 3},
-		"a staged pool: none":                           {fpvc: staged, extra: []client.Object{class, driver}, target: 2},
-		"a FluentPVC being deleted: none":               {fpvc: deleting, target: 2},
-		"the FluentPVC's own number":                    {fpvc: reserveAhead(3, 2), target: 0, want: 2},
-		"the FluentPVC's own number wins":               {fpvc: reserveAhead(3, 1), target: 3, want: 1},
-		"the FluentPVC asks for none":                   {fpvc: reserveAhead(3, 0), target: 3},
-		"neither asks (the default)":                    {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: 0},
-		"its number, at most the size":                  {fpvc: reserveAhead(2, 9), target: 0, want: 2},
+		"a staged pool, nothing staged yet: none":       {fpvc: staged, extra: []client.Object{class, driver}, target: 2},
+		"a staged pool: those a running holder stages": {
+			fpvc: staged, extra: []client.Object{class, driver}, target: 3, holders: map[int]string{0: "n1", 1: "n2", 2: ""}, want: 2},
+		"a pool that does not stage: none with a holder left": {
+			fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: 3, holders: map[int]string{0: "n1"}, want: 2},
+		"a FluentPVC being deleted: none": {fpvc: deleting, target: 2},
+		"the FluentPVC's own number":      {fpvc: reserveAhead(3, 2), target: 0, want: 2},
+		"the FluentPVC's own number wins": {fpvc: reserveAhead(3, 1), target: 3, want: 1},
+		"the FluentPVC asks for none":     {fpvc: reserveAhead(3, 0), target: 3},
+		"neither asks (the default)":      {fpvc: fixtures.MakeFluentPVC("f").PoolSize(3).Obj(), target: 0},
+		"its number, at most the size":    {fpvc: reserveAhead(2, 9), target: 0, want: 2},
 	} {
 		t.Run(name, func(t *testing.T) {
-			objs := append(append([]client.Object{tc.fpvc}, tc.extra...), warmPVCs(tc.fpvc, 3)...)
+			warm := warmPVCs(tc.fpvc, 3)
+			objs := append(append([]client.Object{tc.fpvc}, tc.extra...), warm...)
+			for i, node := range tc.holders {
+				h := objects.HolderPod(tc.fpvc.Name, warm[i].(*corev1.PersistentVolumeClaim), cmp.Or(node, "n1"), "pause", "")
+				if node != "" {
+					h.Spec.NodeName, h.Status.Phase = node, corev1.PodRunning
+				}
+				objs = append(objs, h)
+			}
 			for i := range tc.others {
 				objs = append(objs, otherLease(fmt.Sprintf("replica-%d-abcde", i), fixtures.Epoch))
 			}
@@ -727,6 +745,71 @@ func TestStockRenewalAnswerLost(t *testing.T) {
 			f.clock.SetTime(renew.Add(LeaseDuration - leaseMargin - time.Second))
 			if got := f.take(fpvc); got == nil {
 				t.Error("the stock hands out nothing under its renewed Lease")
+			}
+		})
+	}
+}
+
+// TestStockHandoutStaged: of a pool that stages its warm PVCs, a
+// checkout hands out a reserved claim, without a write, to a pod that can
+// run where its holder stages it, and pins the pod there; a pod pinned
+// to other nodes (a DaemonSet's) does not get it, and the stock keeps it;
+// a pod that cannot run there but pins itself to no node gets it when
+// nothing else is left, unpinned, and the volume moves to it.
+func TestStockHandoutStaged(t *testing.T) {
+	ctx := context.Background()
+	fpvc := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+	fpvc.Spec.PVCSpecTemplate.StorageClassName = ptr.To("disk")
+	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "disk"}, Provisioner: "disk.csi"}
+	driver := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "disk.csi"}}
+	warm := warmPVCs(fpvc, 1)[0]
+	h := objects.HolderPod(fpvc.Name, warm.(*corev1.PersistentVolumeClaim), "n1", "pause", "")
+	h.Spec.NodeName, h.Status.Phase = "n1", corev1.PodRunning
+	// objs are new objects for each fixture.
+	objs := func() []client.Object {
+		return []client.Object{fpvc.DeepCopy(), class.DeepCopy(), driver.DeepCopy(), h.DeepCopy(), warm.DeepCopyObject().(client.Object),
+			fixtures.MakeNode("n1").Label(corev1.LabelHostname, "n1").Obj(), fixtures.MakeNode("n2").Label(corev1.LabelHostname, "n2").Obj()}
+	}
+	f := newStockFixture(t, 1, objs()...)
+	f.stock.Checkouts.Stock = f.stock
+	if err := f.stock.Sync(ctx); err != nil || f.stock.Len() != 1 {
+		t.Fatalf("reserving the staged PVC: %v, stock %d", err, f.stock.Len())
+	}
+	before := f.writes.Load()
+
+	got, err := f.stock.Checkouts.Checkout(ctx, fpvc, fixtures.MakePod("pinned", "ns").FluentPVC(fpvc.Name).PinnedTo("n2").Obj(), f.clock.Now())
+	if err != nil || got.PVC != nil {
+		t.Fatalf("a pod pinned to n2 got %v (%v); want none: the claim is staged on n1", got.PVC, err)
+	}
+	if w := f.writes.Load() - before; w != 0 {
+		t.Errorf("the checkout made %d PVC writes, want none", w)
+	}
+	if f.stock.Len() != 1 {
+		t.Fatalf("the stock holds %d claims, want the staged one kept", f.stock.Len())
+	}
+	for name, tc := range map[string]struct {
+		pod      *corev1.Pod
+		stagedOn string
+	}{
+		"a pod that may run anywhere: pinned to the holder's node": {pod: fixtures.MakePod("free", "ns").FluentPVC(fpvc.Name).Obj(), stagedOn: "n1"},
+		"a pod that selects another node: the volume moves":        {pod: fixtures.MakePod("elsewhere", "ns").FluentPVC(fpvc.Name).NodeSelector(corev1.LabelHostname, "n2").Obj()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newStockFixture(t, 1, objs()...)
+			f.stock.Checkouts.Stock = f.stock
+			if err := f.stock.Sync(ctx); err != nil || f.stock.Len() != 1 {
+				t.Fatalf("reserving the staged PVC: %v, stock %d", err, f.stock.Len())
+			}
+			before := f.writes.Load()
+			got, err := f.stock.Checkouts.Checkout(ctx, fpvc, tc.pod, f.clock.Now())
+			if err != nil || got.PVC == nil {
+				t.Fatalf("checkout: %v, %v; want the reserved claim", got.PVC, err)
+			}
+			if got.PVC.Name != warm.GetName() || got.Holder != h.Name || got.StagedOn != tc.stagedOn {
+				t.Errorf("handed out %s, holder %q, staged on %q; want %s, %s, %q", got.PVC.Name, got.Holder, got.StagedOn, warm.GetName(), h.Name, tc.stagedOn)
+			}
+			if w := f.writes.Load() - before; w != 0 {
+				t.Errorf("the checkout made %d PVC writes, want none", w)
 			}
 		})
 	}
@@ -1356,6 +1439,71 @@ func TestStockLeaseCreateAnswerLost(t *testing.T) {
 			}
 			if got := len(f.reservedBy(t, "sys/"+l.Name)); got != 2 || f.stock.Len() != 2 {
 				t.Errorf("reserved %d under %s (stock %d), want the whole pool: no second Lease shares it", got, l.Name, f.stock.Len())
+			}
+		})
+	}
+}
+
+// TestStockGivesBackUnstaged: of a pool that stages its warm PVCs, the
+// stock gives back a reserved claim that no running holder stages any
+// more (its holder deleted with its node, or evicted), so that the pool
+// stages it again, and reserves it only once it is staged again.
+func TestStockGivesBackUnstaged(t *testing.T) {
+	for name, change := range map[string]func(t *testing.T, api client.Client, h *corev1.Pod){
+		"its holder deleted": func(t *testing.T, api client.Client, h *corev1.Pod) {
+			if err := api.Delete(context.Background(), h); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"its holder evicted": func(t *testing.T, api client.Client, h *corev1.Pod) {
+			h.Status.Phase = corev1.PodFailed
+			if err := api.Status().Update(context.Background(), h); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			fpvc := fixtures.MakeFluentPVC("f").PoolSize(2).Obj()
+			fpvc.Spec.PVCSpecTemplate.StorageClassName = ptr.To("disk")
+			objs := []client.Object{fpvc,
+				&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "disk"}, Provisioner: "disk.csi"},
+				&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "disk.csi"}}}
+			var holders []*corev1.Pod
+			for i, w := range warmPVCs(fpvc, 2) {
+				node := []string{"n1", "n2"}[i]
+				h := objects.HolderPod(fpvc.Name, w.(*corev1.PersistentVolumeClaim), node, "pause", "")
+				h.Spec.NodeName, h.Status.Phase = node, corev1.PodRunning
+				holders = append(holders, h)
+				objs = append(objs, w, h)
+			}
+			f := newStockFixture(t, pool.ReserveShare, objs...)
+			if err := f.stock.Sync(ctx); err != nil || f.stock.Len() != 2 {
+				t.Fatalf("reserving: %v, stock %d, want 2", err, f.stock.Len())
+			}
+			h := &corev1.Pod{}
+			if err := f.raw.Get(ctx, client.ObjectKeyFromObject(holders[0]), h); err != nil {
+				t.Fatal(err)
+			}
+			change(t, f.raw, h)
+			before := f.writes.Load()
+			for range 2 {
+				if err := f.stock.Sync(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := f.reserved(t); got != 1 || f.stock.Len() != 1 {
+				t.Errorf("reserved %d (stock %d), want 1: the one still staged", got, f.stock.Len())
+			}
+			if w := f.writes.Load() - before; w != 1 {
+				t.Errorf("%d PVC writes, want one give-back", w)
+			}
+			c := &corev1.PersistentVolumeClaim{}
+			if err := f.raw.Get(ctx, client.ObjectKey{Namespace: "ns", Name: objects.HolderOf(holders[0])}, c); err != nil {
+				t.Fatal(err)
+			}
+			if claim.StateOf(c) != claim.Warm {
+				t.Errorf("the claim no holder stages is %v, want warm again", claim.StateOf(c))
 			}
 		})
 	}

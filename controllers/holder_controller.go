@@ -14,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -108,7 +109,11 @@ func (r *HolderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	reason, recheck := pool.HolderFate(h, pvc, pod, r.clock.Now())
+	bound, err := r.bound(ctx, pvc)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	reason, recheck := pool.HolderFate(h, pvc, pod, bound, r.clock.Now())
 	if reason == "" {
 		return ctrl.Result{RequeueAfter: recheck}, nil
 	}
@@ -144,6 +149,23 @@ func (r *HolderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		pool.StagedHits.WithLabelValues(fpvc, reason).Inc()
 	}
 	return ctrl.Result{}, nil
+}
+
+// bound says whether the cache holds the binding of claim pvc (nil: gone),
+// which a claim reserved ahead of its pod gets once a pod carries it, or
+// once its replica is gone.
+func (r *HolderReconciler) bound(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (bool, error) {
+	if pvc == nil || pvc.Labels[v1alpha1.BindingNameLabelKey] == "" {
+		return false, nil
+	}
+	key := client.ObjectKey{Namespace: pvc.Namespace, Name: pvc.Labels[v1alpha1.BindingNameLabelKey]}
+	switch err := r.Get(ctx, key, &v1alpha1.FluentPVCBinding{}); {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("reading binding %s: %w", key, err)
+	}
+	return true, nil
 }
 
 // claimPod is the pod that warm PVC pvc was handed to: one carrying its
@@ -227,7 +249,8 @@ func preferOnNode(found *corev1.Pod, pods []corev1.Pod, h *corev1.Pod, claim str
 
 // SetupWithManager registers the reconciler: holder pods, the pods their
 // PVCs are handed to (by their binding label, which names the PVC of a
-// hit), and their PVCs once handed out or being deleted.
+// hit), their PVCs once handed out or being deleted, and their claims'
+// bindings.
 func (r *HolderReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("holder").
@@ -236,6 +259,13 @@ func (r *HolderReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}))).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.holderOfPod)).
 		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(r.holderOfClaim)).
+		Watches(&v1alpha1.FluentPVCBinding{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return r.cachedHolder(ctx, o.GetName(), o.GetNamespace())
+		}), builder.WithPredicates(predicate.Funcs{
+			// Only a binding's birth changes a holder's fate.
+			UpdateFunc: func(event.UpdateEvent) bool { return false },
+			DeleteFunc: func(event.DeleteEvent) bool { return false },
+		})).
 		Complete(r)
 }
 

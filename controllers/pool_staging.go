@@ -245,12 +245,18 @@ func stageInput(o poolObserved, ns, hash string, deleted []string, demand []pool
 }
 
 // stagedPerNode counts, per node, the warm PVCs of o's pool that a running
-// holder stages, and per namespace.
+// holder stages, those reserved ahead of their pods included, and per
+// namespace.
 func stagedPerNode(o poolObserved) (perNode, perNamespace map[string]int) {
 	warm := map[string]bool{}
 	for i := range o.warm {
 		if o.warm[i].DeletionTimestamp.IsZero() {
 			warm[o.warm[i].Namespace+"/"+o.warm[i].Name] = true
+		}
+	}
+	for i := range o.claimed {
+		if _, _, reserved := claim.Reservation(&o.claimed[i]); reserved && o.claimed[i].DeletionTimestamp.IsZero() {
+			warm[o.claimed[i].Namespace+"/"+o.claimed[i].Name] = true
 		}
 	}
 	perNode, perNamespace = map[string]int{}, map[string]int{}

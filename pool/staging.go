@@ -277,13 +277,16 @@ const (
 
 // HolderFate decides what becomes of holder pod h of warm PVC pvc (nil:
 // not found), given pod, the pod the PVC was handed to (nil: none found
-// with a node or without), at now. A holder stays while its PVC is warm.
+// with a node or without), and bound, whether the claim's binding exists,
+// at now. A holder stays while its PVC is warm, and while it is reserved
+// ahead of its pod (claim.Reservation) and neither a pod carries it nor
+// its binding was made without one (the reservation's replica is gone).
 // Once the PVC is handed out, it stays until the pod is on a node (the
 // pod then keeps the volume attached there, if that is the holder's node),
-// or until HolderPatience has passed since the admission; recheck is when
-// to look again while it waits (HolderRecheck). reason is "" when it
-// stays.
-func HolderFate(h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, pod *corev1.Pod, now time.Time) (reason string, recheck time.Duration) {
+// or until HolderPatience has passed since the admission (for a reserved
+// claim, the pod's creation); recheck is when to look again while it
+// waits (HolderRecheck). reason is "" when it stays.
+func HolderFate(h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, pod *corev1.Pod, bound bool, now time.Time) (reason string, recheck time.Duration) {
 	ref := metav1.GetControllerOfNoCopy(h)
 	switch {
 	case pvc == nil || ref == nil || ref.UID != pvc.UID || !pvc.DeletionTimestamp.IsZero():
@@ -306,7 +309,15 @@ func HolderFate(h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, pod *corev1.Po
 		// drain waiting for it.
 		return HolderAbandoned, 0
 	}
+	if _, _, reserved := claim.Reservation(pvc); reserved && pod == nil && !bound {
+		// Held for the replica that reserved it: no pod carries it yet.
+		return "", 0
+	}
 	admitted, err := time.Parse(time.RFC3339Nano, pvc.Annotations[v1alpha1.AdmittedAtAnnotationKey])
+	if claim.Reserved(pvc) && pod != nil {
+		// Reserved long before: the pod was created at its admission.
+		admitted, err = pod.CreationTimestamp.Time, nil
+	}
 	if err != nil || (state != claim.Claimed && state != claim.Used) {
 		return HolderAbandoned, 0
 	}

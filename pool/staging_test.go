@@ -196,13 +196,27 @@ func TestHolderFate(t *testing.T) {
 		f(h)
 		return h
 	}
+	// reserved is the PVC reserved ahead of its pod an hour ago.
+	reserved := with2(checkedOut(time.Hour), func(c *corev1.PersistentVolumeClaim) {
+		c.Annotations[v1alpha1.ReservedByAnnotationKey] = "sys/replica-a"
+	})
+	createdAgo := func(p *corev1.Pod, ago time.Duration) *corev1.Pod {
+		p.CreationTimestamp = metav1.NewTime(now.Add(-ago))
+		return p
+	}
 	cases := map[string]struct {
 		holder      *corev1.Pod
 		pvc         *corev1.PersistentVolumeClaim
 		pod         *corev1.Pod
+		bound       bool
 		wantReason  string
 		wantRecheck time.Duration
 	}{
+		"reserved ahead, no pod carries it: it stays":                                      {holder: holder, pvc: reserved},
+		"reserved ahead, its binding made without a pod (taken back): it goes":             {holder: holder, pvc: reserved, bound: true, wantReason: HolderAbandoned},
+		"reserved ahead and handed out, the pod created moments ago, not scheduled: waits": {holder: holder, pvc: reserved, pod: createdAgo(fixtures.MakePod("app", "ns").Obj(), time.Second), bound: true, wantRecheck: MinHolderRecheck},
+		"reserved ahead and handed out, the pod on the holder's node":                      {holder: holder, pvc: reserved, pod: createdAgo(pod("n1"), time.Second), wantReason: HolderServed},
+		"reserved ahead and handed out, no pod on a node within patience of its creation":  {holder: holder, pvc: reserved, pod: createdAgo(fixtures.MakePod("app", "ns").Obj(), HolderPatience), wantReason: HolderAbandoned},
 		"warm: it stays": {holder: holder, pvc: warm},
 		"warm, a pod labelled for it on a node: stays": {holder: holder, pvc: warm, pod: pod("n2")},
 		"the PVC is gone":              {holder: holder, wantReason: HolderOrphaned},
@@ -229,7 +243,7 @@ func TestHolderFate(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			reason, recheck := HolderFate(tc.holder, tc.pvc, tc.pod, now)
+			reason, recheck := HolderFate(tc.holder, tc.pvc, tc.pod, tc.bound, now)
 			if reason != tc.wantReason || recheck != tc.wantRecheck {
 				t.Errorf("HolderFate = (%q, %s), want (%q, %s)", reason, recheck, tc.wantReason, tc.wantRecheck)
 			}

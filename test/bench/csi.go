@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
 )
@@ -104,15 +105,15 @@ func waitCSINode(ctx context.Context, kc *cluster.Cluster) (slots int, err error
 func (e *env) waitQuiet(ctx context.Context) error {
 	left := 0
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, drainTimeout, true, func(ctx context.Context) (bool, error) {
-		var pvcs corev1.PersistentVolumeClaimList
-		if err := e.cache.List(ctx, &pvcs, client.MatchingLabels{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm}); err != nil {
+		pvcs, err := e.pooled(ctx)
+		if err != nil {
 			return false, err
 		}
 		var vas storagev1.VolumeAttachmentList
 		if err := e.cache.List(ctx, &vas); err != nil {
 			return false, err
 		}
-		left = busyAttachments(vas.Items, pvcs.Items)
+		left = busyAttachments(vas.Items, pvcs)
 		return left == 0, nil
 	})
 	if err != nil {
@@ -166,6 +167,19 @@ func busyAttachments(vas []storagev1.VolumeAttachment, warm []corev1.PersistentV
 	return busy
 }
 
+// pooled are the PVCs of the warm pools that opts select, from the cache:
+// warm, or reserved ahead of their pods by the operator.
+func (e *env) pooled(ctx context.Context, opts ...client.ListOption) ([]corev1.PersistentVolumeClaim, error) {
+	var pvcs corev1.PersistentVolumeClaimList
+	if err := e.cache.List(ctx, &pvcs, opts...); err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(pvcs.Items, func(c corev1.PersistentVolumeClaim) bool {
+		_, _, reserved := claim.Reservation(&c)
+		return !reserved && claim.StateOf(&c) != claim.Warm
+	}), nil
+}
+
 // waitPoolStaged waits until FluentPVC name's pool in ns has want warm PVCs,
 // all staged (its status.pool[].staged) and their volumes attached to node.
 // The operator plans the pool again by itself when a node, an attachment or
@@ -178,8 +192,8 @@ func (e *env) waitPoolStaged(ctx context.Context, name, ns string, want int, nod
 			// Not yet in the bench's cache, just created.
 			return false, client.IgnoreNotFound(err)
 		}
-		var pvcs corev1.PersistentVolumeClaimList
-		if err := e.cache.List(ctx, &pvcs, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm}); err != nil {
+		pvcs, err := e.pooled(ctx, client.InNamespace(ns))
+		if err != nil {
 			return false, err
 		}
 		var vas storagev1.VolumeAttachmentList
@@ -192,7 +206,7 @@ func (e *env) waitPoolStaged(ctx context.Context, name, ns string, want int, nod
 				staged = p.Staged
 			}
 		}
-		warm, attached := attachedTo(vas.Items, pvcs.Items, node)
+		warm, attached := attachedTo(vas.Items, pvcs, node)
 		state = fmt.Sprintf("%d staged, %d of %d warm PVCs attached to %s, %d VolumeAttachments", staged, attached, warm, node, len(vas.Items))
 		return int(staged) == want && warm == want && attached == want, nil
 	})

@@ -245,7 +245,8 @@ func (t *runningTracker) await(ctx context.Context, pod *corev1.Pod) (bound, run
 func (e *env) waitPoolWarm(ctx context.Context, name string, want int32, nss ...string) error {
 	// A pool the operator reserves from (spec.pool.reserveAhead, or its
 	// --reserve-ahead; the bench runs one replica) is full once that many
-	// are reserved; one that stages its warm PVCs is not reserved from.
+	// are reserved; one that stages its warm PVCs reserves only those
+	// staged, which the wait does not ask for.
 	f := &v1alpha1.FluentPVC{}
 	if err := e.cl.Get(ctx, client.ObjectKey{Name: name}, f); err != nil {
 		return fmt.Errorf("reading FluentPVC %s: %w", name, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
@@ -141,8 +142,14 @@ func stagedPool(ns, fpvc string, n int) map[string]string {
 }
 
 func stagedPoolOnce(g Gomega, ns, fpvc string, n int) map[string]string {
-	var l corev1.PersistentVolumeClaimList
-	g.Expect(k8s.List(ctx, &l, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm})).To(Succeed())
+	// The pool's PVCs: warm, or reserved ahead of their pods by a replica.
+	var all, l corev1.PersistentVolumeClaimList
+	g.Expect(k8s.List(ctx, &all, client.InNamespace(ns))).To(Succeed())
+	for _, c := range all.Items {
+		if _, _, reserved := claim.Reservation(&c); reserved || claim.StateOf(&c) == claim.Warm {
+			l.Items = append(l.Items, c)
+		}
+	}
 	g.Expect(l.Items).To(HaveLen(n))
 	out := map[string]string{}
 	for i := range l.Items {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
@@ -27,10 +28,18 @@ var _ = Describe("A warm pool staged on the real node", func() {
 		var warm string
 		var pv *corev1.PersistentVolume
 		Eventually(func(g Gomega) {
-			var l corev1.PersistentVolumeClaimList
-			g.Expect(k8s.List(ctx, &l, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm})).To(Succeed())
-			g.Expect(l.Items).To(HaveLen(1))
-			warm = l.Items[0].Name
+			// The pool's PVC: warm, or reserved ahead of its pod by a
+			// replica once staged.
+			var all corev1.PersistentVolumeClaimList
+			g.Expect(k8s.List(ctx, &all, client.InNamespace(ns), client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: fpvc.Name})).To(Succeed())
+			var l []string
+			for _, c := range all.Items {
+				if _, _, reserved := claim.Reservation(&c); reserved || claim.StateOf(&c) == claim.Warm {
+					l = append(l, c.Name)
+				}
+			}
+			g.Expect(l).To(HaveLen(1))
+			warm = l[0]
 			h := &corev1.Pod{}
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: objects.HolderName(warm)}, h)).To(Succeed())
 			g.Expect(h.Spec.NodeName).To(Equal(cluster.RealNodeName))
