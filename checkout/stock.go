@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -640,7 +641,8 @@ func (s *Stock) counts() map[string]int {
 
 // Close stops handing out claims and gives back every claim the stock
 // holds, while its Lease has leaseMargin left; it forgets them otherwise
-// (they are reclaimed once the Lease is over).
+// (they are reclaimed once the Lease is over). Then it ends its Lease a
+// second later (endLease).
 func (s *Stock) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
@@ -665,7 +667,29 @@ func (s *Stock) Close(ctx context.Context) error {
 	if len(all) > 0 {
 		log.FromContext(ctx).Info("gave reserved claims back to the pool", "claims", len(all), "failed", len(errs))
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, s.endLease(ctx))...)
+}
+
+// endLease makes the stock's Lease end a second from now: the other
+// replicas take their share of the pools without it at their next sync,
+// and the claims whose give-back failed are reclaimed that much sooner.
+// The pods it admitted before it closed are created by then, and the
+// binding controller waits for them 5 s past the end as for any Lease.
+func (s *Stock) endLease(ctx context.Context) error {
+	s.mu.Lock()
+	t := s.term
+	s.term = term{}
+	s.mu.Unlock()
+	if t.lease == nil {
+		return nil
+	}
+	l := t.lease.DeepCopy()
+	at := metav1.NewMicroTime(s.Clock.Now())
+	l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &at, ptr.To[int32](1)
+	if err := s.Checkouts.Writer.Update(ctx, l); err != nil {
+		return fmt.Errorf("ending the stock's Lease (it ends %s after its last renewal instead): %w", LeaseDuration, err)
+	}
+	return nil
 }
 
 // report sets the pool.Reserved gauge of every FluentPVC the stock reserves

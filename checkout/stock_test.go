@@ -1508,3 +1508,38 @@ func TestStockGivesBackUnstaged(t *testing.T) {
 		})
 	}
 }
+
+// TestStockCloseEndsLease: a stock that closes gives its claims back and
+// ends its Lease a second later, so that the other replicas' share grows
+// at their next sync rather than a LeaseDuration later; a stock whose
+// Lease cannot be written says so.
+func TestStockCloseEndsLease(t *testing.T) {
+	for name, fails := range map[string]bool{"ended": false, "the write fails": true} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			f, _ := newReservedFixture(t, 2, 2)
+			f.clock.SetTime(fixtures.Epoch.Add(5 * time.Second))
+			if fails {
+				f.hooks.leaseFails = func(string, *coordinationv1.Lease) error { return apierrors.NewServiceUnavailable("down") }
+			}
+			err := f.stock.Close(ctx)
+			if (err != nil) != fails {
+				t.Fatalf("Close: %v; want an error: %v", err, fails)
+			}
+			if f.reserved(t) != 0 {
+				t.Errorf("%d claims still reserved after Close", f.reserved(t))
+			}
+			leases := f.leases(t)
+			if len(leases) != 1 {
+				t.Fatalf("%d Leases, want 1", len(leases))
+			}
+			end, want := LeaseEnd(&leases[0], f.clock.Now()), fixtures.Epoch.Add(LeaseDuration)
+			if !fails {
+				want = f.clock.Now().Add(time.Second)
+			}
+			if !end.Equal(want) {
+				t.Errorf("the Lease ends at %v, want %v", end, want)
+			}
+		})
+	}
+}

@@ -163,11 +163,10 @@ echo "$me $n" >> ` + claimMount + `/buffer; echo "$me $n" >> /e2e/written/$me; s
 		fpvc := fixtures.CreateFluentPVC(ctx, k8s, shippingFluentPVC("warm-"+ns, ns, 2, 0).Obj(), fluentPVCCleanup)
 		var warm []string
 		Eventually(func(g Gomega) {
-			var l corev1.PersistentVolumeClaimList
-			g.Expect(k8s.List(ctx, &l, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm})).To(Succeed())
-			g.Expect(l.Items).To(HaveLen(2))
+			l := pooled(g, ns, fpvc.Name)
+			g.Expect(l).To(HaveLen(2))
 			warm = nil
-			for _, c := range l.Items {
+			for _, c := range l {
 				g.Expect(c.Status.Phase).To(Equal(corev1.ClaimBound))
 				// Handed out only once the pool recorded where its volume is.
 				g.Expect(c.Annotations).To(HaveKey(v1alpha1.NodeAffinityAnnotationKey))

@@ -28,18 +28,9 @@ var _ = Describe("A warm pool staged on the real node", func() {
 		var warm string
 		var pv *corev1.PersistentVolume
 		Eventually(func(g Gomega) {
-			// The pool's PVC: warm, or reserved ahead of its pod by a
-			// replica once staged.
-			var all corev1.PersistentVolumeClaimList
-			g.Expect(k8s.List(ctx, &all, client.InNamespace(ns), client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: fpvc.Name})).To(Succeed())
-			var l []string
-			for _, c := range all.Items {
-				if _, _, reserved := claim.Reservation(&c); reserved || claim.StateOf(&c) == claim.Warm {
-					l = append(l, c.Name)
-				}
-			}
+			l := pooled(g, ns, fpvc.Name)
 			g.Expect(l).To(HaveLen(1))
-			warm = l[0]
+			warm = l[0].Name
 			h := &corev1.Pod{}
 			g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: objects.HolderName(warm)}, h)).To(Succeed())
 			g.Expect(h.Spec.NodeName).To(Equal(cluster.RealNodeName))
@@ -84,4 +75,19 @@ func stagings(handle string) int {
 		}
 	}
 	return n
+}
+
+// pooled are the PVCs of FluentPVC fpvc's pool in ns: warm, or reserved
+// ahead of their pods by a replica (the chart's --reserve-ahead=share
+// reserves a staged pool once a holder stages it).
+func pooled(g Gomega, ns, fpvc string) []corev1.PersistentVolumeClaim {
+	var all corev1.PersistentVolumeClaimList
+	g.Expect(k8s.List(ctx, &all, client.InNamespace(ns), client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: fpvc})).To(Succeed())
+	var out []corev1.PersistentVolumeClaim
+	for _, c := range all.Items {
+		if _, _, reserved := claim.Reservation(&c); reserved || claim.StateOf(&c) == claim.Warm {
+			out = append(out, c)
+		}
+	}
+	return out
 }
