@@ -81,6 +81,11 @@ type Stock struct {
 	Checkouts *Checkouter
 	// Clock is the API server's (Leases end on its time).
 	Clock clock.PassiveClock
+	// ReserveStaged, when set, reserves from pools that stage their warm
+	// PVCs too (see reserve); unset, they are left to their holders. It
+	// stays unset in the operator until a full chaos run with staged
+	// pools reserved settles.
+	ReserveStaged bool
 
 	// lastReplicas is the last count of live Leases, 0 before any;
 	// countFailing says whether its last count failed.
@@ -220,6 +225,9 @@ func (s *Stock) reservable(ctx context.Context, replicas int) (fpvcs map[string]
 		}
 		if staged[f.Name], err = Stages(ctx, s.Checkouts.Cache, f); err != nil {
 			return nil, nil, err
+		}
+		if staged[f.Name] && !s.ReserveStaged {
+			continue
 		}
 		fpvcs[f.Name] = f
 	}

@@ -201,9 +201,9 @@ type PoolSpec struct {
 	// each operator replica reserves ahead of their pods, so that its
 	// admissions hand them out without an API write. Reserved PVCs count
 	// in size, and a replica reserves at most its share of it: size
-	// divided by the replicas whose Leases are live, rounded up. Of a
-	// pool that stages its warm PVCs, only staged ones are reserved. From
-	// 0 (none) to 1000;
+	// divided by the replicas whose Leases are live, rounded up. A pool
+	// that stages its warm PVCs is not reserved from. From 0 (none) to
+	// 1000;
 	// unset (the default) means the operator's --reserve-ahead ("share"
 	// as the chart and config/default install it, 0 in the binary).
 	// +optional

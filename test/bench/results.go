@@ -471,9 +471,9 @@ func (r *results) markdown(chart string) string {
 	w("| operator flags | the chart's defaults that differ from the binary's, then `-operator-args`: `%s` |\n", strings.Join(r.Config.OperatorArgs, " "))
 	switch target := operatorReserve(r.Config.OperatorArgs); {
 	case target == pool.ReserveShare:
-		w("| reservations ahead | the operator reserves whole pools (`--reserve-ahead=share`, one replica) before the pods come and hands them out without an API write at admission, except the pools of the admission phase's hit levels and of the nodes phase (`spec.pool.reserveAhead: 0`), which measure the checkout that writes; of staged pools, the warm PVCs a running holder stages |\n")
+		w("| reservations ahead | the operator reserves whole pools (`--reserve-ahead=share`, one replica) before the pods come and hands them out without an API write at admission, except the pools of the admission phase's hit levels and of the nodes phase (`spec.pool.reserveAhead: 0`), which measure the checkout that writes, and staged pools |\n")
 	case target > 0:
-		w("| reservations ahead | the operator reserves up to %d warm PVCs per pool and namespace (`--reserve-ahead`), except the pools of the admission phase's hit levels and of the nodes phase; of staged pools, those a running holder stages |\n", target)
+		w("| reservations ahead | the operator reserves up to %d warm PVCs per pool and namespace (`--reserve-ahead`), except the pools of the admission phase's hit levels and of the nodes phase, and staged pools |\n", target)
 	default:
 		w("| reservations ahead | none by the operator's default (`--reserve-ahead=0`) |\n")
 	}
