@@ -8,7 +8,7 @@
 // A claim's life:
 //
 //	(none) --NewWarm--> Warm --Checkout--> Claimed --RecordPod--> Used
-//	Warm --Reserve--> Claimed (reserved)          --RecordPod--> Used
+//	Warm --Reserve--> Claimed (reserved, no finalizer) --RecordPod--> Used
 //	(none) --NewClaimed-----------------> Claimed
 //	Claimed --Return--> Warm               (proof that no pod used it)
 //	Claimed --Unreserve--> Warm            (reserved, handed to no pod)
@@ -42,7 +42,8 @@ const (
 	// finalizer.
 	Warm State = "Warm"
 	// Claimed is a claim handed to a pod, whose pod is not recorded on it
-	// yet. Its finalizer keeps it until it is drained or proven unused.
+	// yet. Its finalizer keeps it until it is drained or proven unused; a
+	// reservation gets it only with its pod's record.
 	Claimed State = "Claimed"
 	// Used is a claim that records the pod that used it (or, made by an
 	// earlier version, does not track its pod at all, so that a pod may
@@ -67,15 +68,34 @@ func StateOf(pvc *corev1.PersistentVolumeClaim) State {
 		return None
 	}
 	if !controllerutil.ContainsFinalizer(pvc, v1alpha1.PVCProtectionFinalizer) {
-		if pvc.DeletionTimestamp.IsZero() {
+		switch {
+		case !pvc.DeletionTimestamp.IsZero():
+			return Released
+		case !unprotected(pvc):
 			return Kept
 		}
-		return Released
+		return Claimed
 	}
 	if pod, tracked := PodOf(pvc); tracked && pod.UID == "" {
 		return Claimed
 	}
 	return Used
+}
+
+// unprotected is true when claim pvc, which has no finalizer, is a
+// reservation that records no pod (Reserve): it holds no data, so nothing
+// keeps it from being deleted with its namespace, and RecordPod adds the
+// finalizer before its pod can write.
+func unprotected(pvc *corev1.PersistentVolumeClaim) bool {
+	pod, tracked := PodOf(pvc)
+	return pvc.Annotations[v1alpha1.ReservedByAnnotationKey] != "" && tracked && pod.UID == ""
+}
+
+// Keeps is true while the operator keeps claim pvc from its deletion: its
+// finalizer is on it, or it is a reservation that gets the finalizer with
+// its pod's record. Release lets go of it.
+func Keeps(pvc *corev1.PersistentVolumeClaim) bool {
+	return controllerutil.ContainsFinalizer(pvc, v1alpha1.PVCProtectionFinalizer) || StateOf(pvc) == Claimed
 }
 
 // Held is true when pvc is a pod's claim that needs a binding: claimed by

@@ -26,6 +26,13 @@ func with(c *corev1.PersistentVolumeClaim, mutate func(*corev1.PersistentVolumeC
 	return c
 }
 
+// reserveUnprotected makes claim c a reservation as claim.Reserve
+// writes it: reserved by a replica's Lease, without the finalizer.
+func reserveUnprotected(c *corev1.PersistentVolumeClaim) {
+	c.Annotations[v1alpha1.ReservedByAnnotationKey] = "ns/replica-a"
+	c.Finalizers = nil
+}
+
 func TestName(t *testing.T) {
 	cases := map[string]struct {
 		fluentPVC  string
@@ -74,6 +81,15 @@ func TestStateOf(t *testing.T) {
 			c.Finalizers, c.DeletionTimestamp = nil, &metav1.Time{Time: fixtures.Epoch}
 		}), claim.Released},
 		"let go of and kept for the user": {with(held, func(c *corev1.PersistentVolumeClaim) { c.Finalizers = nil }), claim.Kept},
+		"reserved ahead, no pod recorded": {with(held, reserveUnprotected), claim.Claimed},
+		"reserved ahead and being deleted": {with(held, func(c *corev1.PersistentVolumeClaim) {
+			reserveUnprotected(c)
+			c.DeletionTimestamp = &metav1.Time{Time: fixtures.Epoch}
+		}), claim.Released},
+		"reserved ahead, pod recorded, finalizer removed by hand": {with(held, func(c *corev1.PersistentVolumeClaim) {
+			reserveUnprotected(c)
+			c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "app/uid"
+		}), claim.Kept},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -96,6 +112,7 @@ func TestHeld(t *testing.T) {
 		"no FluentPVC label":                {with(held, func(c *corev1.PersistentVolumeClaim) { delete(c.Labels, v1alpha1.FluentPVCNameLabelKey) }), false},
 		"released (drained or abandoned)":   {with(held, func(c *corev1.PersistentVolumeClaim) { c.Finalizers = nil }), false},
 		"being deleted but never let go of": {with(held, func(c *corev1.PersistentVolumeClaim) { c.DeletionTimestamp = &metav1.Time{Time: fixtures.Epoch} }), true},
+		"reserved ahead, no finalizer yet":  {with(held, reserveUnprotected), true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -221,8 +221,9 @@ func Checkout(pvc *corev1.PersistentVolumeClaim, admittedAt time.Time, checkoutI
 // RecordPod records pod on claim pvc as the pod that used it. The
 // operator writes it before it lets the pod go, so that the record
 // outlives a lost binding: from then on the claim is Used and is drained
-// before it is let go of. Only a warm PVC is refused: a claim whose
-// finalizer was removed by hand still takes the record.
+// before it is let go of. A reservation gets its finalizer with the
+// record. Only a warm PVC is refused: a claim whose finalizer was removed
+// by hand still takes the record.
 func RecordPod(pvc *corev1.PersistentVolumeClaim, pod v1alpha1.ObjectIdentity) (Write, error) {
 	switch {
 	case StateOf(pvc) == Warm:
@@ -234,6 +235,14 @@ func RecordPod(pvc *corev1.PersistentVolumeClaim, pod v1alpha1.ObjectIdentity) (
 	}
 	out := pvc.DeepCopy()
 	setAnnotation(out, v1alpha1.UsedByPodAnnotationKey, usedBy(pod))
+	if StateOf(pvc) == Claimed && !controllerutil.ContainsFinalizer(pvc, v1alpha1.PVCProtectionFinalizer) {
+		// A reservation (Reserve) is protected from the record on: the
+		// same update adds the finalizer, conditioned on the version read.
+		controllerutil.AddFinalizer(out, v1alpha1.PVCProtectionFinalizer)
+		pre := preconditionOf(pvc)
+		pre.CheckoutID = pvc.Annotations[v1alpha1.CheckoutIDAnnotationKey]
+		return Write{Op: OpUpdate, Object: out, Precondition: pre}, nil
+	}
 	if token := pvc.Annotations[v1alpha1.CheckoutIDAnnotationKey]; token != "" && StateOf(pvc) != None {
 		// A claim is written by others just after it is made (a miss's
 		// claim gets bound): tested on its checkout, not on the version
@@ -301,11 +310,15 @@ func release(pvc *corev1.PersistentVolumeClaim, checkoutID string) (Write, error
 	switch {
 	case StateOf(pvc) == Warm:
 		return Write{}, refuse("release", pvc, "a warm PVC holds no data to let go of")
-	case !controllerutil.ContainsFinalizer(pvc, v1alpha1.PVCProtectionFinalizer):
+	case !Keeps(pvc):
 		return Write{Op: OpSkip, Object: pvc}, nil
 	}
 	out := pvc.DeepCopy()
 	controllerutil.RemoveFinalizer(out, v1alpha1.PVCProtectionFinalizer)
+	// A claim let go of is no reservation any more, with or without its
+	// finalizer (see unprotected).
+	delete(out.Annotations, v1alpha1.ReservedByAnnotationKey)
+	delete(out.Annotations, v1alpha1.ReservedUntilAnnotationKey)
 	pre := preconditionOf(pvc)
 	pre.CheckoutID = checkoutID
 	return Write{Op: OpPatch, Object: out, From: pvc, Precondition: pre}, nil
@@ -349,7 +362,8 @@ func toWarm(pvc *corev1.PersistentVolumeClaim, checkoutID string) Write {
 // Reserve checks warm PVC pvc out ahead of any pod (Checkout, at now)
 // for holder, the name of a webhook replica's Lease ("namespace/name"),
 // which alone hands it to a pod, without a write, while that Lease is
-// renewed. Everything a checkout writes is written here: the claim's
+// renewed. Everything a checkout writes is written here but the
+// finalizer, which RecordPod adds once the pod is scheduled: the claim's
 // binding waits for its pod until the Lease is over, and reclaims it as
 // any other claim whose pod never came after that.
 func Reserve(pvc *corev1.PersistentVolumeClaim, now time.Time, holder, checkoutID string) (Write, error) {
@@ -361,6 +375,10 @@ func Reserve(pvc *corev1.PersistentVolumeClaim, now time.Time, holder, checkoutI
 		return Write{}, err
 	}
 	setAnnotation(w.Object, v1alpha1.ReservedByAnnotationKey, holder)
+	// Until a pod is recorded on it the claim holds no data: without the
+	// finalizer it never holds up its namespace's deletion, even while no
+	// operator runs. RecordPod adds it.
+	controllerutil.RemoveFinalizer(w.Object, v1alpha1.PVCProtectionFinalizer)
 	return w, nil
 }
 
@@ -385,7 +403,7 @@ func Delete(b *v1alpha1.FluentPVCBinding, pvc *corev1.PersistentVolumeClaim) (Wr
 	if !SameCheckout(b, pvc) {
 		return Write{}, refuse("delete", pvc, "it is no longer the checkout binding "+b.Name+" records")
 	}
-	if controllerutil.ContainsFinalizer(pvc, v1alpha1.PVCProtectionFinalizer) {
+	if Keeps(pvc) {
 		return Write{}, refuse("delete", pvc, "a held claim is released first")
 	}
 	if !pvc.DeletionTimestamp.IsZero() {

@@ -51,6 +51,11 @@ func states() map[string]*corev1.PersistentVolumeClaim {
 			c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "app/pod-uid"
 		}),
 		"reserved, deleting": with(reserved(claimed), func(c *corev1.PersistentVolumeClaim) { c.DeletionTimestamp = deletedAt }),
+		// As Reserve makes it: no finalizer until its pod is recorded.
+		"reserved, unprotected": with(reserved(claimed), func(c *corev1.PersistentVolumeClaim) { c.Finalizers = nil }),
+		"reserved, unprotected, deleting": with(reserved(claimed), func(c *corev1.PersistentVolumeClaim) {
+			c.Finalizers, c.DeletionTimestamp = nil, deletedAt
+		}),
 		"not the operator's": stamp(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "f-abc", Namespace: "ns"}}),
 	}
 }
@@ -128,11 +133,14 @@ func TestTransitions(t *testing.T) {
 		// and only while the claim records no pod: a claim recording one
 		// may hold its data.
 		"Unreserve": {
-			"reserved": writes(claim.OpUpdate, claim.Warm),
+			"reserved": writes(claim.OpUpdate, claim.Warm), "reserved, unprotected": writes(claim.OpUpdate, claim.Warm),
 		},
 		// Tested on the claim's checkout token rather than the version
 		// read; a claim without a token (not the operator's) on the version.
+		// A reservation gets its finalizer with the record, by an update
+		// conditioned on the version read.
 		"RecordPod": {
+			"reserved, unprotected": writes(claim.OpUpdate, claim.Used), "reserved, unprotected, deleting": writes(claim.OpGuardedPatch, claim.Released),
 			"reserved": writes(claim.OpGuardedPatch, claim.Used), "reserved, used": skip, "reserved, deleting": writes(claim.OpGuardedPatch, claim.Used),
 			"claimed": writes(claim.OpGuardedPatch, claim.Used), "used": skip, "used, untracked": writes(claim.OpGuardedPatch, claim.Used),
 			"used, deleting": skip, "another checkout": writes(claim.OpGuardedPatch, claim.Used),
@@ -140,6 +148,7 @@ func TestTransitions(t *testing.T) {
 			"kept for deletion": writes(claim.OpGuardedPatch, claim.Kept), "not the operator's": writes(claim.OpPatch, claim.None),
 		},
 		"RecordPod, other": {
+			"reserved, unprotected": writes(claim.OpUpdate, claim.Used), "reserved, unprotected, deleting": writes(claim.OpGuardedPatch, claim.Released),
 			"reserved": writes(claim.OpGuardedPatch, claim.Used), "reserved, used": writes(claim.OpGuardedPatch, claim.Used),
 			"reserved, deleting": writes(claim.OpGuardedPatch, claim.Used),
 			"claimed":            writes(claim.OpGuardedPatch, claim.Used), "used": writes(claim.OpGuardedPatch, claim.Used), "used, untracked": writes(claim.OpGuardedPatch, claim.Used),
@@ -148,12 +157,14 @@ func TestTransitions(t *testing.T) {
 			"kept for deletion": writes(claim.OpGuardedPatch, claim.Kept), "not the operator's": writes(claim.OpPatch, claim.None),
 		},
 		"Release": {
+			"reserved, unprotected": writes(claim.OpPatch, claim.Kept), "reserved, unprotected, deleting": skip,
 			"reserved": writes(claim.OpPatch, claim.Kept), "reserved, used": writes(claim.OpPatch, claim.Kept),
 			"reserved, deleting": writes(claim.OpPatch, claim.Released),
 			"claimed":            writes(claim.OpPatch, claim.Kept), "used": writes(claim.OpPatch, claim.Kept), "used, untracked": writes(claim.OpPatch, claim.Kept),
 			"used, deleting": writes(claim.OpPatch, claim.Released), "released": skip, "kept": skip, "kept for deletion": skip,
 		},
 		"ReleaseForDeletion": {
+			"reserved, unprotected": writes(claim.OpPatch, claim.Kept), "reserved, unprotected, deleting": skip,
 			"reserved": writes(claim.OpPatch, claim.Kept), "reserved, used": writes(claim.OpPatch, claim.Kept),
 			"reserved, deleting": writes(claim.OpPatch, claim.Released),
 			"claimed":            writes(claim.OpPatch, claim.Kept), "used": writes(claim.OpPatch, claim.Kept), "used, untracked": writes(claim.OpPatch, claim.Kept),
@@ -162,20 +173,22 @@ func TestTransitions(t *testing.T) {
 		// Only a claim let go of in order to be deleted is deleted without
 		// its binding; one kept for the user, or still held, is not.
 		"DeleteReleased": {
-			"released": skip, "kept for deletion": writes(claim.OpDelete, claim.None),
+			"released": skip, "reserved, unprotected, deleting": skip, "kept for deletion": writes(claim.OpDelete, claim.None),
 		},
 		"ReleaseUnbound": {
-			"reserved": writes(claim.OpPatch, claim.Kept), "reserved, used": writes(claim.OpPatch, claim.Kept),
+			"reserved, unprotected": writes(claim.OpPatch, claim.Kept),
+			"reserved":              writes(claim.OpPatch, claim.Kept), "reserved, used": writes(claim.OpPatch, claim.Kept),
 			"reserved, deleting": writes(claim.OpPatch, claim.Released),
 			"claimed":            writes(claim.OpPatch, claim.Kept), "used": writes(claim.OpPatch, claim.Kept), "used, untracked": writes(claim.OpPatch, claim.Kept),
 			"used, deleting": writes(claim.OpPatch, claim.Released), "another checkout": writes(claim.OpPatch, claim.Kept),
 		},
 		"Return": {
 			"claimed": writes(claim.OpUpdate, claim.Warm), "reserved": writes(claim.OpUpdate, claim.Warm),
-			"reserved, deleting": writes(claim.OpUpdate, claim.Warm),
+			"reserved, unprotected": writes(claim.OpUpdate, claim.Warm),
+			"reserved, deleting":    writes(claim.OpUpdate, claim.Warm),
 		},
 		"Delete": {
-			"released": skip, "kept": writes(claim.OpDelete, claim.None), "kept for deletion": writes(claim.OpDelete, claim.None),
+			"released": skip, "reserved, unprotected, deleting": skip, "kept": writes(claim.OpDelete, claim.None), "kept for deletion": writes(claim.OpDelete, claim.None),
 		},
 		"DeleteWarm": {
 			"warm": writes(claim.OpDelete, claim.None), "warm, bound": writes(claim.OpDelete, claim.None), "warm, deleting": writes(claim.OpDelete, claim.None),
@@ -289,6 +302,17 @@ func TestReserveAndUnreserve(t *testing.T) {
 	c := out.Object
 	if !claim.Held(c) || claim.StateOf(c) != claim.Claimed {
 		t.Errorf("reserved claim is not held and Claimed: %+v", c.ObjectMeta)
+	}
+	if controllerutil.ContainsFinalizer(c, v1alpha1.PVCProtectionFinalizer) {
+		t.Errorf("a reservation with no pod carries the finalizer, which would hold up its namespace's deletion")
+	}
+	recorded, err := claim.RecordPod(c, v1alpha1.ObjectIdentity{Name: "app", UID: "pod-uid"})
+	if err != nil || !controllerutil.ContainsFinalizer(recorded.Object, v1alpha1.PVCProtectionFinalizer) {
+		t.Errorf("RecordPod on a reservation = %v, %v; want the finalizer added", recorded.Object.Finalizers, err)
+	}
+	let, err := claim.Release(claim.Binding(c, ""), c)
+	if err != nil || claim.StateOf(let.Object) != claim.Kept || claim.Reserved(let.Object) {
+		t.Errorf("Release of a reservation = %v, %v; want it Kept, no longer reserved", let.Object.Annotations, err)
 	}
 	by, gotUntil, ok := claim.Reservation(c)
 	if !ok || by != "ns/replica-a" || !gotUntil.IsZero() {

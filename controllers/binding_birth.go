@@ -243,13 +243,10 @@ func decidePodStart(pvc *corev1.PersistentVolumeClaim, pod *corev1.Pod, used v1a
 	// refuses a copy of its manifest and proves the claim holds its data,
 	// and the binding waits (see pod_start.go). The pod is remembered
 	// first: should the record fail and the pod go before it is written,
-	// the binding records the pod.
-	// A claim handed out from a reservation waits for its binding
-	// instead: until the record, its reservation refuses any other pod
-	// that carries it (the webhook's copy check), so the record is not
-	// needed during the start, and the burst of starting pods meets no
-	// write.
-	return birthPlan{step: birthWait, wait: wait, pod: id, remember: true, record: !claim.Reserved(pvc)}
+	// the binding records the pod. A claim handed out from a reservation
+	// gets its finalizer with the record (claim.RecordPod), before the
+	// pod's containers can write to it.
+	return birthPlan{step: birthWait, wait: wait, pod: id, remember: true, record: true}
 }
 
 // decideLiveBirth is what createBinding does, at now, about the claim of

@@ -139,9 +139,9 @@ func TestDecideBirth(t *testing.T) {
 			claim: fresh, pods: []corev1.Pod{pending("n")}, now: starting,
 			wantPlan: birthPlan{step: birthWait, wait: startLeft, pod: p, remember: true, record: true},
 		},
-		"scheduled and starting, reserved ahead: the binding waits, no record": {
+		"scheduled and starting, reserved ahead: recorded (with the finalizer), the binding waits": {
 			claim: reserved, pods: []corev1.Pod{pending("n")}, now: starting,
-			wantPlan: birthPlan{step: birthWait, wait: startLeft, pod: p, remember: true},
+			wantPlan: birthPlan{step: birthWait, wait: startLeft, pod: p, remember: true, record: true},
 		},
 		"scheduled and starting, the claim records it already: the binding waits": {
 			claim: records(fresh, p), pods: []corev1.Pod{pending("n")}, now: starting,

@@ -381,7 +381,7 @@ func unschedulable(pods []corev1.Pod, job *batchv1.Job) string {
 // pods, but it lets pods through while the operator is down.
 func (r *BindingReconciler) observeMounts(ctx context.Context, o *observed, now time.Time) error {
 	b := o.binding
-	if o.pvc == nil || !controllerutil.ContainsFinalizer(o.pvc, v1alpha1.PVCProtectionFinalizer) || o.namespaceTerminating ||
+	if o.pvc == nil || !claim.Keeps(o.pvc) || o.namespaceTerminating ||
 		runningJob(o.jobs) != nil || (o.pod != nil && !podFinished(o.pod)) {
 		return nil
 	}

@@ -384,7 +384,7 @@ func decideNamespaceTerminating(o observed, pod *corev1.Pod, now time.Time, p *p
 			"the namespace is being deleted; the data was not drained", b.Generation, now)
 	}
 	p.releasePod = pod != nil && controllerutil.ContainsFinalizer(pod, v1alpha1.PodProtectionFinalizer)
-	p.releaseClaim = o.pvc != nil && controllerutil.ContainsFinalizer(o.pvc, v1alpha1.PVCProtectionFinalizer)
+	p.releaseClaim = o.pvc != nil && claim.Keeps(o.pvc)
 	p.finish = true
 }
 

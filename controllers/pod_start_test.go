@@ -17,6 +17,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
@@ -597,8 +598,8 @@ func TestCreateBinding(t *testing.T) {
 		// reconcile comes as late after the wait's end as the first came
 		// after the pod's creation.
 		longestWait bool
-		// reserved: the claim was handed out from a reservation; its
-		// record waits for the binding.
+		// reserved: the claim was handed out from a reservation, which
+		// has no finalizer until its record.
 		reserved bool
 	}{
 		"scheduled, with another pod starting":                                 {node: "n"},
@@ -621,6 +622,7 @@ func TestCreateBinding(t *testing.T) {
 			if tc.reserved {
 				pvc.Annotations[v1alpha1.ReservedByAnnotationKey] = "replica-a"
 				pvc.Annotations[v1alpha1.ReservedUntilAnnotationKey] = admitted.Add(time.Minute).Format(time.RFC3339Nano)
+				pvc.Finalizers = nil
 			}
 			own := startPod("p", "c", corev1.PodPending, admitted, tc.deleting)
 			own.Spec.NodeName = tc.node
@@ -678,10 +680,13 @@ func TestCreateBinding(t *testing.T) {
 				if err := c.Get(ctx, key, got); err != nil {
 					t.Fatal(err)
 				}
-				if used, _ := claim.PodOf(got); scheduled && !tc.reserved && used != ownID {
+				if used, _ := claim.PodOf(got); scheduled && used != ownID {
 					t.Fatalf("the claim of a scheduled pod records pod %v, want %v", used, ownID)
-				} else if (!scheduled || tc.reserved) && used.UID != "" {
-					t.Fatalf("the claim of a pod with no node, or handed out from a reservation, records pod %v before its binding", used)
+				} else if !scheduled && used.UID != "" {
+					t.Fatalf("the claim of a pod with no node records pod %v before its binding", used)
+				}
+				if scheduled && !controllerutil.ContainsFinalizer(got, v1alpha1.PVCProtectionFinalizer) {
+					t.Fatalf("the claim of a scheduled pod has no finalizer: %v", got.Finalizers)
 				}
 			}
 			if tc.goneWhileWaiting {

@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"sync"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/cache"
@@ -15,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	claimpkg "github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
@@ -176,6 +179,35 @@ var _ = Describe("Claims on a simulated cluster", func() {
 		Expect(op.Restart(ctx)).To(Succeed())
 		fixtures.Drained(ctx, k8s, ns, claim, longTimeout)
 		Consistently(func() []string { return jobs.names() }).Should(Equal([]string{claim + "-drain-1"}))
+	})
+
+	It("lets a namespace whose claims are reserved ahead of their pods go while the operator is down", func() {
+		// The namespace goes in the spec: no cleanup deletes it again.
+		ns := fixtures.NewNamespace(ctx, k8s, "reserved", nil)
+		fixtures.CreateFluentPVC(ctx, k8s, e2eFluentPVC("reserved-"+ns).PoolSize(3).Mutate(func(f *v1alpha1.FluentPVC) {
+			f.Spec.Pool.Namespaces = []string{ns}
+			f.Spec.Pool.ReserveAhead = ptr.To[int32](3)
+		}).Obj(), fluentPVCCleanup)
+		Eventually(func(g Gomega) {
+			var l corev1.PersistentVolumeClaimList
+			g.Expect(k8s.List(ctx, &l, client.InNamespace(ns))).To(Succeed())
+			reserved := 0
+			for i := range l.Items {
+				if _, _, ok := claimpkg.Reservation(&l.Items[i]); ok {
+					reserved++
+				}
+			}
+			g.Expect(reserved).To(Equal(3))
+		}).WithTimeout(longTimeout).Should(Succeed())
+
+		// Killed, the operator gives nothing back; its webhooks stay
+		// registered, and fail.
+		Expect(op.Kill()).To(Succeed())
+		DeferCleanup(func() { Expect(op.Restart(ctx)).To(Succeed()) })
+		Expect(k8s.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+		Eventually(func() error {
+			return k8s.Get(ctx, client.ObjectKey{Name: ns}, &corev1.Namespace{})
+		}).WithTimeout(time.Minute).Should(Satisfy(apierrors.IsNotFound))
 	})
 })
 

@@ -109,7 +109,24 @@ func (l *auditLog) reserve(pvc *corev1.PersistentVolumeClaim) {
 		pvc.Annotations = map[string]string{}
 	}
 	pvc.Annotations[v1alpha1.ReservedByAnnotationKey] = "replica-a"
-	l.checkout(pvc)
+	pvc.Annotations[v1alpha1.UsedByPodAnnotationKey] = ""
+	pvc.Labels[v1alpha1.ClaimRoleLabelKey] = v1alpha1.ClaimRoleClaimed
+	pvc.Labels[v1alpha1.BindingNameLabelKey] = pvc.Name
+	// Without pvc-protection until its pod is recorded (recordPod).
+	l.write("update", "", "persistentvolumeclaims", "", pvc)
+}
+
+// recordPod logs the record of pod on claim pvc, which adds pvc-protection
+// to a reservation.
+func (l *auditLog) recordPod(pvc *corev1.PersistentVolumeClaim, pod string) {
+	if pvc.Annotations == nil {
+		pvc.Annotations = map[string]string{}
+	}
+	pvc.Annotations[v1alpha1.UsedByPodAnnotationKey] = pod + "/" + string(l.uid(pod))
+	if !slices.Contains(pvc.Finalizers, v1alpha1.PVCProtectionFinalizer) {
+		pvc.Finalizers = append(pvc.Finalizers, v1alpha1.PVCProtectionFinalizer)
+	}
+	l.write("update", "", "persistentvolumeclaims", "", pvc)
 }
 
 // claim logs the webhook's create of a claim on a pool miss.

@@ -89,6 +89,7 @@ func TestCheckAudit(t *testing.T) {
 				l.reserve(used)
 				l.reserve(unused)
 				l.pod("ns", "a", "w1")
+				l.recordPod(used, "a")
 				l.returnWarm(unused)
 				l.drainAndDelete(used, 1)
 			},
@@ -106,6 +107,16 @@ func TestCheckAudit(t *testing.T) {
 				l.reserve(w)
 				l.pod("ns", "a", "w")
 				l.returnWarm(w)
+			},
+			want: counts{InvariantUndrainedRelease: 1},
+		},
+		{
+			name: "I2: a claim reserved ahead, handed to a pod, deleted before its record, undrained",
+			log: func(l *auditLog) {
+				w := l.warmPVC("ns", "w")
+				l.reserve(w)
+				l.pod("ns", "a", "w")
+				l.deletePVC(w) // no finalizer yet: gone at once
 			},
 			want: counts{InvariantUndrainedRelease: 1},
 		},

@@ -90,7 +90,8 @@ func failedOpenMount(e *Event) string {
 type claimWrite struct {
 	ev  *Event
 	pos position
-	// held: the operator holds the claim (finalizer pvc-protection, not warm, not gone).
+	// held: the operator holds the claim (finalizer pvc-protection, or a
+	// reservation that records no pod yet; not warm, not gone).
 	held bool
 	// gone: the write ended the PVC's existence.
 	gone bool
@@ -450,16 +451,21 @@ func (h *history) addClaimState(e *Event, line int, pvc *corev1.PersistentVolume
 	gone := len(pvc.Finalizers) == 0 && (deleted || pvc.DeletionTimestamp != nil)
 	fin := slices.Contains(pvc.Finalizers, v1alpha1.PVCProtectionFinalizer)
 	role := pvc.Labels[v1alpha1.ClaimRoleLabelKey]
+	reserved := pvc.Annotations[v1alpha1.ReservedByAnnotationKey] != ""
+	// A reservation gets pvc-protection only with the record of its pod:
+	// until then the operator holds it by its reserved-by.
+	usedBy, tracked := pvc.Annotations[v1alpha1.UsedByPodAnnotationKey]
+	unprotected := reserved && tracked && usedBy == "" && role == v1alpha1.ClaimRoleClaimed
 	w := claimWrite{
 		ev:         e,
 		pos:        positionOf(e, line, pvc.ResourceVersion),
 		gone:       gone,
 		finalizer:  fin,
-		held:       !gone && fin && role != v1alpha1.ClaimRoleWarm,
+		held:       !gone && (fin || unprotected) && role != v1alpha1.ClaimRoleWarm,
 		role:       role,
 		binding:    pvc.Labels[v1alpha1.BindingNameLabelKey],
 		userDelete: e.Verb == "delete" && h.users[e.Username()],
-		reserved:   pvc.Annotations[v1alpha1.ReservedByAnnotationKey] != "",
+		reserved:   reserved,
 	}
 	c := h.claimLife(objRef{Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID})
 	c.writes = append(c.writes, w)
