@@ -59,25 +59,22 @@ const (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 type options struct {
-	reserveAhead         reserveAhead
-	metricsAddr          string
-	pprofAddr            string
-	probeAddr            string
-	leaderElect          bool
-	leaderElectNamespace string
-	webhookPort          int
-	webhookHost          string
-	certDir              string
-	certManagement       string
-	namespace            string
-	webhookService       string
-	webhookConfig        string
-	// validatingWebhookConfig is the FluentPVC webhook's configuration.
-	validatingWebhookConfig string
-	certSecret              string
-	gracefulShutdown        time.Duration
-	shutdownDrain           time.Duration
-	controllers             controllers.Options
+	reserveAhead   reserveAhead
+	metricsAddr    string
+	pprofAddr      string
+	probeAddr      string
+	leaderElect    bool
+	webhookPort    int
+	webhookHost    string
+	certDir        string
+	certManagement string
+	namespace      string
+	// namePrefix names the webhook Service, the webhook configurations
+	// and the certificate Secret (see objectName).
+	namePrefix       string
+	gracefulShutdown time.Duration
+	shutdownDrain    time.Duration
+	controllers      controllers.Options
 }
 
 func main() {
@@ -221,7 +218,7 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, opts options) (ctrl.Ma
 		PprofBindAddress:              opts.pprofAddr,
 		LeaderElection:                opts.leaderElect,
 		LeaderElectionID:              "fluent-pvc-operator.tech.zozo.com",
-		LeaderElectionNamespace:       opts.leaderElectNamespace,
+		LeaderElectionNamespace:       opts.namespace,
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       &opts.gracefulShutdown,
 		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
@@ -246,18 +243,19 @@ func manageCerts(ctx context.Context, mgr ctrl.Manager, opts options) (<-chan st
 	switch opts.certManagement {
 	case certSelf:
 		rotatorReady := make(chan struct{})
-		dnsName := fmt.Sprintf("%s.%s.svc", opts.webhookService, opts.namespace)
-		go servingCertReady(ctx, mgr.GetAPIReader(), filepath.Join(opts.certDir, "tls.crt"), dnsName, opts.webhookConfig, opts.validatingWebhookConfig, rotatorReady, certsReady)
+		dnsName := fmt.Sprintf("%s.%s.svc", opts.objectName(webhookServiceSuffix), opts.namespace)
+		mutating, validating := opts.objectName(mutatingConfigSuffix), opts.objectName(validatingConfigSuffix)
+		go servingCertReady(ctx, mgr.GetAPIReader(), filepath.Join(opts.certDir, "tls.crt"), dnsName, mutating, validating, rotatorReady, certsReady)
 		if err := rotator.AddRotator(mgr, &rotator.CertRotator{
-			SecretKey:      types.NamespacedName{Namespace: opts.namespace, Name: opts.certSecret},
+			SecretKey:      types.NamespacedName{Namespace: opts.namespace, Name: opts.objectName(certSecretSuffix)},
 			CertDir:        opts.certDir,
 			CAName:         "fluent-pvc-operator-ca",
 			CAOrganization: "fluent-pvc-operator",
 			DNSName:        dnsName,
 			IsReady:        rotatorReady,
 			Webhooks: []rotator.WebhookInfo{
-				{Name: opts.webhookConfig, Type: rotator.Mutating},
-				{Name: opts.validatingWebhookConfig, Type: rotator.Validating},
+				{Name: mutating, Type: rotator.Mutating},
+				{Name: validating, Type: rotator.Validating},
 			},
 			// Every replica serves the webhook, so every replica keeps its
 			// certificate in step with the shared Secret; only the leader
@@ -376,18 +374,13 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "", "Address of the Go profiler's /debug/pprof endpoints; empty disables them. Serve it on localhost only: it is not authenticated.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", inCluster(), "Elect a leader so that only one replica runs the controllers. On by default in a cluster.")
-	fs.StringVar(&o.leaderElectNamespace, "leader-election-namespace", "", "Namespace of the leader-election lease; defaults to the operator's own namespace in a cluster.")
 	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the admission webhook server.")
 	fs.StringVar(&o.webhookHost, "webhook-host", "", "Address the webhook server binds to; empty means all.")
 	fs.StringVar(&o.certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory of the webhook serving certificate (tls.crt, tls.key).")
 	fs.StringVar(&o.certManagement, "cert-management", certSelf, "Who provides the webhook certificate: \"self\" (the operator issues it and injects the caBundle) or \"external\" (cert-manager or you write it into --cert-dir).")
-	fs.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "fluent-pvc-operator-system"), "The operator's namespace, where its certificate Secret lives and where FluentPVCs are checked by dry runs.")
-	fs.StringVar(&o.webhookService, "webhook-service-name", "fluent-pvc-operator-webhook-service", "Service in front of the webhook; the certificate is issued for it.")
-	fs.StringVar(&o.webhookConfig, "webhook-config-name", "fluent-pvc-operator-mutating-webhook-configuration", "MutatingWebhookConfiguration whose caBundle the operator injects.")
-	fs.StringVar(&o.validatingWebhookConfig, "validating-webhook-config-name", "fluent-pvc-operator-validating-webhook-configuration", "ValidatingWebhookConfiguration (of FluentPVCs) whose caBundle the operator injects.")
-	fs.StringVar(&o.certSecret, "cert-secret-name", "fluent-pvc-operator-webhook-server-cert", "Secret that holds the operator's own CA and serving certificate.")
+	fs.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "fluent-pvc-operator-system"), "The operator's namespace, where its certificate Secret, its leader-election Lease and its stocks' Leases live, and where FluentPVCs are checked by dry runs.")
+	fs.StringVar(&o.namePrefix, "name-prefix", "fluent-pvc-operator", "Prefix of the names of the operator's objects that config/default and the chart make: <prefix>"+webhookServiceSuffix+" (the Service the certificate is issued for), <prefix>"+mutatingConfigSuffix+" and <prefix>"+validatingConfigSuffix+" (whose caBundle the operator injects), and <prefix>"+certSecretSuffix+" (the Secret of its own CA and certificate).")
 	fs.Var(&o.reserveAhead, "reserve-ahead", "How many warm PVCs per FluentPVC and namespace each replica reserves ahead of their pods, so that it hands them out without an API write at admission, for FluentPVCs whose spec.pool.reserveAhead is unset: a number, or \"share\" for the replica's share of the pool (its size divided by the replicas whose stock Leases are live, rounded up). Whatever is asked, a replica reserves at most its share. They count in the pool's size. 0 reserves none. Pools that stage their warm PVCs are not reserved from.")
-	fs.Var(ignoredFlag{}, "reservation-ttl", "Ignored, and accepted so that existing command lines still start: a reservation lasts as long as its replica's Lease.")
 	fs.DurationVar(&o.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long to wait for running reconciles and requests on shutdown.")
 	fs.DurationVar(&o.shutdownDrain, "shutdown-drain", 0, "How long a replica told to stop keeps serving webhooks before it stops, answering each request with Connection: close, so that the API server moves its connections to other replicas rather than have them cut under a request. 0 stops at once. The pod's terminationGracePeriodSeconds must cover it, any preStop hook and --graceful-shutdown-timeout.")
 	o.controllers.BindFlags(fs)
@@ -452,8 +445,16 @@ func owner() string {
 	return host
 }
 
-// ignoredFlag is a flag that is accepted and does nothing.
-type ignoredFlag struct{}
+// The names of the operator's objects that the webhook's certificate
+// involves, after --name-prefix.
+const (
+	webhookServiceSuffix   = "-webhook-service"
+	mutatingConfigSuffix   = "-mutating-webhook-configuration"
+	validatingConfigSuffix = "-validating-webhook-configuration"
+	certSecretSuffix       = "-webhook-server-cert"
+)
 
-func (ignoredFlag) String() string   { return "" }
-func (ignoredFlag) Set(string) error { return nil }
+// objectName is the name of the operator's object with suffix.
+func (o options) objectName(suffix string) string {
+	return o.namePrefix + suffix
+}

@@ -325,14 +325,13 @@ func TestParseFlagsReservations(t *testing.T) {
 		// reserve is the stock's target parsed, when there is no error.
 		reserve int
 	}{
-		"the defaults": {},
-		"a number, and the ignored --reservation-ttl": {args: []string{"--reserve-ahead=2", "--reservation-ttl=1m"}, reserve: 2},
-		"the replica's share":                         {args: []string{"--reserve-ahead=share"}, reserve: pool.ReserveShare},
-		"a negative count":                            {args: []string{"--reserve-ahead=-1"}, wantErr: `invalid value "-1" for flag -reserve-ahead: want a number of claims, 0 or more, or "share", not "-1"`},
-		"a word":                                      {args: []string{"--reserve-ahead=all"}, wantErr: `want a number of claims, 0 or more, or "share", not "all"`},
-		"--reservation-ttl of any value":              {args: []string{"--reservation-ttl=11m"}},
-		"a drain":                                     {args: []string{"--shutdown-drain=5s"}},
-		"a negative drain":                            {args: []string{"--shutdown-drain=-1s"}, wantErr: "--shutdown-drain must be 0 or more, not -1s"},
+		"the defaults":        {},
+		"a number":            {args: []string{"--reserve-ahead=2"}, reserve: 2},
+		"the replica's share": {args: []string{"--reserve-ahead=share"}, reserve: pool.ReserveShare},
+		"a negative count":    {args: []string{"--reserve-ahead=-1"}, wantErr: `invalid value "-1" for flag -reserve-ahead: want a number of claims, 0 or more, or "share", not "-1"`},
+		"a word":              {args: []string{"--reserve-ahead=all"}, wantErr: `want a number of claims, 0 or more, or "share", not "all"`},
+		"a drain":             {args: []string{"--shutdown-drain=5s"}},
+		"a negative drain":    {args: []string{"--shutdown-drain=-1s"}, wantErr: "--shutdown-drain must be 0 or more, not -1s"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			o, _, err := parseFlags(tc.args)

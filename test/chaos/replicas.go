@@ -15,7 +15,7 @@ import (
 // The operator's leader-election Lease: the namespace the replicas are
 // given, and the name the operator gives it (main.go).
 const (
-	leaderElectionNamespace = "default"
+	leaderElectionNamespace = cluster.OperatorNamespace
 	leaderElectionID        = "fluent-pvc-operator.tech.zozo.com"
 )
 
@@ -36,7 +36,7 @@ func startReplicas(ctx context.Context, c *cluster.Cluster, n int, kubeconfig st
 	if _, err := cluster.WriteServingCert(certDir); err != nil {
 		return nil, err
 	}
-	args = append([]string{"--leader-elect=true", "--leader-election-namespace=" + leaderElectionNamespace}, args...)
+	args = append([]string{"--leader-elect=true", "--namespace=" + leaderElectionNamespace}, args...)
 	for i := range n {
 		op, err := cluster.RunOperator(ctx, c, cluster.OperatorOptions{
 			Instance: fmt.Sprintf("%d", i), CertDir: certDir, Kubeconfig: kubeconfig, WebhookPort: -1, Args: args,

@@ -94,7 +94,7 @@ var _ = BeforeSuite(func() {
 	// With a leader elected, as in a cluster: the monitoring spec reads
 	// the leader's metric.
 	op, err = cluster.RunOperator(ctx, kc, cluster.OperatorOptions{AsServiceAccount: true, Args: append([]string{
-		"--leader-elect=true", "--leader-election-namespace=" + cluster.OperatorNamespace,
+		"--leader-elect=true", "--namespace=" + cluster.OperatorNamespace,
 		"--orphan-grace-period=" + orphanGracePeriod.String(),
 		"--allow-short-orphan-grace-period",
 		"--drain-backoff-base=2s",

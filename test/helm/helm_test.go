@@ -112,10 +112,7 @@ func objects(t *testing.T, raw []byte) map[string]*unstructured.Unstructured {
 // explicitly (it names its objects, and config/default relies on them).
 var flagDefaults = []string{
 	"--webhook-port=9443",
-	"--webhook-service-name=fluent-pvc-operator-webhook-service",
-	"--webhook-config-name=fluent-pvc-operator-mutating-webhook-configuration",
-	"--validating-webhook-config-name=fluent-pvc-operator-validating-webhook-configuration",
-	"--cert-secret-name=fluent-pvc-operator-webhook-server-cert",
+	"--name-prefix=fluent-pvc-operator",
 	"--orphan-grace-period=2m",
 	"--drain-backoff-base=10s",
 	"--drain-backoff-max=10m",
