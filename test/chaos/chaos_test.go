@@ -95,8 +95,11 @@ func TestChaos(t *testing.T) {
 	if err := kc.StartCSI(ctx, cluster.CSIOptions{CreateDelay: 500 * time.Millisecond, AttachDelay: time.Second}); err != nil {
 		t.Fatalf("CSI storage: %v (log %s)", err, logPath)
 	}
-	reps, err := startReplicas(ctx, kc, 2, proxy.Kubeconfig, []string{
+	// A replica told to stop keeps serving for a moment first, as the
+	// chart's does (5 s there).
+	reps, err := startReplicas(ctx, kc, 2, proxy.Kubeconfig, m.PerRequestLB, []string{
 		"--orphan-grace-period=10s", "--allow-short-orphan-grace-period", "--drain-backoff-base=1s", "--drain-backoff-max=5s",
+		"--shutdown-drain=2s",
 	})
 	if err != nil {
 		t.Fatalf("replicas: %v (log %s)", err, logPath)
@@ -170,7 +173,7 @@ func TestChaos(t *testing.T) {
 	})
 
 	res := results{
-		Mode: m.Name, Start: start, Setup: loadStart.Sub(start), Load: loadEnd.Sub(loadStart), Settle: settleEnd.Sub(loadEnd), Settled: settled,
+		Mode: m.Name, PerRequestLB: m.PerRequestLB, Start: start, Setup: loadStart.Sub(start), Load: loadEnd.Sub(loadStart), Settle: settleEnd.Sub(loadEnd), Settled: settled,
 		Tally: &d.t, Faults: proxy.Counts(), FailedDrains: failedDrains(events), Report: report,
 	}
 	out := filepath.Join(cluster.RepoRoot(), "test", "chaos", "results", m.Name+".md")
@@ -324,6 +327,7 @@ func failedDrains(events []oracle.Event) int {
 // results is what a run writes to test/chaos/results.
 type results struct {
 	Mode                string
+	PerRequestLB        bool
 	Start               time.Time
 	Setup, Load, Settle time.Duration
 	Settled             bool
@@ -348,6 +352,8 @@ func (r results) Markdown() string {
 	row("pods whose sidecar failed", t.SidecarFailPods.Load())
 	row("Deployment scalings", t.Scales.Load())
 	row("replica SIGKILLs (each restarted)", t.ReplicaKills.Load())
+	row("replica rollouts (SIGTERM, restarted)", t.ReplicaRollouts.Load())
+	row("webhook balancer", balancerName(r.PerRequestLB))
 	row("replica exits on their own (restarted)", t.ReplicaExits.Load())
 	row("API requests through the fault proxy", r.Faults.Requests)
 	row("API faults: connections reset", r.Faults.Resets)

@@ -34,6 +34,9 @@ type mode struct {
 	Window, NodeDown [2]time.Duration
 	// Settle bounds the wait for the system to settle after the load.
 	Settle time.Duration
+	// PerRequestLB puts the replicas behind an L7 balancer that spreads
+	// requests, rather than a TCP one that spreads connections.
+	PerRequestLB bool
 }
 
 var (
@@ -52,7 +55,7 @@ var (
 		Window: [2]time.Duration{15 * time.Second, 25 * time.Second}, NodeDown: [2]time.Duration{30 * time.Second, 60 * time.Second},
 	}
 	full = mode{
-		Name: "full", Load: 8 * time.Minute, Namespaces: 4,
+		Name: "full", Load: 8 * time.Minute, Namespaces: 4, PerRequestLB: true,
 		BarePodEvery: time.Second, BarePodLife: [2]time.Duration{3 * time.Second, 40 * time.Second}, MinPods: 300,
 		KillEvery: [2]time.Duration{10 * time.Second, 30 * time.Second}, NamespaceEvery: [2]time.Duration{40 * time.Second, 80 * time.Second},
 		FluentPVCEvery: [2]time.Duration{10 * time.Second, 25 * time.Second}, StripEvery: [2]time.Duration{5 * time.Second, 12 * time.Second},

@@ -35,7 +35,7 @@ const deploymentsPerNamespace = 2
 
 // tally counts what the driver did, for the results.
 type tally struct {
-	BarePods, LocalPods, StagedPods, SidecarFailPods, ReplicaKills, ReplicaExits, NamespacesDeleted, PoolChanges, TemplateChanges,
+	BarePods, LocalPods, StagedPods, SidecarFailPods, ReplicaKills, ReplicaRollouts, ReplicaExits, NamespacesDeleted, PoolChanges, TemplateChanges,
 	BindingsStripped, LabelsRemoved, CopiesDenied, CopiesAdmitted, RecreationsDenied, NamespacesLeft, Scales, Errors atomic.Int64
 	// The faults of faults.go.
 	DebugCopiesDenied, DebugCopiesAdmitted, ClaimDeletesDenied, ClaimDeletesAdmitted, ClaimDeletingReported, ClaimsGivenUp,

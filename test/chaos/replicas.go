@@ -20,17 +20,24 @@ const (
 )
 
 // replicas are the operator's replicas, with leader election, serving the
-// webhook behind one round-robin load balancer.
+// webhook behind one round-robin load balancer: per connection (a
+// Service's kube-proxy) or per request (an L7 proxy).
 type replicas struct {
 	ops []*cluster.Operator
-	lb  *roundRobin
+	lb  balancer
 	mu  sync.Mutex
+}
+
+// balancer is a load balancer in front of the replicas' webhook servers.
+type balancer interface {
+	Port() int
+	Close() error
 }
 
 // startReplicas starts n managers reaching the API server through
 // kubeconfig, sharing one serving certificate, and registers the webhook
 // at a load balancer in front of them.
-func startReplicas(ctx context.Context, c *cluster.Cluster, n int, kubeconfig string, args []string) (*replicas, error) {
+func startReplicas(ctx context.Context, c *cluster.Cluster, n int, kubeconfig string, perRequestLB bool, args []string) (*replicas, error) {
 	r := &replicas{}
 	certDir := filepath.Join(c.Dir, "certs")
 	if _, err := cluster.WriteServingCert(certDir); err != nil {
@@ -50,7 +57,13 @@ func startReplicas(ctx context.Context, c *cluster.Cluster, n int, kubeconfig st
 	for _, op := range r.ops {
 		backends = append(backends, fmt.Sprintf("127.0.0.1:%d", op.WebhookPort))
 	}
-	lb, err := newRoundRobin(backends)
+	var lb balancer
+	var err error
+	if perRequestLB {
+		lb, err = newPerRequest(backends, certDir)
+	} else {
+		lb, err = newRoundRobin(backends)
+	}
 	if err != nil {
 		return nil, errors.Join(err, r.Stop())
 	}
@@ -61,7 +74,9 @@ func startReplicas(ctx context.Context, c *cluster.Cluster, n int, kubeconfig st
 	return r, nil
 }
 
-// killOne SIGKILLs a random running replica and starts it again.
+// killOne SIGKILLs a random running replica and starts it again, or,
+// every other time on average, rolls it: stops it with SIGTERM, as a
+// rolling update does, and starts it again.
 func (r *replicas) killOne(ctx context.Context, d *driver) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -70,6 +85,12 @@ func (r *replicas) killOne(ctx context.Context, d *driver) {
 		return
 	}
 	pid := op.PID()
+	if rand.N(2) == 0 {
+		d.t.ReplicaRollouts.Add(1)
+		d.logf("rolling replica PID %d (SIGTERM)", pid)
+		d.fail("rolling a replica", op.Restart(ctx))
+		return
+	}
 	if err := op.Kill(); err != nil {
 		d.fail("killing a replica", err)
 		return
