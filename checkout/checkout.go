@@ -98,6 +98,9 @@ type Checkouter struct {
 	// Stock, when set, holds claims reserved ahead of their pods, which a
 	// checkout hands out first, without a write.
 	Stock *Stock
+	// Affinities parses the volumes' affinities for the checkouts and the
+	// stock.
+	Affinities *pool.Affinities
 
 	// taken remembers the versions of PVCs this replica is handing out,
 	// handed out or lost a race for, and when, by UID, so that its other
@@ -109,7 +112,7 @@ type Checkouter struct {
 // NewCheckouter is a Checkouter with DefaultMaxTries; cache must have
 // WarmIndex and HolderIndex (IndexWarm).
 func NewCheckouter(cache, live client.Reader, w client.Writer) *Checkouter {
-	return &Checkouter{Cache: cache, Live: live, Writer: w, MaxTries: DefaultMaxTries, taken: map[types.UID]map[string]time.Time{}}
+	return &Checkouter{Cache: cache, Live: live, Writer: w, MaxTries: DefaultMaxTries, Affinities: pool.NewAffinities(), taken: map[types.UID]map[string]time.Time{}}
 }
 
 // Checkedout is what Checkout hands a pod.
@@ -133,7 +136,7 @@ type Checkedout struct {
 func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod *corev1.Pod, admittedAt time.Time) (Checkedout, error) {
 	hash := pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate)
 	namespace := pod.Namespace
-	placement := pool.NewPlacement(pod, func() ([]*corev1.Node, error) { return c.podNodes(ctx, pod) })
+	placement := pool.NewPlacement(pod, func() ([]*corev1.Node, error) { return c.podNodes(ctx, pod) }, c.Affinities)
 	// Nodes found missing from the cache, or not, by name: the staged
 	// candidates of a pool share a few nodes.
 	gone := map[string]bool{}

@@ -361,7 +361,7 @@ func (s *Stock) prune(ctx context.Context, fpvcs map[string]*v1alpha1.FluentPVC,
 
 // usableOnSomeNode says, for one sync, whether a volume of an affinity
 // (a NodeAffinityAnnotationKey value) can be used on a cached node
-// (pool.UsableOnSomeNode). The nodes are listed at the first question
+// (pool.Affinities.UsableOnSomeNode). The nodes are listed at the first question
 // only, and each affinity answered once. While the nodes cannot be
 // listed, every volume counts as usable: a claim is kept rather than
 // given back on no evidence.
@@ -380,7 +380,7 @@ func (s *Stock) usableOnSomeNode(ctx context.Context) func(affinity string) bool
 		}
 		u, ok := answers[affinity]
 		if !ok {
-			u = pool.UsableOnSomeNode(affinity, nodes)
+			u = s.Checkouts.Affinities.UsableOnSomeNode(affinity, nodes)
 			answers[affinity] = u
 		}
 		return u

@@ -62,6 +62,8 @@ type PoolReconciler struct {
 	// failing holds the names of the FluentPVCs whose last reconcile
 	// failed: they keep the workqueue's backoff instead of waiting.
 	failing sync.Map
+	// affinities parses the warm PVCs' volume affinities.
+	affinities *pool.Affinities
 }
 
 // NewPoolReconciler returns a PoolReconciler that reads through c (cached)
@@ -71,7 +73,7 @@ func NewPoolReconciler(c client.Client, apiReader client.Reader, clk clock.Passi
 	if opts.StrandedAttachmentTimeout <= 0 {
 		opts.StrandedAttachmentTimeout = pool.StrandedAfter
 	}
-	return &PoolReconciler{Client: c, apiReader: apiReader, clock: clk, opts: opts, expect: pool.NewExpectations()}
+	return &PoolReconciler{Client: c, apiReader: apiReader, clock: clk, opts: opts, expect: pool.NewExpectations(), affinities: pool.NewAffinities()}
 }
 
 // Reconcile brings every pool namespace of f to spec.pool.size warm PVCs,
@@ -189,6 +191,8 @@ type poolObserved struct {
 	eligible  []pool.Node
 	nodeZones map[string]string
 	nodes     map[string]*corev1.Node
+	// affinities parses the warm PVCs' volume affinities (nil: each time).
+	affinities *pool.Affinities
 	// claimed are the pool's claims handed to pods, in select-node mode:
 	// where they are is where new warm PVCs are wanted (FollowDemand).
 	claimed []corev1.PersistentVolumeClaim
@@ -271,7 +275,7 @@ type poolWarning struct {
 }
 
 func (r *PoolReconciler) observePool(ctx context.Context, f *v1alpha1.FluentPVC, bindings []v1alpha1.FluentPVCBinding) (poolObserved, error) {
-	o := poolObserved{lastAdmission: map[string]time.Time{}, unseen: map[string][]pool.Expected{}}
+	o := poolObserved{lastAdmission: map[string]time.Time{}, unseen: map[string][]pool.Expected{}, affinities: r.affinities}
 	// Read before the list, so that a PVC reaching the cache in between is
 	// in both (and counted once) rather than in neither (and created twice).
 	for _, x := range r.expect.Unseen(f.Name, func(key client.ObjectKey) bool {
@@ -699,7 +703,7 @@ func (ix poolIndex) namespaces(keep []string) []string {
 func planNamespace(o poolObserved, ix poolIndex, ns string, kept bool, size int32, now time.Time, pp *poolPlan) {
 	res := &pp.result
 	in := pool.Input{Size: size, Hash: pp.hash, WaitForFirstConsumer: o.waitForFirstConsumer, SelectNodes: o.selectNodes, Binders: ix.binders[ns], Starting: o.starting[ns], Reserved: o.reserved[ns]}
-	adapted := pool.Adapt(ix.warm[ns], o.unseen[ns], pp.hash, ix.nodes)
+	adapted := pool.Adapt(ix.warm[ns], o.unseen[ns], pp.hash, ix.nodes, o.affinities)
 	in.Claims = adapted.Claims
 	for _, name := range adapted.Unreachable {
 		res.unreachable = append(res.unreachable, ns+"/"+name)

@@ -224,7 +224,7 @@ func stageInput(o poolObserved, ns, hash string, deleted []string, demand []pool
 		if !ok {
 			continue
 		}
-		m, err := pool.ParseVolumeAffinity(affinity)
+		m, err := o.affinities.Parse(affinity)
 		if err != nil {
 			continue
 		}

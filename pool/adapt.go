@@ -47,9 +47,9 @@ type Adapted struct {
 // named, so that another one is. A Bound warm PVC whose volume is stranded
 // on a gone node (Nodes.Stranded) is marked Replace too: a warm PVC holds
 // no pod's data.
-func Adapt(warm []corev1.PersistentVolumeClaim, unseen []Expected, hash string, nodes Nodes) Adapted {
+func Adapt(warm []corev1.PersistentVolumeClaim, unseen []Expected, hash string, nodes Nodes, affinities *Affinities) Adapted {
 	var out Adapted
-	anyNode := NewPlacement(nil, func() ([]*corev1.Node, error) { return slices.Collect(maps.Values(nodes.ByName)), nil })
+	anyNode := NewPlacement(nil, func() ([]*corev1.Node, error) { return slices.Collect(maps.Values(nodes.ByName)), nil }, affinities)
 	seen := make(map[string]bool, len(warm))
 	for i := range warm {
 		c := &warm[i]
@@ -78,7 +78,7 @@ func Adapt(warm []corev1.PersistentVolumeClaim, unseen []Expected, hash string, 
 			out.Stranded = append(out.Stranded, c.Name)
 		}
 		if !claim.Deleting && !claim.Replace && claim.Hash == hash {
-			out.Places = append(out.Places, Place(claim, node, affinity, known, nodes.ByName))
+			out.Places = append(out.Places, Place(claim, node, affinity, known, nodes.ByName, affinities))
 		}
 		out.Claims = append(out.Claims, claim)
 	}
@@ -88,7 +88,7 @@ func Adapt(warm []corev1.PersistentVolumeClaim, unseen []Expected, hash string, 
 		}
 		claim := Claim{Name: x.Key.Name, Hash: hash, NodeSelected: true, Zone: x.Zone, Created: x.At}
 		out.Claims = append(out.Claims, claim)
-		out.Places = append(out.Places, Place(claim, x.Node, "", false, nodes.ByName))
+		out.Places = append(out.Places, Place(claim, x.Node, "", false, nodes.ByName, affinities))
 	}
 	return out
 }
@@ -96,9 +96,9 @@ func Adapt(warm []corev1.PersistentVolumeClaim, unseen []Expected, hash string, 
 // Place is warm PVC claim as FollowDemand sees it: once Bound with its
 // volume's affinity recorded, it reaches the nodes that affinity accepts;
 // before, only the node named for it (if any).
-func Place(claim Claim, node, affinity string, recorded bool, nodes map[string]*corev1.Node) WarmPlace {
+func Place(claim Claim, node, affinity string, recorded bool, nodes map[string]*corev1.Node, affinities *Affinities) WarmPlace {
 	w := WarmPlace{Name: claim.Name, Bound: claim.Bound, Created: claim.Created}
-	m, err := ParseVolumeAffinity(affinity)
+	m, err := affinities.Parse(affinity)
 	switch {
 	case claim.Bound && recorded && err == nil:
 		w.Reaches = func(n string) bool { return nodes[n] != nil && m.Match(nodes[n]) }

@@ -149,7 +149,7 @@ func TestAdapt(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got := Adapt(tc.warm, tc.unseen, "h", tc.nodes)
+			got := Adapt(tc.warm, tc.unseen, "h", tc.nodes, NewAffinities())
 			if diff := cmp.Diff(tc.wantClaims, got.Claims); diff != "" {
 				t.Errorf("claims (-want +got):\n%s", diff)
 			}
@@ -190,7 +190,7 @@ func TestPlace(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			w := Place(tc.claim, tc.node, tc.affinity, tc.recorded, nodes)
+			w := Place(tc.claim, tc.node, tc.affinity, tc.recorded, nodes, nil)
 			var got []string
 			for _, n := range []string{"n1", "n2", "unknown"} {
 				if w.Reaches(n) {

@@ -56,31 +56,54 @@ type VolumeMatcher struct {
 	matches []*nodeaffinity.NodeSelector
 }
 
-// ParseVolumeAffinity reads a NodeAffinityAnnotationKey value; "" accepts
-// every node. It fails on a value that is not a valid node selector. Equal
-// values share one matcher, parsed once (see parsed): callers must not
-// change it.
-func ParseVolumeAffinity(affinity string) (*VolumeMatcher, error) {
-	parsed.Lock()
-	m, ok := parsed.m[affinity]
-	parsed.Unlock()
+// Affinities remembers parsed volume affinities (NodeAffinityAnnotationKey
+// values) for whoever owns it: the webhook's checkouts and the pool's
+// reconciles each keep one. Parsing is most of a checkout's placement cost
+// (BenchmarkPlacement), and the pool would otherwise parse every warm PVC's
+// affinity on each reconcile. A pool's volumes share a few affinities (one
+// per zone) or one per node. The map is emptied when it outgrows
+// maxParsed, which only costs parsing again. A nil *Affinities parses each
+// time.
+type Affinities struct {
+	mu sync.Mutex
+	m  map[string]*VolumeMatcher
+}
+
+// NewAffinities is an empty Affinities.
+func NewAffinities() *Affinities {
+	return &Affinities{m: map[string]*VolumeMatcher{}}
+}
+
+const maxParsed = 10000
+
+// Parse is ParseVolumeAffinity, remembered: equal values share one
+// matcher, parsed once, which callers must not change.
+func (a *Affinities) Parse(affinity string) (*VolumeMatcher, error) {
+	if a == nil {
+		return ParseVolumeAffinity(affinity)
+	}
+	a.mu.Lock()
+	m, ok := a.m[affinity]
+	a.mu.Unlock()
 	if ok {
 		return m, nil
 	}
-	m, err := parseVolumeAffinity(affinity)
+	m, err := ParseVolumeAffinity(affinity)
 	if err != nil {
 		return nil, err
 	}
-	parsed.Lock()
-	if len(parsed.m) >= maxParsed {
-		clear(parsed.m)
+	a.mu.Lock()
+	if len(a.m) >= maxParsed {
+		clear(a.m)
 	}
-	parsed.m[affinity] = m
-	parsed.Unlock()
+	a.m[affinity] = m
+	a.mu.Unlock()
 	return m, nil
 }
 
-func parseVolumeAffinity(affinity string) (*VolumeMatcher, error) {
+// ParseVolumeAffinity reads a NodeAffinityAnnotationKey value; "" accepts
+// every node. It fails on a value that is not a valid node selector.
+func ParseVolumeAffinity(affinity string) (*VolumeMatcher, error) {
 	m := &VolumeMatcher{}
 	if affinity == "" {
 		return m, nil
@@ -100,28 +123,15 @@ func parseVolumeAffinity(affinity string) (*VolumeMatcher, error) {
 	return m, nil
 }
 
-// parsed remembers parsed affinities across admissions and pool reconciles.
-// Parsing is most of a checkout's placement cost (BenchmarkPlacement), and
-// the pool would otherwise parse every warm PVC's affinity on each
-// reconcile. A pool's volumes share a few affinities (one per zone) or one
-// per node. The map is
-// emptied when it outgrows maxParsed, which only costs parsing again.
-var parsed = struct {
-	sync.Mutex
-	m map[string]*VolumeMatcher
-}{m: map[string]*VolumeMatcher{}}
-
-const maxParsed = 10000
-
 // UsableOnSomeNode says whether a volume of affinity (a
 // NodeAffinityAnnotationKey value) can be used on one of nodes. It is
 // true when nothing says otherwise: no node is known, or the affinity
 // does not parse (a pod's checkout then leaves the volume alone).
-func UsableOnSomeNode(affinity string, nodes []*corev1.Node) bool {
+func (a *Affinities) UsableOnSomeNode(affinity string, nodes []*corev1.Node) bool {
 	if len(nodes) == 0 {
 		return true
 	}
-	m, err := ParseVolumeAffinity(affinity)
+	m, err := a.Parse(affinity)
 	if err != nil || m.Any() {
 		return true
 	}
@@ -236,14 +246,16 @@ type Placement struct {
 	// byLabel indexes fits by label key, then value, built per key on use.
 	byLabel map[string]map[string][]*corev1.Node
 	memo    map[string]bool
+	// affinities parses the volumes' affinities.
+	affinities *Affinities
 	// fitNames are the names of fits, built on use.
 	fitNames map[string]bool
 }
 
 // NewPlacement is a Placement for pod over the nodes that nodes lists; a
 // nil pod runs anywhere, which answers whether any node can use a volume.
-func NewPlacement(pod *corev1.Pod, nodes func() ([]*corev1.Node, error)) *Placement {
-	p := &Placement{pod: pod, nodes: nodes, memo: map[string]bool{}, byLabel: map[string]map[string][]*corev1.Node{}}
+func NewPlacement(pod *corev1.Pod, nodes func() ([]*corev1.Node, error), affinities *Affinities) *Placement {
+	p := &Placement{pod: pod, nodes: nodes, affinities: affinities, memo: map[string]bool{}, byLabel: map[string]map[string][]*corev1.Node{}}
 	if pod != nil {
 		p.required = nodeaffinity.GetRequiredNodeAffinity(pod)
 	}
@@ -286,7 +298,7 @@ func (p *Placement) FitsNode(name string) bool {
 func (p *Placement) Err() error { return p.err }
 
 func (p *Placement) usable(affinity string) bool {
-	m, err := ParseVolumeAffinity(affinity)
+	m, err := p.affinities.Parse(affinity)
 	if err != nil {
 		return false
 	}

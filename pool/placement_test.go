@@ -124,7 +124,7 @@ func TestPlacementUsable(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			p := NewPlacement(tc.pod, func() ([]*corev1.Node, error) { return placementNodes(), nil })
+			p := NewPlacement(tc.pod, func() ([]*corev1.Node, error) { return placementNodes(), nil }, NewAffinities())
 			want := map[string]bool{}
 			for _, v := range tc.usable {
 				want[v] = true
@@ -151,7 +151,7 @@ func TestPlacementReadsNodesOnceAndOnlyWhenNeeded(t *testing.T) {
 	p := NewPlacement(fixtures.MakePod("p", "ns").Obj(), func() ([]*corev1.Node, error) {
 		reads++
 		return placementNodes(), nil
-	})
+	}, NewAffinities())
 	if !p.Usable("") || reads != 0 {
 		t.Fatalf("a volume usable anywhere read the nodes (%d reads)", reads)
 	}
@@ -163,17 +163,17 @@ func TestPlacementReadsNodesOnceAndOnlyWhenNeeded(t *testing.T) {
 	}
 
 	// No node known at all (a cluster scaled to zero): nothing to judge by.
-	empty := NewPlacement(fixtures.MakePod("p", "ns").Obj(), func() ([]*corev1.Node, error) { return nil, nil })
+	empty := NewPlacement(fixtures.MakePod("p", "ns").Obj(), func() ([]*corev1.Node, error) { return nil, nil }, NewAffinities())
 	if !empty.Usable(VolumeAffinity(fixtures.MakePV("pv", fixtures.InTerm(ZoneLabelKey, "a")))) {
 		t.Errorf("with no node known, a zonal volume is not usable")
 	}
 	// A pod pinned to a node that is not known cannot use a zonal volume.
-	pinned := NewPlacement(fixtures.MakePod("p", "ns").PinnedTo("gone").Obj(), func() ([]*corev1.Node, error) { return nil, nil })
+	pinned := NewPlacement(fixtures.MakePod("p", "ns").PinnedTo("gone").Obj(), func() ([]*corev1.Node, error) { return nil, nil }, NewAffinities())
 	if pinned.Usable(VolumeAffinity(fixtures.MakePV("pv", fixtures.InTerm(ZoneLabelKey, "a")))) {
 		t.Errorf("a pod pinned to an unknown node can use a zonal volume")
 	}
 
-	failing := NewPlacement(fixtures.MakePod("p", "ns").Obj(), func() ([]*corev1.Node, error) { return nil, errors.New("boom") })
+	failing := NewPlacement(fixtures.MakePod("p", "ns").Obj(), func() ([]*corev1.Node, error) { return nil, errors.New("boom") }, NewAffinities())
 	if failing.Usable(VolumeAffinity(fixtures.MakePV("pv", fixtures.InTerm(ZoneLabelKey, "a")))) || failing.Err() == nil {
 		t.Errorf("a volume with affinity is usable although the nodes could not be read (err %v)", failing.Err())
 	}
@@ -186,7 +186,7 @@ func TestPlacementWithoutPodMeansAnyNode(t *testing.T) {
 	deleting := fixtures.MakeNode("d-0").Zone("d").Obj()
 	deleting.DeletionTimestamp = &metav1.Time{Time: fixtures.Epoch}
 	nodes := append(placementNodes(), deleting)
-	p := NewPlacement(nil, func() ([]*corev1.Node, error) { return nodes, nil })
+	p := NewPlacement(nil, func() ([]*corev1.Node, error) { return nodes, nil }, NewAffinities())
 	cases := map[string]struct {
 		affinity string
 		want     bool
@@ -271,10 +271,12 @@ func TestParseVolumeAffinity(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			// Twice: the second call is served from the shared map, and must
-			// be the same matcher, or the same error (errors are not kept).
-			first, err := ParseVolumeAffinity(tc.affinity)
-			second, err2 := ParseVolumeAffinity(tc.affinity)
+			// Twice: the second call is served from the Affinities' map,
+			// and must be the same matcher, or the same error (errors are
+			// not kept).
+			a := NewAffinities()
+			first, err := a.Parse(tc.affinity)
+			second, err2 := a.Parse(tc.affinity)
 			if tc.wantErr {
 				if err == nil || err2 == nil {
 					t.Fatalf("ParseVolumeAffinity(%q) errors = %v, %v; want both non-nil", tc.affinity, err, err2)
@@ -316,7 +318,7 @@ func BenchmarkPlacement(b *testing.B) {
 	}
 	pod := fixtures.MakePod("p", "ns").NodeSelector(ZoneLabelKey, "b").Obj()
 	for b.Loop() {
-		p := NewPlacement(pod, func() ([]*corev1.Node, error) { return nodes, nil })
+		p := NewPlacement(pod, func() ([]*corev1.Node, error) { return nodes, nil }, NewAffinities())
 		for _, a := range affinities {
 			p.Usable(a)
 		}
