@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -28,6 +29,7 @@ import (
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -59,22 +61,22 @@ const (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 type options struct {
-	reserveAhead   reserveAhead
-	metricsAddr    string
-	pprofAddr      string
-	probeAddr      string
-	leaderElect    bool
-	webhookPort    int
+	reserveAhead reserveAhead
+	metricsAddr  string
+	pprofAddr    string
+	probeAddr    string
+	leaderElect  bool
+	// webhookHost and webhookPort are --webhook-bind-address, split.
 	webhookHost    string
+	webhookPort    int
 	certDir        string
 	certManagement string
 	namespace      string
 	// namePrefix names the webhook Service, the webhook configurations
 	// and the certificate Secret (see objectName).
-	namePrefix       string
-	gracefulShutdown time.Duration
-	shutdownDrain    time.Duration
-	controllers      controllers.Options
+	namePrefix    string
+	shutdownDrain time.Duration
+	controllers   controllers.Options
 }
 
 func main() {
@@ -220,7 +222,7 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, opts options) (ctrl.Ma
 		LeaderElectionID:              "fluent-pvc-operator.tech.zozo.com",
 		LeaderElectionNamespace:       opts.namespace,
 		LeaderElectionReleaseOnCancel: true,
-		GracefulShutdownTimeout:       &opts.gracefulShutdown,
+		GracefulShutdownTimeout:       ptr.To(gracefulShutdownTimeout),
 		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
 			Host:    opts.webhookHost,
 			Port:    opts.webhookPort,
@@ -367,6 +369,10 @@ func (r *reserveAhead) Set(s string) error {
 	return nil
 }
 
+// gracefulShutdownTimeout is how long a replica told to stop waits for its
+// running reconciles and requests, after its --shutdown-drain.
+const gracefulShutdownTimeout = 30 * time.Second
+
 func parseFlags(args []string) (options, zap.Options, error) {
 	var o options
 	fs := flag.NewFlagSet("fluent-pvc-operator", flag.ContinueOnError)
@@ -374,21 +380,27 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.StringVar(&o.pprofAddr, "pprof-bind-address", "", "Address of the Go profiler's /debug/pprof endpoints; empty disables them. Serve it on localhost only: it is not authenticated.")
 	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	fs.BoolVar(&o.leaderElect, "leader-elect", inCluster(), "Elect a leader so that only one replica runs the controllers. On by default in a cluster.")
-	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the admission webhook server.")
-	fs.StringVar(&o.webhookHost, "webhook-host", "", "Address the webhook server binds to; empty means all.")
+	webhookAddr := fs.String("webhook-bind-address", ":9443", "Address of the admission webhook server, host:port; an empty host means all addresses.")
 	fs.StringVar(&o.certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "Directory of the webhook serving certificate (tls.crt, tls.key).")
 	fs.StringVar(&o.certManagement, "cert-management", certSelf, "Who provides the webhook certificate: \"self\" (the operator issues it and injects the caBundle) or \"external\" (cert-manager or you write it into --cert-dir).")
 	fs.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "fluent-pvc-operator-system"), "The operator's namespace, where its certificate Secret, its leader-election Lease and its stocks' Leases live, and where FluentPVCs are checked by dry runs.")
 	fs.StringVar(&o.namePrefix, "name-prefix", "fluent-pvc-operator", "Prefix of the names of the operator's objects that config/default and the chart make: <prefix>"+webhookServiceSuffix+" (the Service the certificate is issued for), <prefix>"+mutatingConfigSuffix+" and <prefix>"+validatingConfigSuffix+" (whose caBundle the operator injects), and <prefix>"+certSecretSuffix+" (the Secret of its own CA and certificate).")
 	fs.Var(&o.reserveAhead, "reserve-ahead", "How many warm PVCs per FluentPVC and namespace each replica reserves ahead of their pods, so that it hands them out without an API write at admission, for FluentPVCs whose spec.pool.reserveAhead is unset: a number, or \"share\" for the replica's share of the pool (its size divided by the replicas whose stock Leases are live, rounded up). Whatever is asked, a replica reserves at most its share. They count in the pool's size. 0 reserves none. Pools that stage their warm PVCs are not reserved from.")
-	fs.DurationVar(&o.gracefulShutdown, "graceful-shutdown-timeout", 30*time.Second, "How long to wait for running reconciles and requests on shutdown.")
-	fs.DurationVar(&o.shutdownDrain, "shutdown-drain", 0, "How long a replica told to stop keeps serving webhooks before it stops, answering each request with Connection: close, so that the API server moves its connections to other replicas rather than have them cut under a request. 0 stops at once. The pod's terminationGracePeriodSeconds must cover it, any preStop hook and --graceful-shutdown-timeout.")
+	fs.DurationVar(&o.shutdownDrain, "shutdown-drain", 0, "How long a replica told to stop keeps serving webhooks before it stops, answering each request with Connection: close, so that the API server moves its connections to other replicas rather than have them cut under a request. 0 stops at once. The pod's terminationGracePeriodSeconds must cover it, any preStop hook and the "+gracefulShutdownTimeout.String()+" the manager then waits for running reconciles and requests.")
 	o.controllers.BindFlags(fs)
 	config.RegisterFlags(fs) // --kubeconfig
 	var zapOpts zap.Options
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, zapOpts, err
+	}
+	host, port, err := net.SplitHostPort(*webhookAddr)
+	if err == nil {
+		o.webhookHost = host
+		o.webhookPort, err = strconv.Atoi(port)
+	}
+	if err != nil || o.webhookPort < 0 || o.webhookPort > 65535 {
+		return o, zapOpts, fmt.Errorf("--webhook-bind-address must be host:port, not %q", *webhookAddr)
 	}
 	if o.certManagement != certSelf && o.certManagement != certExternal {
 		return o, zapOpts, fmt.Errorf("--cert-management must be %q or %q, not %q", certSelf, certExternal, o.certManagement)

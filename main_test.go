@@ -36,9 +36,8 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
-// gracefulShutdownTimeout is passed to the manager and bounds how long it may
-// take to exit after SIGTERM.
-const gracefulShutdownTimeout = fixtures.Timeout
+// exitTimeout bounds how long the manager may take to exit after SIGTERM.
+const exitTimeout = fixtures.Timeout
 
 var (
 	managerBin string // the manager built from this package
@@ -86,8 +85,7 @@ var _ = Describe("manager", func() {
 			"--cert-dir", certDir,
 			"--health-probe-bind-address", probe,
 			"--metrics-bind-address", metrics,
-			"--webhook-port", strings.TrimPrefix(webhook, "127.0.0.1:"),
-			"--graceful-shutdown-timeout", gracefulShutdownTimeout.String(),
+			"--webhook-bind-address", webhook,
 		)
 
 		Eventually(statusOf).WithArguments("http://" + probe + "/healthz").Should(Equal(http.StatusOK))
@@ -111,7 +109,7 @@ var _ = Describe("manager", func() {
 		Expect(session).NotTo(gexec.Exit(), "the manager must keep running")
 
 		session.Terminate()
-		Eventually(session, gracefulShutdownTimeout).Should(gexec.Exit(0))
+		Eventually(session, exitTimeout).Should(gexec.Exit(0))
 	})
 
 	It("reads the kubeconfig given with --kubeconfig", func() {
@@ -119,7 +117,7 @@ var _ = Describe("manager", func() {
 		session := startManagerWithEnv(managerEnv(), append([]string{"--kubeconfig", kubeconfig}, standaloneArgs(probe)...)...)
 		Eventually(statusOf).WithArguments("http://" + probe + "/readyz").Should(Equal(http.StatusOK))
 		session.Terminate()
-		Eventually(session, gracefulShutdownTimeout).Should(gexec.Exit(0))
+		Eventually(session, exitTimeout).Should(gexec.Exit(0))
 	})
 
 	It("is not ready while a cache the webhooks read cannot sync, says which, and is ready once it can", func(ctx SpecContext) {
@@ -187,7 +185,7 @@ func standaloneArgs(probe string) []string {
 		"--cert-dir", certDir,
 		"--health-probe-bind-address", probe,
 		"--metrics-bind-address", "0",
-		"--webhook-port", strings.TrimPrefix(freePort(), "127.0.0.1:"),
+		"--webhook-bind-address", freePort(),
 	}
 }
 
@@ -332,6 +330,8 @@ func TestParseFlagsReservations(t *testing.T) {
 		"a word":              {args: []string{"--reserve-ahead=all"}, wantErr: `want a number of claims, 0 or more, or "share", not "all"`},
 		"a drain":             {args: []string{"--shutdown-drain=5s"}},
 		"a negative drain":    {args: []string{"--shutdown-drain=-1s"}, wantErr: "--shutdown-drain must be 0 or more, not -1s"},
+		"a webhook address":   {args: []string{"--webhook-bind-address=127.0.0.1:9443"}},
+		"a webhook port only": {args: []string{"--webhook-bind-address=9443"}, wantErr: `--webhook-bind-address must be host:port, not "9443"`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			o, _, err := parseFlags(tc.args)

@@ -755,13 +755,14 @@ func drainJobRejected(err error) bool {
 }
 
 // backoff is how long to wait after the attempt-th failed Job: the base,
-// doubled for each earlier failure, capped at the maximum.
+// doubled for each earlier failure, capped at the maximum (or the base, if
+// that is longer).
 func backoff(attempt int32, opts Options) time.Duration {
-	d := opts.DrainBackoffBase
-	for i := int32(1); i < attempt && d < opts.DrainBackoffMax; i++ {
+	d, most := opts.DrainBackoffBase, max(opts.DrainBackoffMax, opts.DrainBackoffBase)
+	for i := int32(1); i < attempt && d < most; i++ {
 		d *= 2
 	}
-	return min(d, opts.DrainBackoffMax)
+	return min(d, most)
 }
 
 // statusNews says whether a binding whose status reads was is written

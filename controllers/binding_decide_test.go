@@ -400,19 +400,23 @@ func TestDecide(t *testing.T) {
 
 func TestBackoff(t *testing.T) {
 	opts := Options{DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute}
+	longBase := Options{DrainBackoffBase: 20 * time.Minute, DrainBackoffMax: 10 * time.Minute}
 	cases := map[string]struct {
+		opts    Options
 		attempt int32
 		want    time.Duration
 	}{
-		"first failure waits the base": {attempt: 1, want: 10 * time.Second},
-		"second doubles":               {attempt: 2, want: 20 * time.Second},
-		"sixth":                        {attempt: 6, want: 320 * time.Second},
-		"capped":                       {attempt: 7, want: 10 * time.Minute},
-		"far past the cap":             {attempt: 1000, want: 10 * time.Minute},
+		"first failure waits the base":    {opts: opts, attempt: 1, want: 10 * time.Second},
+		"second doubles":                  {opts: opts, attempt: 2, want: 20 * time.Second},
+		"sixth":                           {opts: opts, attempt: 6, want: 320 * time.Second},
+		"capped":                          {opts: opts, attempt: 7, want: 10 * time.Minute},
+		"far past the cap":                {opts: opts, attempt: 1000, want: 10 * time.Minute},
+		"a base over the cap is the wait": {opts: longBase, attempt: 1, want: 20 * time.Minute},
+		"a base over the cap never grows": {opts: longBase, attempt: 3, want: 20 * time.Minute},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			if got := backoff(tc.attempt, opts); got != tc.want {
+			if got := backoff(tc.attempt, tc.opts); got != tc.want {
 				t.Errorf("backoff(%d) = %s, want %s", tc.attempt, got, tc.want)
 			}
 		})

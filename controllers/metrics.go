@@ -56,7 +56,7 @@ var (
 
 	claimsAbandoned = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fluentpvc_claims_abandoned_total",
-		Help: "Claims let go of undrained: their namespace was deleted, or their FluentPVC stayed gone past --fluentpvc-missing-timeout.",
+		Help: "Claims let go of undrained: their namespace was deleted, or their FluentPVC stayed gone for an hour.",
 	}, []string{"fluentpvc"})
 
 	oldestUndrainedClaim = prometheus.NewGaugeVec(prometheus.GaugeOpts{

@@ -282,7 +282,7 @@ type PoolNamespaceStatus struct {
 	Staged int32 `json:"staged,omitempty"`
 	// lastAdmissionTime is when a pod of this FluentPVC was last admitted in
 	// the namespace. A learned namespace is dropped from the pool after the
-	// operator's --pool-idle-namespace-ttl without admissions.
+	// hour without admissions.
 	// +optional
 	LastAdmissionTime *metav1.Time `json:"lastAdmissionTime,omitempty"`
 }

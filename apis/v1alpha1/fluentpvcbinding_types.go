@@ -50,7 +50,7 @@ const (
 	BindingPhaseOrphaned FluentPVCBindingPhase = "Orphaned"
 	// BindingPhaseAbandoned: the claim was released without a successful
 	// drain, because the namespace is being deleted, or because the
-	// FluentPVC stayed gone for longer than --fluentpvc-missing-timeout (the
+	// FluentPVC stayed gone for more than an hour (the
 	// PVC is then kept, with its data).
 	BindingPhaseAbandoned FluentPVCBindingPhase = "Abandoned"
 )
@@ -89,9 +89,8 @@ type FluentPVCBindingStatus struct {
 	LastDrainFailureTime *metav1.Time `json:"lastDrainFailureTime,omitempty"`
 
 	// fluentPVCMissingSince is when the binding found its FluentPVC gone while
-	// the claim had to be drained. Once the operator's
-	// --fluentpvc-missing-timeout has passed since then, the claim is let go
-	// of undrained and kept, with a Warning Event.
+	// the claim had to be drained. Once an hour has passed since then, the
+	// claim is let go of undrained and kept, with a Warning Event.
 	// +optional
 	FluentPVCMissingSince *metav1.Time `json:"fluentPVCMissingSince,omitempty"`
 }

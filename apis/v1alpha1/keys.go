@@ -241,8 +241,8 @@ const (
 	EventReasonWarmPVCStranded = "WarmPVCStranded"
 	// EventReasonFluentPVCMissing: the binding's FluentPVC is gone, so no finalizer Job can be built.
 	EventReasonFluentPVCMissing = "FluentPVCMissing"
-	// EventReasonReleasedUndrained: the FluentPVC stayed gone past the
-	// operator's --fluentpvc-missing-timeout: the claim was let go of
+	// EventReasonReleasedUndrained: the FluentPVC stayed gone for an
+	// hour: the claim was let go of
 	// without draining; the PVC and its data are kept for the user.
 	EventReasonReleasedUndrained = "ClaimReleasedUndrained"
 )

@@ -98,7 +98,7 @@ func TestChaos(t *testing.T) {
 	// A replica told to stop keeps serving for a moment first, as the
 	// chart's does (5 s there).
 	reps, err := startReplicas(ctx, kc, 2, proxy.Kubeconfig, m.PerRequestLB, []string{
-		"--orphan-grace-period=10s", "--allow-short-orphan-grace-period", "--drain-backoff-base=1s", "--drain-backoff-max=5s",
+		"--orphan-grace-period=10s", "--allow-short-orphan-grace-period", "--drain-backoff-base=1s",
 		"--shutdown-drain=2s",
 	})
 	if err != nil {

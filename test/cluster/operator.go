@@ -32,7 +32,7 @@ import (
 const WebhookConfigurationName = "fluent-pvc-operator-local"
 
 // operatorStopTimeout exceeds the manager's default
-// --graceful-shutdown-timeout of 30s.
+// graceful shutdown timeout of 30s.
 const operatorStopTimeout = 40 * time.Second
 
 // OperatorOptions configure RunOperator.
@@ -185,8 +185,7 @@ func (o *Operator) args() []string {
 		"--leader-elect=false",
 		"--cert-management=external",
 		"--cert-dir", o.CertDir,
-		"--webhook-host=127.0.0.1",
-		fmt.Sprintf("--webhook-port=%d", o.WebhookPort),
+		fmt.Sprintf("--webhook-bind-address=127.0.0.1:%d", o.WebhookPort),
 		fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", o.MetricsPort),
 		fmt.Sprintf("--health-probe-bind-address=127.0.0.1:%d", o.ProbePort),
 	}, o.opts.Args...)

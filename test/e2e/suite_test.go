@@ -89,7 +89,7 @@ var _ = BeforeSuite(func() {
 	GinkgoWriter.Printf("server-side dry run of config/default:\n%s\n", out)
 
 	// The operator runs with only the RBAC of config/default. E2E_OPERATOR_ARGS
-	// adds flags, e.g. --webhook-port=-1 to show that the suite fails
+	// adds flags, e.g. --webhook-bind-address=bad to show that the suite fails
 	// without the webhook.
 	// With a leader elected, as in a cluster: the monitoring spec reads
 	// the leader's metric.
@@ -98,7 +98,6 @@ var _ = BeforeSuite(func() {
 		"--orphan-grace-period=" + orphanGracePeriod.String(),
 		"--allow-short-orphan-grace-period",
 		"--drain-backoff-base=2s",
-		"--drain-backoff-max=8s",
 		"--stranded-attachment-timeout=" + strandedAttachmentTimeout.String(),
 	}, strings.Fields(os.Getenv("E2E_OPERATOR_ARGS"))...)})
 	Expect(err).NotTo(HaveOccurred())

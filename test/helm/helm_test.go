@@ -111,18 +111,14 @@ func objects(t *testing.T, raw []byte) map[string]*unstructured.Unstructured {
 // flagDefaults are the operator's flag defaults the chart passes
 // explicitly (it names its objects, and config/default relies on them).
 var flagDefaults = []string{
-	"--webhook-port=9443",
+	"--webhook-bind-address=:9443",
 	"--name-prefix=fluent-pvc-operator",
 	"--orphan-grace-period=2m",
 	"--drain-backoff-base=10s",
-	"--drain-backoff-max=10m",
-	"--fluentpvc-missing-timeout=1h",
 	"--pool-bind-mode=select-node",
 	"--binder-image=registry.k8s.io/pause:3.10",
-	"--pool-idle-namespace-ttl=1h",
 	"--stage-per-node=8",
 	"--holder-priority-class=fluent-pvc-operator-holder",
-	"--api-server-request-timeout=1m",
 	"--zap-log-level=info",
 }
 
