@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +17,7 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/expectations"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
@@ -80,10 +80,6 @@ func holderKey(obj client.Object) []string {
 	return []string{l[v1alpha1.FluentPVCNameLabelKey]}
 }
 
-// recentTTL is how long a checkouter remembers a PVC it saw taken, which
-// covers the time its cache takes to catch up.
-const recentTTL = time.Minute
-
 // Checkouter hands warm PVCs to pods. One serves one webhook replica.
 type Checkouter struct {
 	// Cache lists warm PVCs; Live lists them uncached, once, when every try
@@ -102,17 +98,16 @@ type Checkouter struct {
 	// stock.
 	Affinities *pool.Affinities
 
-	// taken remembers the versions of PVCs this replica is handing out,
-	// handed out or lost a race for, and when, by UID, so that its other
-	// checkouts skip them while its cache is stale.
-	mu    sync.Mutex
-	taken map[types.UID]map[string]time.Time
+	// taken expects, by UID, the writes of the PVCs' versions this
+	// replica is handing out, handed out or lost a race for, so that its
+	// other checkouts skip those versions while its cache is stale.
+	taken expectations.Expectations[types.UID, struct{}]
 }
 
 // NewCheckouter is a Checkouter with DefaultMaxTries; cache must have
 // WarmIndex and HolderIndex (IndexWarm).
 func NewCheckouter(cache, live client.Reader, w client.Writer) *Checkouter {
-	return &Checkouter{Cache: cache, Live: live, Writer: w, MaxTries: DefaultMaxTries, Affinities: pool.NewAffinities(), taken: map[types.UID]map[string]time.Time{}}
+	return &Checkouter{Cache: cache, Live: live, Writer: w, MaxTries: DefaultMaxTries, Affinities: pool.NewAffinities()}
 }
 
 // Checkedout is what Checkout hands a pod.
@@ -426,32 +421,13 @@ func (c *Checkouter) allNodes(ctx context.Context) ([]*corev1.Node, error) {
 }
 
 // take marks the version of pvc read taken at now and says whether it was
-// free: no checkout of this replica tried that version in the recentTTL
-// before now. Every version tried stays taken, whether its write wins, loses a
-// race, or fails: until this replica's cache catches up, it still shows
-// the version the write replaced. A newer version is free. Still warm, it
-// lost only a write that left it so (an annotation of the pool's, a
-// binding of the PV controller's); a checkout of another replica made it
-// no candidate.
+// free: no checkout of this replica tried that version in the
+// expectations.TTL before now. Every version tried stays taken, whether
+// its write wins, loses a race, or fails: until this replica's cache
+// catches up, it still shows the version the write replaced. A newer
+// version is free. Still warm, it lost only a write that left it so (an
+// annotation of the pool's, a binding of the PV controller's); a checkout
+// of another replica made it no candidate.
 func (c *Checkouter) take(pvc *corev1.PersistentVolumeClaim, now time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if at, ok := c.taken[pvc.UID][pvc.ResourceVersion]; ok && now.Sub(at) < recentTTL {
-		return false
-	}
-	for u, versions := range c.taken {
-		for v, at := range versions {
-			if now.Sub(at) >= recentTTL {
-				delete(versions, v)
-			}
-		}
-		if len(versions) == 0 {
-			delete(c.taken, u)
-		}
-	}
-	if c.taken[pvc.UID] == nil {
-		c.taken[pvc.UID] = map[string]time.Time{}
-	}
-	c.taken[pvc.UID][pvc.ResourceVersion] = now
-	return true
+	return c.taken.First(pvc.UID, pvc.ResourceVersion, struct{}{}, now)
 }

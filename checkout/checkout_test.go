@@ -19,6 +19,7 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/expectations"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
@@ -322,7 +323,7 @@ func TestCheckoutRetriesAPVCThatLostOnlyAnotherWrite(t *testing.T) {
 }
 
 // TestTake: a replica skips every version of a PVC it tried in the last
-// recentTTL, and only those. Before, it remembered only the last: a cache
+// expectations.TTL, and only those. Before, it remembered only the last: a cache
 // still showing the version an earlier try lost on made the next
 // checkout write it again and lose again.
 func TestTake(t *testing.T) {
@@ -338,10 +339,10 @@ func TestTake(t *testing.T) {
 		free    bool
 	}
 	for name, tc := range map[string][]try{
-		"a version once":                  {{version: "1", free: true}, {version: "1"}},
-		"a newer version":                 {{version: "1", free: true}, {version: "2", free: true}},
-		"lost on 1, won on 2, 1 cached":   {{version: "1", free: true}, {version: "2", free: true}, {version: "1"}, {version: "2"}},
-		"a version again after recentTTL": {{version: "1", free: true}, {version: "1", after: recentTTL, free: true}},
+		"a version once":                {{version: "1", free: true}, {version: "1"}},
+		"a newer version":               {{version: "1", free: true}, {version: "2", free: true}},
+		"lost on 1, won on 2, 1 cached": {{version: "1", free: true}, {version: "2", free: true}, {version: "1"}, {version: "2"}},
+		"a version again after the TTL": {{version: "1", free: true}, {version: "1", after: expectations.TTL, free: true}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := NewCheckouter(nil, nil, nil)

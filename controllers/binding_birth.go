@@ -14,6 +14,7 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/checkout"
 	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/expectations"
 )
 
 // cacheBehindCheckout is how soon createBinding looks again at a claim
@@ -144,7 +145,7 @@ func (r *BindingReconciler) observeBirth(ctx context.Context, key client.ObjectK
 	}
 	o.pods = pods.Items
 	o.checkout = seenKeyOf(pvc)
-	o.ownClaimStale = r.ownClaims.stale(key, pvc.ResourceVersion, now)
+	o.ownClaimStale = r.ownClaims.Stale(key, pvc.ResourceVersion, now)
 	o.seen, o.wasSeen = r.seen.get(o.checkout, now)
 	var err error
 	o.holderEnd, err = holderEnd(ctx, r.Client, pvc, now)
@@ -203,7 +204,7 @@ func decideBirth(o birth, now time.Time, podStartWait time.Duration) birthPlan {
 	if o.ownClaimStale {
 		// The cache has not seen this reconciler's record of the pod on
 		// the claim yet; the record's event reconciles it again.
-		return birthPlan{step: birthWait, wait: ownWriteTTL}
+		return birthPlan{step: birthWait, wait: expectations.TTL}
 	}
 	pod := birthPod(o)
 	if pod == nil && o.wasSeen {
@@ -321,7 +322,7 @@ func (r *BindingReconciler) makeBinding(ctx context.Context, o birth, p birthPla
 	b.Spec.Pod = p.pod
 	err := r.Create(ctx, b)
 	if err == nil {
-		r.own.created(o.key, r.clock.Now())
+		r.own.Expect(o.key, "", struct{}{}, r.clock.Now())
 		if p.remember {
 			r.seen.put(o.checkout, p.pod, now)
 		} else {

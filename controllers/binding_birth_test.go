@@ -11,6 +11,7 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/checkout"
 	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/expectations"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -94,7 +95,7 @@ func TestDecideBirth(t *testing.T) {
 		},
 		"the cache has not seen the record of the pod on the claim": {
 			claim: records(fresh, p), pods: []corev1.Pod{pending("n")}, ownClaimStale: true, now: starting,
-			wantPlan: birthPlan{step: birthWait, wait: ownWriteTTL},
+			wantPlan: birthPlan{step: birthWait, wait: expectations.TTL},
 		},
 		"no pod cached yet: its pod may come": {
 			claim: fresh, now: admitted.Add(time.Second),

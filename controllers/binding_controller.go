@@ -33,6 +33,7 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/expectations"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
@@ -68,11 +69,18 @@ type BindingReconciler struct {
 	history podHistory
 	// own are the bindings' versions this reconciler's writes replaced,
 	// and the bindings it created, until the cache shows the writes.
+	// A cached copy at one of those versions is older than the
+	// reconciler's last write: a decision made from it would repeat or
+	// undo that write, and a write conditioned on it would fail with a
+	// conflict, so the reconciler waits for the write's watch event.
 	own ownWrites
 	// ownClaims are the claims' versions its records of a pod on the claim
 	// replaced: deciding from an older copy would write the record again.
 	ownClaims ownWrites
 }
+
+// ownWrites expect a reconciler's writes of objects by key.
+type ownWrites = expectations.Expectations[client.ObjectKey, struct{}]
 
 // NewBindingReconciler returns a BindingReconciler that reads through c
 // (cached) and apiReader (live) and sends events through recorder.
@@ -88,24 +96,24 @@ func (r *BindingReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	now := r.clock.Now()
 	if err := r.Get(ctx, req.NamespacedName, b); err != nil {
 		if apierrors.IsNotFound(err) {
-			if r.own.stale(req.NamespacedName, "", now) {
+			if r.own.Stale(req.NamespacedName, "", now) {
 				// Created moments ago; its event reconciles it.
-				return ctrl.Result{RequeueAfter: ownWriteTTL}, nil
+				return ctrl.Result{RequeueAfter: expectations.TTL}, nil
 			}
 			wait, err := r.createBinding(ctx, req.NamespacedName, now)
 			return ctrl.Result{RequeueAfter: wait}, err
 		}
 		return ctrl.Result{}, err
 	}
-	if r.own.stale(req.NamespacedName, b.ResourceVersion, now) {
+	if r.own.Stale(req.NamespacedName, b.ResourceVersion, now) {
 		// The cache has not seen this reconciler's last write of b yet: the
 		// write's event reconciles it again, and deciding from the older
 		// copy would only repeat that write, or fail on its version.
-		return ctrl.Result{RequeueAfter: ownWriteTTL}, nil
+		return ctrl.Result{RequeueAfter: expectations.TTL}, nil
 	}
 	o, err := r.observe(ctx, b, now)
 	if errors.Is(err, errOwnClaimUnseen) {
-		return ctrl.Result{RequeueAfter: ownWriteTTL}, nil
+		return ctrl.Result{RequeueAfter: expectations.TTL}, nil
 	}
 	if err != nil {
 		return ctrl.Result{}, err
@@ -200,7 +208,7 @@ func (r *BindingReconciler) observeClaim(ctx context.Context, o *observed, now t
 			return fmt.Errorf("reading binding %s/%s: %w", b.Namespace, b.Name, err)
 		}
 	}
-	if o.pvc != nil && r.ownClaims.stale(client.ObjectKeyFromObject(o.pvc), o.pvc.ResourceVersion, now) {
+	if o.pvc != nil && r.ownClaims.Stale(client.ObjectKeyFromObject(o.pvc), o.pvc.ResourceVersion, now) {
 		// Before any other read, some of them live.
 		return errOwnClaimUnseen
 	}
@@ -571,7 +579,7 @@ func (r *BindingReconciler) apply(ctx context.Context, o *observed, p plan, now 
 		if err := r.Update(ctx, b); err != nil {
 			return ctrl.Result{}, fmt.Errorf("recording the pod in the binding: %w", err)
 		}
-		r.own.wrote(client.ObjectKeyFromObject(b), before, now)
+		r.own.Expect(client.ObjectKeyFromObject(b), before, struct{}{}, now)
 	}
 	if p.recordOnClaim != nil && o.pvc != nil {
 		// Before the pod is let go: this record is what proves, should
@@ -635,7 +643,7 @@ func (r *BindingReconciler) apply(ctx context.Context, o *observed, p plan, now 
 			}
 			return ctrl.Result{}, fmt.Errorf("writing the binding's status: %w", err)
 		}
-		r.own.wrote(client.ObjectKeyFromObject(b), before, now)
+		r.own.Expect(client.ObjectKeyFromObject(b), before, struct{}{}, now)
 	}
 	r.report(ctx, *o, p)
 	if p.retry != nil {
@@ -694,14 +702,14 @@ func (r *BindingReconciler) finish(ctx context.Context, b *v1alpha1.FluentPVCBin
 		return fmt.Errorf("releasing the binding: %w", err)
 	}
 	if b.ResourceVersion != before {
-		r.own.wrote(key, before, now)
+		r.own.Expect(key, before, struct{}{}, now)
 	}
 	if b.DeletionTimestamp.IsZero() {
 		// Its successor of the same name, made for the claim's next
 		// checkout, is not this binding.
 		switch err := r.Delete(ctx, b, client.Preconditions{UID: &b.UID}); {
 		case err == nil:
-			r.own.wrote(key, b.ResourceVersion, now)
+			r.own.Expect(key, b.ResourceVersion, struct{}{}, now)
 		case client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err):
 			return fmt.Errorf("deleting the binding: %w", err)
 		}
@@ -723,7 +731,7 @@ func (r *BindingReconciler) recordPod(ctx context.Context, pvc *corev1.Persisten
 		return nil, err
 	}
 	if written != nil && written.ResourceVersion != before {
-		r.ownClaims.wrote(client.ObjectKeyFromObject(pvc), before, now)
+		r.ownClaims.Expect(client.ObjectKeyFromObject(pvc), before, struct{}{}, now)
 	}
 	return written, nil
 }

@@ -945,7 +945,7 @@ func TestRecordPodOwnWrite(t *testing.T) {
 			if (written == nil) != tc.wantGone {
 				t.Fatalf("recordPod = %v, want the claim gone: %t", written, tc.wantGone)
 			}
-			if got := r.ownClaims.stale(client.ObjectKeyFromObject(read), read.ResourceVersion, now); got != tc.wantOwn {
+			if got := r.ownClaims.Stale(client.ObjectKeyFromObject(read), read.ResourceVersion, now); got != tc.wantOwn {
 				t.Errorf("the version read is behind an own write: %t, want %t", got, tc.wantOwn)
 			}
 		})

@@ -23,6 +23,7 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/checkout"
 	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/expectations"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
@@ -53,7 +54,9 @@ type PoolReconciler struct {
 	// gate tells whether pods are starting; nil: none are.
 	gate *startGate
 	// expect are the warm PVCs created and not yet seen in the cache.
-	expect *pool.Expectations
+	// Without them, a reconcile that runs before the cache catches up
+	// counts the pool short and creates the same PVCs again.
+	expect expectations.Expectations[createdWarm, pool.Expected]
 	// strandings times the warm PVCs' attachments to nodes that are gone.
 	strandings pool.Strandings
 	// deferredSince is, by FluentPVC name, when (on the gate's clock) the
@@ -73,7 +76,7 @@ func NewPoolReconciler(c client.Client, apiReader client.Reader, clk clock.Passi
 	if opts.StrandedAttachmentTimeout <= 0 {
 		opts.StrandedAttachmentTimeout = pool.StrandedAfter
 	}
-	return &PoolReconciler{Client: c, apiReader: apiReader, clock: clk, opts: opts, expect: pool.NewExpectations(), affinities: pool.NewAffinities()}
+	return &PoolReconciler{Client: c, apiReader: apiReader, clock: clk, opts: opts, affinities: pool.NewAffinities()}
 }
 
 // Reconcile brings every pool namespace of f to spec.pool.size warm PVCs,
@@ -124,7 +127,7 @@ func sooner(d *time.Duration, after time.Duration) {
 
 // Forget drops what r remembers of FluentPVC name, once it is gone.
 func (r *PoolReconciler) Forget(name string) {
-	r.expect.Forget(name)
+	r.expect.Forget(func(k createdWarm) bool { return k.fluentPVC == name })
 	r.deferredSince.Delete(name)
 	r.failing.Delete(name)
 	r.gate.forget(name)
@@ -274,15 +277,39 @@ type poolWarning struct {
 	reason, message string
 }
 
+// createdWarm is a warm PVC that a FluentPVC's pool created.
+type createdWarm struct {
+	fluentPVC string
+	key       client.ObjectKey
+}
+
+// unseen are the warm PVCs of FluentPVC name that the pool created and the
+// cache does not show yet, by namespace.
+func (r *PoolReconciler) unseen(ctx context.Context, name string) map[string][]pool.Expected {
+	now := r.clock.Now()
+	var created []pool.Expected
+	r.expect.Pending(now, func(k createdWarm, x pool.Expected) {
+		if k.fluentPVC == name {
+			created = append(created, x)
+		}
+	})
+	out := map[string][]pool.Expected{}
+	for _, x := range created {
+		var pvc corev1.PersistentVolumeClaim
+		if err := r.Get(ctx, x.Key, &pvc); err != nil {
+			pvc.ResourceVersion = ""
+		}
+		if r.expect.Stale(createdWarm{name, x.Key}, pvc.ResourceVersion, now) {
+			out[x.Key.Namespace] = append(out[x.Key.Namespace], x)
+		}
+	}
+	return out
+}
+
 func (r *PoolReconciler) observePool(ctx context.Context, f *v1alpha1.FluentPVC, bindings []v1alpha1.FluentPVCBinding) (poolObserved, error) {
-	o := poolObserved{lastAdmission: map[string]time.Time{}, unseen: map[string][]pool.Expected{}, affinities: r.affinities}
 	// Read before the list, so that a PVC reaching the cache in between is
 	// in both (and counted once) rather than in neither (and created twice).
-	for _, x := range r.expect.Unseen(f.Name, func(key client.ObjectKey) bool {
-		return r.Get(ctx, key, &corev1.PersistentVolumeClaim{}) == nil
-	}, r.clock.Now()) {
-		o.unseen[x.Key.Namespace] = append(o.unseen[x.Key.Namespace], x)
-	}
+	o := poolObserved{lastAdmission: map[string]time.Time{}, unseen: r.unseen(ctx, f.Name), affinities: r.affinities}
 	var pvcs corev1.PersistentVolumeClaimList
 	if err := r.List(ctx, &pvcs, client.MatchingLabels{v1alpha1.FluentPVCNameLabelKey: f.Name, v1alpha1.ClaimRoleLabelKey: v1alpha1.ClaimRoleWarm}, client.UnsafeDisableDeepCopy); err != nil {
 		return o, fmt.Errorf("listing warm PVCs: %w", err)
@@ -913,7 +940,9 @@ func (r *PoolReconciler) createWarmOps(ctx context.Context, f *v1alpha1.FluentPV
 			if err != nil && !apierrors.IsAlreadyExists(err) {
 				return fmt.Errorf("creating warm PVC in %s: %w", ns, err)
 			}
-			r.expect.Created(f.Name, client.ObjectKeyFromObject(w.Object), pool.Expected{Zone: zone, Node: node}, r.clock.Now())
+			now := r.clock.Now()
+			key := client.ObjectKeyFromObject(w.Object)
+			r.expect.Expect(createdWarm{f.Name, key}, "", pool.Expected{Key: key, Zone: zone, Node: node, At: now}, now)
 			return nil
 		})
 	}

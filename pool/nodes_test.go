@@ -2,17 +2,12 @@ package pool
 
 import (
 	"math/rand/v2"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
@@ -149,57 +144,6 @@ func TestSpreadNodes(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.wantZone, perZone); diff != "" {
 				t.Errorf("new claims per zone (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-func TestExpectations(t *testing.T) {
-	t0 := fixtures.Epoch
-	key := func(name string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: name} }
-	cases := map[string]struct {
-		created []string // created at t0
-		seen    []string
-		at      time.Duration // after t0
-		want    []string
-		// then: what a second call at the same time returns
-		wantAgain []string
-	}{
-		"created and not seen: expected": {
-			created: []string{"a", "b"}, at: time.Second, want: []string{"a", "b"}, wantAgain: []string{"a", "b"},
-		},
-		"seen once: forgotten for good": {
-			created: []string{"a", "b"}, seen: []string{"a"}, at: time.Second, want: []string{"b"}, wantAgain: []string{"b"},
-		},
-		"older than the TTL: forgotten": {
-			created: []string{"a"}, at: ExpectationTTL, want: nil, wantAgain: nil,
-		},
-		"nothing created": {at: time.Second},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			e := NewExpectations()
-			for _, n := range tc.created {
-				e.Created("f", key(n), Expected{Zone: "z"}, t0)
-			}
-			e.Created("other", key("x"), Expected{}, t0)
-			seen := sets.New(tc.seen...)
-			names := func(xs []Expected) []string {
-				var out []string
-				for _, x := range xs {
-					out = append(out, x.Key.Name)
-				}
-				return out
-			}
-			sorted := cmpopts.SortSlices(strings.Compare)
-			if diff := cmp.Diff(tc.want, names(e.Unseen("f", func(k types.NamespacedName) bool { return seen.Has(k.Name) }, t0.Add(tc.at))), sorted, cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("Unseen (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(tc.wantAgain, names(e.Unseen("f", func(types.NamespacedName) bool { return false }, t0.Add(tc.at))), sorted, cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("Unseen again (-want +got):\n%s", diff)
-			}
-			if got := e.Unseen("other", func(types.NamespacedName) bool { return false }, t0.Add(time.Second)); len(got) != 1 {
-				t.Errorf("another FluentPVC's expectations were touched: %v", got)
 			}
 		})
 	}
