@@ -108,13 +108,18 @@ verify: generate manifests $(HELM) ## Regenerate and fail on any diff, untracked
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then \
 		echo "go files are not formatted; run 'make fmt':"; echo "$$unformatted"; exit 1; fi
 	@# Package pool holds the pure decisions; the reads and writes they lead
-	@# to are package checkout's and the controllers'. Only pool's own
-	@# (non-test) imports count: what they import in turn is theirs.
+	@# to, and the metrics that count them, are package checkout's, the
+	@# webhook's and the controllers'. Only pool's own (non-test) imports
+	@# count: what they import in turn is theirs. No goroutine either.
 	@imports=$$(go list -f '{{join .Imports "\n"}}' ./pool); \
-	clients=$$(grep -E '^(sigs\.k8s\.io/controller-runtime/pkg/(client|cache|manager)|k8s\.io/client-go)(/|$$)' <<<"$$imports" || true); \
+	clients=$$(grep -E '^(sigs\.k8s\.io/controller-runtime/pkg/(client|cache|manager|metrics)|k8s\.io/client-go|github\.com/prometheus)(/|$$)' <<<"$$imports" || true); \
 	if [ -n "$$clients" ]; then \
-		echo "package pool imports an API client; move the code that needs it to package checkout (or controllers):"; \
+		echo "package pool imports an API client or a metrics library; move the code that needs it to package checkout (or controllers):"; \
 		echo "$$clients"; exit 1; fi
+	@goroutines=$$(grep -nE '(^|[^[:alnum:]_.])go (func|[[:alnum:]_.]+\()' $$(go list -f '{{range .GoFiles}}{{$$.Dir}}/{{.}} {{end}}' ./pool) || true); \
+	if [ -n "$$goroutines" ]; then \
+		echo "package pool starts a goroutine; it plans, and the controllers or package checkout run:"; \
+		echo "$$goroutines"; exit 1; fi
 
 ##@ Release
 

@@ -100,7 +100,7 @@ type Stock struct {
 	closed bool
 	term   term
 	held   map[types.NamespacedName]*stocked
-	// reported are the FluentPVCs the pool.Reserved gauge has a value for.
+	// reported are the FluentPVCs the reservedClaims gauge has a value for.
 	reported map[string]bool
 }
 
@@ -700,7 +700,7 @@ func (s *Stock) endLease(ctx context.Context) error {
 	return nil
 }
 
-// report sets the pool.Reserved gauge of every FluentPVC the stock reserves
+// report sets the reservedClaims gauge of every FluentPVC the stock reserves
 // from or holds claims of, and removes it for the others.
 func (s *Stock) report(fpvcs map[string]*v1alpha1.FluentPVC) {
 	counts := s.counts()
@@ -709,16 +709,16 @@ func (s *Stock) report(fpvcs map[string]*v1alpha1.FluentPVC) {
 	}
 	for name := range s.reported {
 		if _, ok := fpvcs[name]; !ok && counts[name] == 0 {
-			pool.Reserved.DeleteLabelValues(name)
+			reservedClaims.DeleteLabelValues(name)
 			delete(s.reported, name)
 		}
 	}
 	for name := range fpvcs {
-		pool.Reserved.WithLabelValues(name).Set(float64(counts[name]))
+		reservedClaims.WithLabelValues(name).Set(float64(counts[name]))
 		s.reported[name] = true
 	}
 	for name, n := range counts {
-		pool.Reserved.WithLabelValues(name).Set(float64(n))
+		reservedClaims.WithLabelValues(name).Set(float64(n))
 		s.reported[name] = true
 	}
 }

@@ -67,12 +67,10 @@ func (r *FluentPVCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 			r.pool.Forget(req.Name)
 			r.lastStatusWrite.Delete(req.Name)
 			forgetMetrics(req.Name)
-			pool.ForgetMetrics(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	initMetrics(f.Name)
-	pool.InitMetrics(f.Name)
 	if f.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(f, v1alpha1.FluentPVCProtectionFinalizer) {
 		patch := client.MergeFromWithOptions(f.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		controllerutil.AddFinalizer(f, v1alpha1.FluentPVCProtectionFinalizer)

@@ -121,7 +121,7 @@ func (r *HolderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if reason == pool.HolderEvicted {
 		if r.ended[req.NamespacedName] != h.UID {
 			r.ended[req.NamespacedName] = h.UID
-			pool.HoldersRemoved.WithLabelValues(fpvc, reason).Inc()
+			holdersRemoved.WithLabelValues(fpvc, reason).Inc()
 		}
 		if !h.DeletionTimestamp.IsZero() {
 			return ctrl.Result{}, nil
@@ -143,10 +143,7 @@ func (r *HolderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		}
 	}
 	if reason != pool.HolderEvicted {
-		pool.HoldersRemoved.WithLabelValues(fpvc, reason).Inc()
-	}
-	if reason == pool.HolderServed || reason == pool.HolderMoved {
-		pool.StagedHits.WithLabelValues(fpvc, reason).Inc()
+		holdersRemoved.WithLabelValues(fpvc, reason).Inc()
 	}
 	return ctrl.Result{}, nil
 }

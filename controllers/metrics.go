@@ -5,6 +5,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
 var (
@@ -63,11 +64,43 @@ var (
 		Name: "fluentpvc_oldest_undrained_claim_timestamp_seconds",
 		Help: "Since when (Unix time) the oldest claim of the FluentPVC whose pod is gone has waited for its drain; no series while none waits.",
 	}, []string{"fluentpvc"})
+
+	poolWarm = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fluentpvc_pool_warm",
+		Help: "Warm, Bound PVCs ready to be handed out, by FluentPVC and namespace.",
+	}, []string{"fluentpvc", "namespace"})
+
+	poolTarget = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fluentpvc_pool_target",
+		Help: "Warm PVCs the pool keeps, by FluentPVC and namespace: spec.pool.size, or 0 while the namespace terminates.",
+	}, []string{"fluentpvc", "namespace"})
+
+	poolReplaced = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fluentpvc_pool_replaced_total",
+		Help: "Warm PVCs replaced by one made elsewhere, by FluentPVC and reason: unreachable (no node accepts the volume; deleted at once), stranded (the volume stays attached to a node that is gone; deleted at once) or demand (moved to a node where pods run; deleted once the pool provisions nothing more).",
+	}, []string{"fluentpvc", "reason"})
+
+	poolStaged = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "fluentpvc_pool_staged",
+		Help: "Warm PVCs kept attached and staged on a node by a running holder pod, by FluentPVC and node.",
+	}, []string{"fluentpvc", "node"})
+
+	holdersRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fluentpvc_pool_holders_removed_total",
+		Help: "Holder pods removed, by FluentPVC and reason: served, moved (their PVC's pod is on a node), abandoned (no pod came in time), orphaned (their PVC is gone), evicted (preempted, evicted or failed), unstaged (their node can no longer take them, or staging is off).",
+	}, []string{"fluentpvc", "reason"})
+
+	timeToWarm = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "fluentpvc_pool_time_to_warm_seconds",
+		Help:    "Time from a pool PVC's creation to its being Bound and ready.",
+		Buckets: prometheus.ExponentialBuckets(0.25, 2, 12),
+	}, []string{"fluentpvc"})
 )
 
 func init() {
 	metrics.Registry.MustRegister(drainsStarted, drainsSucceeded, drainsFailed, drainJobsRejected, drainsBlocked, bindingsRejected, drainDuration,
-		podsDeletedForSidecar, orphansReclaimed, claimsAbandoned, oldestUndrainedClaim)
+		podsDeletedForSidecar, orphansReclaimed, claimsAbandoned, oldestUndrainedClaim,
+		poolWarm, poolTarget, poolReplaced, poolStaged, holdersRemoved, timeToWarm)
 }
 
 // fluentPVCCounters are the counters above, each with the one label
@@ -83,6 +116,13 @@ func initMetrics(name string) {
 		c.WithLabelValues(name)
 	}
 	drainDuration.WithLabelValues(name)
+	for _, r := range []string{pool.ReplacedUnreachable, pool.ReplacedStranded, pool.ReplacedDemand} {
+		poolReplaced.WithLabelValues(name, r)
+	}
+	for _, r := range []string{pool.HolderServed, pool.HolderMoved, pool.HolderAbandoned, pool.HolderOrphaned, pool.HolderEvicted, pool.HolderUnstaged} {
+		holdersRemoved.WithLabelValues(name, r)
+	}
+	timeToWarm.WithLabelValues(name)
 }
 
 // forgetMetrics removes FluentPVC name's series, once it is gone: the
@@ -93,6 +133,12 @@ func forgetMetrics(name string) {
 	}
 	drainDuration.DeleteLabelValues(name)
 	oldestUndrainedClaim.DeleteLabelValues(name)
+	match := prometheus.Labels{"fluentpvc": name}
+	for _, m := range []interface {
+		DeletePartialMatch(prometheus.Labels) int
+	}{poolWarm, poolTarget, poolReplaced, poolStaged, holdersRemoved, timeToWarm} {
+		m.DeletePartialMatch(match)
+	}
 }
 
 // setOldestUndrained sets FluentPVC name's oldestUndrainedClaim from its

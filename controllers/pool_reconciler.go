@@ -810,17 +810,17 @@ func (r *PoolReconciler) applyPool(ctx context.Context, f *v1alpha1.FluentPVC, o
 			log.V(1).Info("staging warm PVCs", "namespace", np.namespace, "create", np.stage.Create, "delete", np.stage.Delete)
 		}
 		if np.kept {
-			pool.Warm.WithLabelValues(f.Name, np.namespace).Set(float64(p.Warm))
-			pool.Target.WithLabelValues(f.Name, np.namespace).Set(float64(np.size))
+			poolWarm.WithLabelValues(f.Name, np.namespace).Set(float64(p.Warm))
+			poolTarget.WithLabelValues(f.Name, np.namespace).Set(float64(np.size))
 		} else {
-			pool.Warm.DeleteLabelValues(f.Name, np.namespace)
-			pool.Target.DeleteLabelValues(f.Name, np.namespace)
+			poolWarm.DeleteLabelValues(f.Name, np.namespace)
+			poolTarget.DeleteLabelValues(f.Name, np.namespace)
 		}
 	}
 	perNode, _ := stagedPerNode(o)
-	pool.Staged.DeletePartialMatch(map[string]string{"fluentpvc": f.Name})
+	poolStaged.DeletePartialMatch(map[string]string{"fluentpvc": f.Name})
 	for node, n := range perNode {
-		pool.Staged.WithLabelValues(f.Name, node).Set(float64(n))
+		poolStaged.WithLabelValues(f.Name, node).Set(float64(n))
 	}
 	if len(pp.result.unreachable) > 0 || len(pp.result.stranded) > 0 || len(pp.result.moved) > 0 {
 		log.Info("replacing warm PVCs", "unreachable", pp.result.unreachable, "stranded", pp.result.stranded, "servingNoPods", pp.result.moved)
@@ -830,7 +830,7 @@ func (r *PoolReconciler) applyPool(ctx context.Context, f *v1alpha1.FluentPVC, o
 	}
 	// A moving warm PVC is counted once its replacement is made: it is
 	// deleted later, as surplus, once that one is Bound.
-	pool.Replaced.WithLabelValues(f.Name, pool.ReplacedDemand).Add(float64(len(pp.result.moved)))
+	poolReplaced.WithLabelValues(f.Name, pool.ReplacedDemand).Add(float64(len(pp.result.moved)))
 	return strandedDeleted.sorted(), nil
 }
 
@@ -898,7 +898,7 @@ func (r *PoolReconciler) warmDeleter(ctx context.Context, f *v1alpha1.FluentPVC,
 			return fmt.Errorf("deleting warm PVC %s/%s: %w", ns, name, err)
 		}
 		if reason, ok := replaced[ns+"/"+name]; ok && err == nil {
-			pool.Replaced.WithLabelValues(f.Name, reason).Inc()
+			poolReplaced.WithLabelValues(f.Name, reason).Inc()
 			if reason == pool.ReplacedStranded {
 				strandedDeleted.add(ns + "/" + name)
 			}
@@ -1020,7 +1020,7 @@ func (r *PoolReconciler) recordAffinity(ctx context.Context, f *v1alpha1.FluentP
 	if err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	pool.TimeToWarm.WithLabelValues(f.Name).Observe(r.clock.Since(c.CreationTimestamp.Time).Seconds())
+	timeToWarm.WithLabelValues(f.Name).Observe(r.clock.Since(c.CreationTimestamp.Time).Seconds())
 	return nil
 }
 

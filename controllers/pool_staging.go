@@ -297,7 +297,7 @@ func (r *PoolReconciler) stagingOps(ctx context.Context, f *v1alpha1.FluentPVC, 
 			return fmt.Errorf("deleting holder %s/%s: %w", np.namespace, name, err)
 		}
 		if err == nil {
-			pool.HoldersRemoved.WithLabelValues(f.Name, pool.HolderUnstaged).Inc()
+			holdersRemoved.WithLabelValues(f.Name, pool.HolderUnstaged).Inc()
 		}
 		if c := claims[objects.HolderOf(old)]; c != nil {
 			return withdrawHolderRequest(ctx, r, old, c, r.clock.Now())

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -113,6 +114,17 @@ func Watch(mgr ctrl.Manager) (*Caches, error) {
 			return nil, fmt.Errorf("watching %s: %w", kind, err)
 		}
 		c.informers[kind] = i
+	}
+	// The series of the webhooks' metrics go with their FluentPVC.
+	if _, err := c.informers["FluentPVC"].AddEventHandler(toolscache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+		if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		if f, ok := obj.(*v1alpha1.FluentPVC); ok {
+			forgetMetrics(f.Name)
+		}
+	}}); err != nil {
+		return nil, fmt.Errorf("watching FluentPVC deletions: %w", err)
 	}
 	return c, nil
 }
@@ -536,18 +548,13 @@ func (m *PodMutator) provision(ctx context.Context, fpvc *v1alpha1.FluentPVC, po
 			return "", "", false, err
 		}
 		if got.PVC != nil {
-			pool.CheckoutsTotal.WithLabelValues(fpvc.Name, pool.ResultHit).Inc()
-			pool.CheckoutDuration.WithLabelValues(pool.ResultHit).Observe(m.Clock.Since(start).Seconds())
-			if got.Holder == "" {
-				pool.StagedHits.WithLabelValues(fpvc.Name, pool.HitUnstaged).Inc()
-			}
+			countCheckout(fpvc.Name, true, got.Holder != "", m.Clock.Since(start))
 			return got.PVC.Name, got.StagedOn, true, nil
 		}
 	}
 	name, err := m.create(ctx, fpvc, pod, start)
 	if err == nil {
-		pool.CheckoutsTotal.WithLabelValues(fpvc.Name, pool.ResultMiss).Inc()
-		pool.CheckoutDuration.WithLabelValues(pool.ResultMiss).Observe(m.Clock.Since(start).Seconds())
+		countCheckout(fpvc.Name, false, false, m.Clock.Since(start))
 	}
 	return name, "", false, err
 }

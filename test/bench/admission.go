@@ -13,6 +13,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/pool"
+	"github.com/st-tech/fluent-pvc-operator/webhook"
 )
 
 // FluentPVCs of the admission phase.
@@ -42,7 +43,7 @@ func admissionNamespaces(kind string, levels []int) []string {
 // metricResult is the operator's checkout result of kind's admissions.
 func metricResult(kind string) string {
 	if kind == checkoutReserved {
-		return pool.ResultHit
+		return webhook.CheckoutHit
 	}
 	return kind
 }
@@ -144,7 +145,7 @@ func (e *env) admissionLevelOf(ctx context.Context, kind string, c int, ns, fpvc
 	}
 	lvl.BindingCreate = writeLatency("POST", "fluentpvcbindings")
 	pvcVerb := "POST"
-	if metricResult(kind) == pool.ResultHit {
+	if metricResult(kind) == webhook.CheckoutHit {
 		pvcVerb = "PUT"
 	}
 	lvl.PVCWrite = writeLatency(pvcVerb, "persistentvolumeclaims")
@@ -165,8 +166,8 @@ func (e *env) admissionLevelOf(ctx context.Context, kind string, c int, ns, fpvc
 	lvl.Webhook = histSummary(wa.minus(wb))
 	lvl.CheckoutDur = histSummary(ca.minus(cb))
 	const total = "fluentpvc_pool_checkouts_total"
-	lvl.Hits = int(math.Round(opAfter.sum(total, map[string]string{"result": pool.ResultHit}) - opBefore.sum(total, map[string]string{"result": pool.ResultHit})))
-	lvl.Misses = int(math.Round(opAfter.sum(total, map[string]string{"result": pool.ResultMiss}) - opBefore.sum(total, map[string]string{"result": pool.ResultMiss})))
+	lvl.Hits = int(math.Round(opAfter.sum(total, map[string]string{"result": webhook.CheckoutHit}) - opBefore.sum(total, map[string]string{"result": webhook.CheckoutHit})))
+	lvl.Misses = int(math.Round(opAfter.sum(total, map[string]string{"result": webhook.CheckoutMiss}) - opBefore.sum(total, map[string]string{"result": webhook.CheckoutMiss})))
 	var errs []error
 	if lvl.APIServer.N != lvl.Pods+lvl.Reinvocations {
 		errs = append(errs, fmt.Errorf("the API server counted %d calls of our webhook for %d pods and %d reinvocations", lvl.APIServer.N, lvl.Pods, lvl.Reinvocations))
@@ -207,7 +208,7 @@ func (e *env) admissionPhase(ctx context.Context, res *results) error {
 		if err := e.settle(ctx); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		record(e.admissionLevel(ctx, pool.ResultMiss, c, missNS, fpvcMiss))
+		record(e.admissionLevel(ctx, webhook.CheckoutMiss, c, missNS, fpvcMiss))
 		if err := e.waitBindings(ctx, missNS); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
@@ -217,7 +218,7 @@ func (e *env) admissionPhase(ctx context.Context, res *results) error {
 	// next level. The reserved levels' pools are reserved ahead by the
 	// operator's default (each full once all its warm PVCs are), when it
 	// reserves whole pools.
-	kinds := []struct{ kind, fpvc string }{{pool.ResultHit, fpvcAdmission}}
+	kinds := []struct{ kind, fpvc string }{{webhook.CheckoutHit, fpvcAdmission}}
 	if t := operatorReserve(e.cfg.OperatorArgs); t == pool.ReserveShare || t >= e.cfg.AdmissionPods {
 		kinds = append(kinds, struct{ kind, fpvc string }{checkoutReserved, fpvcAdmissionReserved})
 	}

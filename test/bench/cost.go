@@ -10,7 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/st-tech/fluent-pvc-operator/pool"
+	"github.com/st-tech/fluent-pvc-operator/webhook"
 )
 
 const fpvcCost = "bench-cost"
@@ -41,7 +41,7 @@ func (e *env) costPhase(ctx context.Context, res *results) error {
 		return err
 	}
 	var errs []error
-	for _, kind := range []string{pool.ResultMiss, pool.ResultHit} {
+	for _, kind := range []string{webhook.CheckoutMiss, webhook.CheckoutHit} {
 		c, err := e.cost(ctx, kind)
 		if err != nil {
 			c.Error = err.Error()
@@ -64,7 +64,7 @@ func (e *env) cost(ctx context.Context, kind string) (costResult, error) {
 		return c, err
 	}
 	fpvc := fpvcMiss
-	if kind == pool.ResultHit {
+	if kind == webhook.CheckoutHit {
 		fpvc = fpvcCost
 		if err := e.createFluentPVC(ctx, fpvc, int32(k), ns); err != nil {
 			return c, err
@@ -101,7 +101,7 @@ func (e *env) cost(ctx context.Context, kind string) (costResult, error) {
 	if err := e.deletePodsAndDrain(ctx, ns); err != nil {
 		return c, err
 	}
-	if kind == pool.ResultHit {
+	if kind == webhook.CheckoutHit {
 		if err := e.waitPoolWarm(ctx, fpvc, int32(k), ns); err != nil {
 			return c, err
 		}
@@ -156,7 +156,7 @@ func (e *env) cost(ctx context.Context, kind string) (costResult, error) {
 	if len(a) == 0 {
 		errs = append(errs, errors.New("the operator exposes no rest_client_requests_total"))
 	}
-	if kind == pool.ResultHit {
+	if kind == webhook.CheckoutHit {
 		errs = append(errs, e.deleteFluentPVC(ctx, fpvc))
 	}
 	errs = append(errs, e.deleteNamespace(ctx, ns, true))

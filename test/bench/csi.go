@@ -26,6 +26,7 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
+	"github.com/st-tech/fluent-pvc-operator/webhook"
 )
 
 // The CSI tier: the real node with test/csidriver's storage
@@ -429,8 +430,15 @@ func (run *startupRun) addCounts(before, after *holderCounts) {
 		}
 		return out
 	}
-	run.StagedHits = delta(before.hits, after.hits, pool.HolderServed, pool.HolderMoved, pool.HitUnstaged)
+	// The webhook counts hits staged or not at admission; where a staged
+	// one went, the holder's removal tells (served or moved).
+	hits := delta(before.hits, after.hits, webhook.HitUnstaged)
 	run.HoldersRemoved = delta(before.removed, after.removed)
+	run.StagedHits = map[string]int{
+		pool.HolderServed:   run.HoldersRemoved[pool.HolderServed],
+		pool.HolderMoved:    run.HoldersRemoved[pool.HolderMoved],
+		webhook.HitUnstaged: hits[webhook.HitUnstaged],
+	}
 }
 
 // Messages of the node plugin's log lines that time its stages and
@@ -750,7 +758,7 @@ func (r *results) csiMarkdown(w func(string, ...any)) {
 	}
 	runs := append(startupRuns(nil), c.Startup...)
 	sort.SliceStable(runs, func(i, j int) bool { return runs[i].Mode < runs[j].Mode })
-	w("\nserved / moved / unstaged: the operator's `fluentpvc_pool_staged_hits_total` of the mode's FluentPVC over its run and clean-up (the webhook counts an unstaged hit, on a PVC without a holder; the holder reconciler a served or moved one as the holder leaves); holders removed: `fluentpvc_pool_holders_removed_total`, by reason.\n\n")
+	w("\nserved / moved / unstaged: the operator's `fluentpvc_pool_staged_hits_total` of the mode's FluentPVC over its run and clean-up (unstaged: the webhook counts a hit on a PVC without a holder) and `fluentpvc_pool_holders_removed_total` (served, moved: the holder reconciler counts where a staged hit's pod went as the holder leaves); holders removed: `fluentpvc_pool_holders_removed_total`, by reason.\n\n")
 	w("| mode | | pods | p50 | p90 | p99 | max | wall | hits / misses | served / moved / unstaged | holders removed |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range runs {
 		if s.Error != "" {
@@ -762,7 +770,7 @@ func (r *results) csiMarkdown(w func(string, ...any)) {
 			checkouts = fmt.Sprintf("%d / %d", s.Hits, s.Misses)
 		}
 		if h := s.StagedHits; h != nil {
-			staged = fmt.Sprintf("%d / %d / %d", h[pool.HolderServed], h[pool.HolderMoved], h[pool.HitUnstaged])
+			staged = fmt.Sprintf("%d / %d / %d", h[pool.HolderServed], h[pool.HolderMoved], h[webhook.HitUnstaged])
 			removed = countsText(s.HoldersRemoved)
 		}
 		w("| %s | %s | %d | %s | %s | %s | %s | %.1fs | %s | %s | %s |\n", s.Mode, modeNames[s.Mode], s.Stats.N,

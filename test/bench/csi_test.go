@@ -19,6 +19,7 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
+	"github.com/st-tech/fluent-pvc-operator/webhook"
 )
 
 func TestParseNodeLog(t *testing.T) {
@@ -393,12 +394,12 @@ func TestMovedPod(t *testing.T) {
 func TestAddCounts(t *testing.T) {
 	counts := func(hits, removed map[string]float64) *holderCounts {
 		return &holderCounts{
-			hits:    map[string]map[string]float64{fpvcHit: hits, fpvcUnstaged: {pool.HitUnstaged: 100}},
+			hits:    map[string]map[string]float64{fpvcHit: hits, fpvcUnstaged: {webhook.HitUnstaged: 100}},
 			removed: map[string]map[string]float64{fpvcHit: removed},
 		}
 	}
-	before := counts(map[string]float64{pool.HolderServed: 2}, map[string]float64{pool.HolderServed: 2, pool.HolderAbandoned: 1})
-	after := counts(map[string]float64{pool.HolderServed: 10, pool.HitUnstaged: 1}, map[string]float64{pool.HolderServed: 10, pool.HolderAbandoned: 1, pool.HolderEvicted: 1})
+	before := counts(map[string]float64{webhook.HitStaged: 2}, map[string]float64{pool.HolderServed: 2, pool.HolderAbandoned: 1})
+	after := counts(map[string]float64{webhook.HitStaged: 10, webhook.HitUnstaged: 1}, map[string]float64{pool.HolderServed: 10, pool.HolderAbandoned: 1, pool.HolderEvicted: 1})
 	cases := map[string]struct {
 		mode          string
 		before, after *holderCounts
@@ -407,7 +408,7 @@ func TestAddCounts(t *testing.T) {
 	}{
 		"d's FluentPVC only, each how shown, reasons that changed": {
 			mode: modeHit, before: before, after: after,
-			wantHits:    map[string]int{pool.HolderServed: 8, pool.HolderMoved: 0, pool.HitUnstaged: 1},
+			wantHits:    map[string]int{pool.HolderServed: 8, pool.HolderMoved: 0, webhook.HitUnstaged: 1},
 			wantRemoved: map[string]int{pool.HolderServed: 8, pool.HolderEvicted: 1},
 		},
 		"a mode without a FluentPVC": {mode: modePlain, before: before, after: after},

@@ -34,6 +34,7 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 	"github.com/st-tech/fluent-pvc-operator/test/images"
+	"github.com/st-tech/fluent-pvc-operator/webhook"
 )
 
 // Labels and names of the objects the bench makes.
@@ -472,7 +473,7 @@ func (e *env) prefillPools(ctx context.Context) error {
 		size int
 		nss  []string
 	}{
-		{fpvcCost, e.cfg.CostPods, []string{costNamespace(pool.ResultHit)}},
+		{fpvcCost, e.cfg.CostPods, []string{costNamespace(webhook.CheckoutHit)}},
 		{fpvcBurst, e.cfg.BurstPool, []string{burstNamespace}},
 		{fpvcAdmission, e.cfg.AdmissionPods, admissionHitNamespaces(e.cfg.Levels)},
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
+	"github.com/st-tech/fluent-pvc-operator/webhook"
 )
 
 // The nodes phase: checkout latency on the base cluster and again with
@@ -135,7 +136,7 @@ func (e *env) nodesPhase(ctx context.Context, res *results) error {
 		if err := e.settle(ctx); err != nil {
 			errs = append(errs, err)
 		}
-		l, err := e.admissionLevelOf(ctx, pool.ResultHit, nodesConcurrency, ns, fpvcNodes, nodesPod)
+		l, err := e.admissionLevelOf(ctx, webhook.CheckoutHit, nodesConcurrency, ns, fpvcNodes, nodesPod)
 		if err != nil {
 			l.Error = err.Error()
 			errs = append(errs, fmt.Errorf("nodes %s: %w", ns, err))

@@ -378,7 +378,7 @@ func (r *results) evaluateGoals() {
 	// a reservation (the reserved levels) when it reserves whole pools.
 	hit, hitName := r.level(checkoutReserved, 10), "a hit (reserved ahead, the chart's default)"
 	if hit == nil {
-		hit, hitName = r.level(pool.ResultHit, 10), "a hit"
+		hit, hitName = r.level(webhook.CheckoutHit, 10), "a hit"
 	}
 	if l := hit; l != nil {
 		// The 25 ms bucket bound makes this exact: p99 ≤ 25 ms iff at
@@ -393,13 +393,13 @@ func (r *results) evaluateGoals() {
 	} else {
 		add("webhook p99 on a hit, c=10", "≤ 50 ms", math.NaN(), "", false)
 	}
-	if l := r.level(pool.ResultHit, 10); l != nil && hit != l {
+	if l := r.level(webhook.CheckoutHit, 10); l != nil && hit != l {
 		// The hit of a pool that is not reserved from (spec.pool.reserveAhead:
 		// 0, a staged pool) or of a replica past its share: one write.
 		v := l.Webhook.P99
 		add(fmt.Sprintf("webhook p99 on a hit that writes (no reservation), c=%d (operator histogram)", l.Concurrency), "≤ 50 ms", v, ms(v), v <= 0.050)
 	}
-	for _, kind := range []string{pool.ResultHit, pool.ResultMiss} {
+	for _, kind := range []string{webhook.CheckoutHit, webhook.CheckoutMiss} {
 		name := fmt.Sprintf("API writes per pod's life, %s (audit log)", kind)
 		v := math.NaN()
 		for _, c := range r.Cost {
@@ -411,7 +411,7 @@ func (r *results) evaluateGoals() {
 	}
 	v = math.NaN()
 	for _, c := range r.Cost {
-		if c.Checkout == pool.ResultHit && c.ByResource != nil {
+		if c.Checkout == webhook.CheckoutHit && c.ByResource != nil {
 			v = 0
 			for _, n := range c.ByResource.WebhookReads {
 				v += n
@@ -771,7 +771,7 @@ func pointAt(path, target string) error {
 // writes per pod by verb and resource, hits and misses side by side, and
 // its uncached reads.
 func costByResource(cost []costResult) string {
-	kinds := []string{pool.ResultHit, pool.ResultMiss}
+	kinds := []string{webhook.CheckoutHit, webhook.CheckoutMiss}
 	tallies := make([]*auditTally, len(kinds))
 	var writes []map[string]float64
 	for i, kind := range kinds {

@@ -88,9 +88,10 @@ type startupRun struct {
 	// the claims' checkout annotation.
 	Hits   int `json:"hits"`
 	Misses int `json:"misses"`
-	// StagedHits are the operator's fluentpvc_pool_staged_hits_total over
-	// the run (CSI tier), by how the volume met the pod: served, moved or
-	// unstaged.
+	// StagedHits are the run's hits (CSI tier) by how the volume met the
+	// pod: served and moved from the operator's
+	// fluentpvc_pool_holders_removed_total, unstaged from its
+	// fluentpvc_pool_staged_hits_total.
 	StagedHits map[string]int `json:"stagedHits,omitempty"`
 	// HoldersRemoved are its fluentpvc_pool_holders_removed_total over
 	// the run, by reason.
