@@ -29,7 +29,6 @@ import (
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -222,7 +221,6 @@ func newManager(cfg *rest.Config, scheme *runtime.Scheme, opts options) (ctrl.Ma
 		LeaderElectionID:              "fluent-pvc-operator.tech.zozo.com",
 		LeaderElectionNamespace:       opts.namespace,
 		LeaderElectionReleaseOnCancel: true,
-		GracefulShutdownTimeout:       ptr.To(gracefulShutdownTimeout),
 		WebhookServer: ctrlwebhook.NewServer(ctrlwebhook.Options{
 			Host:    opts.webhookHost,
 			Port:    opts.webhookPort,
@@ -369,10 +367,6 @@ func (r *reserveAhead) Set(s string) error {
 	return nil
 }
 
-// gracefulShutdownTimeout is how long a replica told to stop waits for its
-// running reconciles and requests, after its --shutdown-drain.
-const gracefulShutdownTimeout = 30 * time.Second
-
 func parseFlags(args []string) (options, zap.Options, error) {
 	var o options
 	fs := flag.NewFlagSet("fluent-pvc-operator", flag.ContinueOnError)
@@ -386,7 +380,7 @@ func parseFlags(args []string) (options, zap.Options, error) {
 	fs.StringVar(&o.namespace, "namespace", envOr("POD_NAMESPACE", "fluent-pvc-operator-system"), "The operator's namespace, where its certificate Secret, its leader-election Lease and its stocks' Leases live, and where FluentPVCs are checked by dry runs.")
 	fs.StringVar(&o.namePrefix, "name-prefix", "fluent-pvc-operator", "Prefix of the names of the operator's objects that config/default and the chart make: <prefix>"+webhookServiceSuffix+" (the Service the certificate is issued for), <prefix>"+mutatingConfigSuffix+" and <prefix>"+validatingConfigSuffix+" (whose caBundle the operator injects), and <prefix>"+certSecretSuffix+" (the Secret of its own CA and certificate).")
 	fs.Var(&o.reserveAhead, "reserve-ahead", "How many warm PVCs per FluentPVC and namespace each replica reserves ahead of their pods, so that it hands them out without an API write at admission, for FluentPVCs whose spec.pool.reserveAhead is unset: a number, or \"share\" for the replica's share of the pool (its size divided by the replicas whose stock Leases are live, rounded up). Whatever is asked, a replica reserves at most its share. They count in the pool's size. 0 reserves none. Pools that stage their warm PVCs are not reserved from.")
-	fs.DurationVar(&o.shutdownDrain, "shutdown-drain", 0, "How long a replica told to stop keeps serving webhooks before it stops, answering each request with Connection: close, so that the API server moves its connections to other replicas rather than have them cut under a request. 0 stops at once. The pod's terminationGracePeriodSeconds must cover it, any preStop hook and the "+gracefulShutdownTimeout.String()+" the manager then waits for running reconciles and requests.")
+	fs.DurationVar(&o.shutdownDrain, "shutdown-drain", 0, "How long a replica told to stop keeps serving webhooks before it stops, answering each request with Connection: close, so that the API server moves its connections to other replicas rather than have them cut under a request. 0 stops at once. The pod's terminationGracePeriodSeconds must cover it, any preStop hook and the 30s the manager then waits for running reconciles and requests.")
 	o.controllers.BindFlags(fs)
 	config.RegisterFlags(fs) // --kubeconfig
 	var zapOpts zap.Options

@@ -152,6 +152,16 @@ func usedBy(pod v1alpha1.ObjectIdentity) string {
 	return pod.Name + "/" + string(pod.UID)
 }
 
+// PodWait is how long after its admission a claim's pod is waited for: the
+// API server creates the pod moments after the webhook hands it the claim.
+// Past it, a claim with no pod in the cache gets its binding without one
+// (the binding then spares no write: the record of the pod and the status
+// of its new generation), and its holder is removed: a pod deleted before
+// the operator recorded it leaves nothing else to wait for, and its claim
+// is drained once the orphan grace period is over, since the pods' history
+// shows a pod created with it.
+const PodWait = 5 * time.Second
+
 // AdmittedAt is when the webhook handed pvc (or the claim of binding
 // annotations) to a pod, from the admitted-at annotation of annotations;
 // false when it is missing or malformed. Times in whole seconds, written

@@ -17,10 +17,6 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/expectations"
 )
 
-// cacheBehindCheckout is how soon createBinding looks again at a claim
-// whose live checkout is newer than the cached one.
-const cacheBehindCheckout = time.Second
-
 // birth is what createBinding reads of a claim whose binding does not
 // exist: first from the cache, then, when decideBirth asks for it, the
 // claim again, live.
@@ -146,7 +142,7 @@ func (r *BindingReconciler) observeBirth(ctx context.Context, key client.ObjectK
 	o.pods = pods.Items
 	o.checkout = seenKeyOf(pvc)
 	o.ownClaimStale = r.ownClaims.Stale(key, pvc.ResourceVersion, now)
-	o.seen, o.wasSeen = r.seen.get(o.checkout, now)
+	o.seen, o.wasSeen = r.seen.Value(o.checkout, now)
 	var err error
 	o.holderEnd, err = holderEnd(ctx, r.Client, pvc, now)
 	return o, err
@@ -260,7 +256,7 @@ func decideLiveBirth(o birth, now time.Time) birthPlan {
 		// Handed out again since the cached copy: what was found for the
 		// cached checkout is not this one's. The cache's event of the new
 		// checkout reconciles it; the requeue is a backstop.
-		return birthPlan{step: birthWait, wait: cacheBehindCheckout}
+		return birthPlan{step: birthWait, wait: conflictRetry}
 	}
 	pod := birthPod(o)
 	if pod == nil && !o.wasSeen {
@@ -300,7 +296,7 @@ func (r *BindingReconciler) applyBirth(ctx context.Context, o birth, p birthPlan
 		return 0, nil
 	}
 	if p.remember {
-		r.seen.put(o.checkout, p.pod, now)
+		r.seen.Expect(o.checkout, "", p.pod, now)
 	}
 	if p.record {
 		if _, err := r.recordPod(ctx, o.claim, p.pod, now); err != nil {
@@ -324,9 +320,9 @@ func (r *BindingReconciler) makeBinding(ctx context.Context, o birth, p birthPla
 	if err == nil {
 		r.own.Expect(o.key, "", struct{}{}, r.clock.Now())
 		if p.remember {
-			r.seen.put(o.checkout, p.pod, now)
+			r.seen.Expect(o.checkout, "", p.pod, now)
 		} else {
-			r.seen.forget(o.checkout)
+			r.seen.Drop(o.checkout)
 		}
 	}
 	switch {

@@ -25,7 +25,7 @@ func TestDecideBirth(t *testing.T) {
 	// admission is within the pod's creation second.
 	starting := admitted.Add(300 * time.Millisecond)
 	startLeft := podStartWait - 300*time.Millisecond
-	podWaitOver := admitted.Add(bindingPodWait)
+	podWaitOver := admitted.Add(claim.PodWait)
 	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
 	fresh := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
 	fresh.UID = "c-uid"
@@ -99,33 +99,33 @@ func TestDecideBirth(t *testing.T) {
 		},
 		"no pod cached yet: its pod may come": {
 			claim: fresh, now: admitted.Add(time.Second),
-			wantPlan: birthPlan{step: birthWait, wait: bindingPodWait - time.Second},
+			wantPlan: birthPlan{step: birthWait, wait: claim.PodWait - time.Second},
 		},
 		"two pods labelled with the binding's name: neither is taken for its pod": {
 			claim: fresh, pods: []corev1.Pod{pending("n"), *startPod("q", "c", corev1.PodPending, admitted, false)}, now: starting,
-			wantPlan: birthPlan{step: birthWait, wait: bindingPodWait - 300*time.Millisecond},
+			wantPlan: birthPlan{step: birthWait, wait: claim.PodWait - 300*time.Millisecond},
 		},
 		"reserved ahead, no pod yet: it may come until the reservation ends": {
 			claim: reserved, now: admitted.Add(time.Second),
-			wantPlan: birthPlan{step: birthWait, wait: time.Minute + bindingPodWait - time.Second},
+			wantPlan: birthPlan{step: birthWait, wait: time.Minute + claim.PodWait - time.Second},
 		},
 		"reserved under a Lease, no pod yet: it may come until the Lease is over": {
 			claim: leased, holderEnd: admitted.Add(40 * time.Second), now: admitted.Add(time.Second),
-			wantPlan: birthPlan{step: birthWait, wait: 39*time.Second + bindingPodWait},
+			wantPlan: birthPlan{step: birthWait, wait: 39*time.Second + claim.PodWait},
 		},
 		"reserved under a Lease that is over and gone from the cache, renewed by the live read: its pod may still come": {
 			claim: leased, liveHolderEnd: podWaitOver.Add(30 * time.Second), now: podWaitOver,
 			wantPlan: birthPlan{step: birthReadLive},
-			wantLive: birthPlan{step: birthWait, wait: 30*time.Second + bindingPodWait},
+			wantLive: birthPlan{step: birthWait, wait: 30*time.Second + claim.PodWait},
 		},
 		"reserved under a Lease over for the live read too: made without a pod": {
-			claim: leased, liveHolderEnd: admitted.Add(time.Second), now: admitted.Add(time.Second + bindingPodWait),
+			claim: leased, liveHolderEnd: admitted.Add(time.Second), now: admitted.Add(time.Second + claim.PodWait),
 			wantPlan: birthPlan{step: birthReadLive},
 			wantLive: birthPlan{step: birthCreate},
 		},
 		"reserved under a Lease whose clock runs ahead: waits no longer than a Lease": {
 			claim: leased, holderEnd: admitted.Add(time.Hour), now: admitted,
-			wantPlan: birthPlan{step: birthWait, wait: checkout.LeaseDuration + bindingPodWait},
+			wantPlan: birthPlan{step: birthWait, wait: checkout.LeaseDuration + claim.PodWait},
 		},
 		"pod cached, not scheduled: the binding waits for its scheduling": {
 			claim: fresh, pods: []corev1.Pod{pending("")}, now: starting,
@@ -195,7 +195,7 @@ func TestDecideBirth(t *testing.T) {
 		"no pod and never seen, the live reservation extended: its pod may still come": {
 			claim: fresh, live: reservedUntil(fresh, podWaitOver.Add(30*time.Second)), now: podWaitOver,
 			wantPlan: birthPlan{step: birthReadLive},
-			wantLive: birthPlan{step: birthWait, wait: 30*time.Second + bindingPodWait},
+			wantLive: birthPlan{step: birthWait, wait: 30*time.Second + claim.PodWait},
 		},
 		"seen earlier, the live reservation extended: made with the seen pod": {
 			claim: fresh, live: reservedUntil(fresh, podWaitOver.Add(30*time.Second)), seen: &p, now: podWaitOver,
@@ -205,7 +205,7 @@ func TestDecideBirth(t *testing.T) {
 		"the claim handed out again since the cached copy": {
 			claim: fresh, live: fixtures.CheckedOut(fixtures.Returned(fresh), podWaitOver), seen: &p, now: podWaitOver,
 			wantPlan: birthPlan{step: birthReadLive},
-			wantLive: birthPlan{step: birthWait, wait: cacheBehindCheckout},
+			wantLive: birthPlan{step: birthWait, wait: conflictRetry},
 		},
 		"the claim gone by the live read": {
 			claim: fresh, liveGone: true, now: podWaitOver,

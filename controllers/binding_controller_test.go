@@ -739,20 +739,20 @@ func TestReconcileCreateBinding(t *testing.T) {
 		wantRequeue time.Duration
 	}{
 		"the pod cached: made with it":                               {claim: held, pod: pod, after: 10 * time.Millisecond, wantBinding: true, wantPod: "app"},
-		"no pod yet, just admitted: waits":                           {claim: held, after: time.Second, wantRequeue: bindingPodWait - time.Second},
-		"no pod within the wait: made without one":                   {claim: held, after: bindingPodWait, wantBinding: true},
+		"no pod yet, just admitted: waits":                           {claim: held, after: time.Second, wantRequeue: claim.PodWait - time.Second},
+		"no pod within the wait: made without one":                   {claim: held, after: claim.PodWait, wantBinding: true},
 		"the claim records its pod: made again with it":              {claim: recording, after: 10 * time.Millisecond, wantBinding: true, wantPod: "gone"},
-		"a clock far behind the admission's: waits at most the wait": {claim: held, after: -time.Hour, wantRequeue: bindingPodWait},
+		"a clock far behind the admission's: waits at most the wait": {claim: held, after: -time.Hour, wantRequeue: claim.PodWait},
 		// A reserved claim may be handed to a pod until its reservation ends.
 		"reserved, past the admission's wait: waits for the reservation's end": {
-			claim: reserved, after: bindingPodWait, wantRequeue: time.Minute},
-		"reserved, its end passed, within the wait: waits":     {claim: reserved, after: time.Minute + time.Second, wantRequeue: bindingPodWait - time.Second},
-		"reserved, no pod within the wait after its end: made": {claim: reserved, after: time.Minute + bindingPodWait, wantBinding: true},
+			claim: reserved, after: claim.PodWait, wantRequeue: time.Minute},
+		"reserved, its end passed, within the wait: waits":     {claim: reserved, after: time.Minute + time.Second, wantRequeue: claim.PodWait - time.Second},
+		"reserved, no pod within the wait after its end: made": {claim: reserved, after: time.Minute + claim.PodWait, wantBinding: true},
 		"reserved, the pod cached: made with it":               {claim: reserved, pod: pod, after: time.Second, wantBinding: true, wantPod: "app"},
 		"reserved far ahead: waits at most the longest reservation": {
-			claim: farReserved, after: time.Second, wantRequeue: claim.MaxReservation + bindingPodWait},
+			claim: farReserved, after: time.Second, wantRequeue: claim.MaxReservation + claim.PodWait},
 		"reserved, its end passed in the cache, extended since: waits for the new end": {
-			claim: reserved, live: extended, after: time.Minute + bindingPodWait, wantRequeue: 5 * time.Minute},
+			claim: reserved, live: extended, after: time.Minute + claim.PodWait, wantRequeue: 5 * time.Minute},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

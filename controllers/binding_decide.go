@@ -78,9 +78,11 @@ type blockage struct {
 	reason, message string
 }
 
-// uncachedPodRecheck is how often the pod of a binding is read again while
-// it runs without its opt-in label, out of the cache's sight.
-const uncachedPodRecheck = 10 * time.Second
+// unwatchedRecheck is how often the controllers look again at what no
+// event of theirs tells of: the pod of a binding while it runs without
+// its opt-in label, out of the cache's sight, and the room on nodes for
+// the warm PVCs a pool left unstaged, which other pods free.
+const unwatchedRecheck = 10 * time.Second
 
 // plan is what one reconcile does, decided from observed by decide.
 type plan struct {
@@ -277,7 +279,7 @@ func decideClaim(o observed, now time.Time, opts Options) plan {
 		setPod(metav1.ConditionTrue, v1alpha1.PodReadyReasonRunning, fmt.Sprintf("pod %s uses the claim", pod.Name))
 		setDrained(metav1.ConditionFalse, v1alpha1.DrainedReasonNotStarted, "the claim is in use")
 		if o.podUncached {
-			sooner(&p.requeueAfter, uncachedPodRecheck)
+			sooner(&p.requeueAfter, unwatchedRecheck)
 		}
 		// A claim deleted under its running pod will block its drain: say so now.
 		decideBlocked(o, now, &p)
@@ -646,7 +648,7 @@ func waitForMount(o observed, now time.Time, p *plan) {
 	blk := &blockage{reason: v1alpha1.DrainBlockedReasonMountedByOtherPod, message: fmt.Sprintf(
 		"pod %s (uid %s) mounts claim %s but is neither the pod the claim was handed to nor its drain: the drain waits until that pod is gone, so that no pod writes the claim during or after its drain",
 		pod.Name, pod.UID, o.binding.Spec.PVC.Name)}
-	setBlocked(o.binding, blk, uncachedPodRecheck, now, p)
+	setBlocked(o.binding, blk, unwatchedRecheck, now, p)
 }
 
 // markDrained records in p that finalizer Job j drained b's claim, with
@@ -851,28 +853,16 @@ func jobAttempt(j *batchv1.Job) int32 {
 	return int32(n)
 }
 
-// bindingPodWait is how long after its admission a claim with no pod in
-// the cache waits for one before its binding is made without it. The pod
-// admitted with a claim is created moments after the claim is handed out;
-// a binding made with the pod recorded spares the update that records it
-// and the status write of the new generation. A claim whose pod never
-// comes (refused after the webhook) gets its binding this much later,
-// well within the orphan grace period, which counts from the binding's
-// creation. A pod deleted meanwhile, before the cache showed it, goes
-// unrecorded: its claim is drained once the grace period is over, since
-// the pods' history shows a pod created with it (observeUncachedPod).
-const bindingPodWait = 5 * time.Second
-
 // awaitPod is how long the binding of held claim pvc should wait for the
 // claim's pod to appear in the cache (podCached: it has), at now: the rest
-// of bindingPodWait since the admission, or 0 to make the binding now. A
+// of claim.PodWait since the admission, or 0 to make the binding now. A
 // claim that records its pod (its binding lost and made again), or whose
 // admission time is unknown, does not wait. A claim reserved ahead of its
 // pod (claim.Reservation) may be handed out until its holder's Lease is
 // over (holderEnd; the zero time when it is gone), or until the end the
-// reservation names: it waits until bindingPodWait after that, at most
+// reservation names: it waits until claim.PodWait after that, at most
 // checkout.LeaseDuration (claim.MaxReservation for an end it names) and
-// bindingPodWait in a row, whatever the clock of the replica that wrote
+// claim.PodWait in a row, whatever the clock of the replica that wrote
 // it.
 func awaitPod(pvc *corev1.PersistentVolumeClaim, podCached bool, now, holderEnd time.Time) time.Duration {
 	if podCached {
@@ -885,17 +875,17 @@ func awaitPod(pvc *corev1.PersistentVolumeClaim, podCached bool, now, holderEnd 
 	if !ok {
 		return 0
 	}
-	longest := bindingPodWait
+	longest := claim.PodWait
 	if _, until, reserved := claim.Reservation(pvc); reserved {
 		end, most := holderEnd, checkout.LeaseDuration
 		if !until.IsZero() {
 			end, most = until, claim.MaxReservation
 		}
 		if end.After(admitted) {
-			admitted, longest = end, most+bindingPodWait
+			admitted, longest = end, most+claim.PodWait
 		}
 	}
-	left := admitted.Add(bindingPodWait).Sub(now)
+	left := admitted.Add(claim.PodWait).Sub(now)
 	if left <= 0 {
 		return 0
 	}

@@ -131,7 +131,7 @@ func TestDecide(t *testing.T) {
 		"a running pod read live, out of the cache: InUse, and read again later": {
 			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, pod: pod(corev1.PodRunning, false), podUncached: true},
 			now:  admitted.Add(time.Hour),
-			want: want{phase: v1alpha1.BindingPhaseInUse, drainedReas: v1alpha1.DrainedReasonNotStarted, requeueAfter: uncachedPodRecheck},
+			want: want{phase: v1alpha1.BindingPhaseInUse, drainedReas: v1alpha1.DrainedReasonNotStarted, requeueAfter: unwatchedRecheck},
 		},
 		"pod gone: start the first finalizer Job": {
 			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc},
@@ -174,14 +174,14 @@ func TestDecide(t *testing.T) {
 		"pod gone, but a copy mounts the claim: no Job while it exists, say so and look again": {
 			obs: observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, mountedBy: copyPod},
 			now: admitted.Add(time.Hour),
-			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonNotStarted, requeueAfter: uncachedPodRecheck,
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonNotStarted, requeueAfter: unwatchedRecheck,
 				blocked: v1alpha1.DrainBlockedReasonMountedByOtherPod, events: []string{v1alpha1.EventReasonDrainBlocked}},
 		},
 		"drain succeeded, but a copy mounts the claim: not deleted while it exists": {
 			obs: observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, mountedBy: copyPod,
 				jobs: []batchv1.Job{job(1, batchv1.JobComplete, admitted.Add(time.Hour))}},
 			now: admitted.Add(time.Hour),
-			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, attempts: 0, requeueAfter: uncachedPodRecheck,
+			want: want{phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, attempts: 0, requeueAfter: unwatchedRecheck,
 				blocked: v1alpha1.DrainBlockedReasonMountedByOtherPod, events: []string{v1alpha1.EventReasonDrainBlocked}},
 		},
 		"Job running, blocked no more: the condition goes": {

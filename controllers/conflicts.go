@@ -9,7 +9,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
-// conflictRetry is when a reconcile that lost an optimistic-lock race runs
+// conflictRetry is when a reconcile that lost a race to a newer write (an
+// optimistic-lock conflict, or a cached copy older than a live read) runs
 // again, should no event of the newer object bring it back sooner.
 const conflictRetry = time.Second
 

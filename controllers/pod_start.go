@@ -15,6 +15,7 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/expectations"
 )
 
 // A hit's admission makes one API write, the checkout. Three writes follow
@@ -268,37 +269,25 @@ func podsStarting(ctx context.Context, r client.Reader, now time.Time, wait time
 	return false, nil
 }
 
-// maxPodStartWait is the longest Options.PodStartWait.
-const maxPodStartWait = time.Minute
+// maxPodStartWait is the longest Options.PodStartWait: shorter than
+// expectations.TTL, so that a pod seen as soon as it was created is still
+// remembered (seenPods) when the binding's wait for its scheduling ends,
+// with room for a requeue woken late.
+const maxPodStartWait = 20 * time.Second
 
-// seenTTL is how long seenPods remembers a pod: the longest
-// Options.PodStartWait and a minute more, so that a pod seen as soon as
-// it was created is still remembered when the binding's wait for its
-// scheduling, or the claim's record of it, ends late (a requeue woken
-// late, a write retried).
-const seenTTL = maxPodStartWait + time.Minute
-
-// seenPods remembers, by checkout of a claim (seenKey), the pod whose
+// seenPods remember, by checkout of a claim (seenKey), the pod whose
 // binding waits for it to be scheduled (awaitScheduling), so that the
 // binding made once the wait is over records that pod even if it went
 // meanwhile: the API server deletes a pod with no node at once, and the
-// cache may show nothing but its absence. It also remembers, for
-// seenTTL, the pod a new binding recorded that the claim does not record
-// yet, so that the binding, lost before the claim's record, is made again
-// with it. A warm PVC keeps its name from
-// one checkout to the next, so a pod remembered for one checkout is never
-// taken for the next one's. It is lost with the process: a binding made
-// by a restarted operator without its pod takes the path of a pod deleted
-// before the cache showed it (observeUncachedPod).
-type seenPods struct {
-	mu sync.Mutex
-	m  map[seenKey]seenPod
-	// pruned is when put last dropped what is older than seenTTL.
-	pruned time.Time
-}
-
-// seenPrune is how often put looks for what is older than seenTTL.
-const seenPrune = time.Second
+// cache may show nothing but its absence. They also remember, for
+// expectations.TTL, the pod a new binding recorded that the claim does not
+// record yet, so that the binding, lost before the claim's record, is made
+// again with it. A warm PVC keeps its name from one checkout to the next,
+// so a pod remembered for one checkout is never taken for the next one's.
+// They are lost with the process, or after the TTL: a binding made then
+// without its pod takes the path of a pod deleted before the cache showed
+// it (observeUncachedPod), and its claim is drained.
+type seenPods = expectations.Expectations[seenKey, v1alpha1.ObjectIdentity]
 
 // seenKey is one checkout of a claim: its namespace and name, and the
 // checkout's ID (v1alpha1.CheckoutIDAnnotationKey; "" for a claim handed
@@ -311,47 +300,4 @@ type seenKey struct {
 // seenKeyOf is the seenKey of pvc's current checkout.
 func seenKeyOf(pvc *corev1.PersistentVolumeClaim) seenKey {
 	return seenKey{claim: client.ObjectKeyFromObject(pvc), checkout: pvc.Annotations[v1alpha1.CheckoutIDAnnotationKey]}
-}
-
-type seenPod struct {
-	id v1alpha1.ObjectIdentity
-	at time.Time
-}
-
-// put remembers pod id for checkout key at now, and forgets what is older
-// than seenTTL (at most once per seenPrune).
-func (s *seenPods) put(key seenKey, id v1alpha1.ObjectIdentity, now time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[seenKey]seenPod{}
-	}
-	if now.Sub(s.pruned) >= seenPrune {
-		for k, p := range s.m {
-			if now.Sub(p.at) >= seenTTL {
-				delete(s.m, k)
-			}
-		}
-		s.pruned = now
-	}
-	s.m[key] = seenPod{id: id, at: now}
-}
-
-// get is the pod remembered for checkout key, unless older than seenTTL
-// at now.
-func (s *seenPods) get(key seenKey, now time.Time) (v1alpha1.ObjectIdentity, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p, ok := s.m[key]
-	if !ok || now.Sub(p.at) >= seenTTL {
-		return v1alpha1.ObjectIdentity{}, false
-	}
-	return p.id, true
-}
-
-// forget drops the pod remembered for checkout key.
-func (s *seenPods) forget(key seenKey) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.m, key)
 }

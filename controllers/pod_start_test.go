@@ -21,6 +21,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/claim"
+	"github.com/st-tech/fluent-pvc-operator/expectations"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -517,53 +518,23 @@ func TestSeenPods(t *testing.T) {
 		at   time.Time
 		want bool
 	}{
-		"remembered": {do: func(s *seenPods) { s.put(key, id, t0) }, at: t0.Add(time.Second), want: true},
-		"forgotten":  {do: func(s *seenPods) { s.put(key, id, t0); s.forget(key) }, at: t0},
-		"too old":    {do: func(s *seenPods) { s.put(key, id, t0) }, at: t0.Add(seenTTL)},
-		"never seen": {do: func(*seenPods) {}, at: t0},
+		"remembered":                          {do: func(s *seenPods) { s.Expect(key, "", id, t0) }, at: t0.Add(time.Second), want: true},
+		"remembered through the longest wait": {do: func(s *seenPods) { s.Expect(key, "", id, t0) }, at: t0.Add(maxPodStartWait + time.Second), want: true},
+		"forgotten":                           {do: func(s *seenPods) { s.Expect(key, "", id, t0); s.Drop(key) }, at: t0},
+		"too old":                             {do: func(s *seenPods) { s.Expect(key, "", id, t0) }, at: t0.Add(expectations.TTL)},
+		"never seen":                          {do: func(*seenPods) {}, at: t0},
 		"another claim's pod": {do: func(s *seenPods) {
-			s.put(seenKey{claim: client.ObjectKey{Namespace: "ns", Name: "other"}, checkout: "co-2"}, id, t0)
+			s.Expect(seenKey{claim: client.ObjectKey{Namespace: "ns", Name: "other"}, checkout: "co-2"}, "", id, t0)
 		}, at: t0},
-		"the pod of an earlier checkout of the claim": {do: func(s *seenPods) { s.put(seenKey{claim: key.claim, checkout: "co-1"}, id, t0) }, at: t0},
+		"the pod of an earlier checkout of the claim": {do: func(s *seenPods) { s.Expect(seenKey{claim: key.claim, checkout: "co-1"}, "", id, t0) }, at: t0},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			var s seenPods
 			tc.do(&s)
-			got, ok := s.get(key, tc.at)
+			got, ok := s.Value(key, tc.at)
 			if ok != tc.want || (ok && got != id) {
 				t.Errorf("get = %v, %v; want %v", got, ok, tc.want)
-			}
-		})
-	}
-}
-
-// TestSeenPodsPrune: a put drops what is older than seenTTL, at most once
-// per seenPrune, so that the pods remembered stay those of the last seenTTL.
-func TestSeenPodsPrune(t *testing.T) {
-	t0 := fixtures.Epoch
-	id := v1alpha1.ObjectIdentity{Name: "p", UID: "p-uid"}
-	key := func(name string) seenKey {
-		return seenKey{claim: client.ObjectKey{Namespace: "ns", Name: name}, checkout: "co"}
-	}
-	cases := map[string]struct {
-		puts []time.Duration // after t0, one claim each
-		want int
-	}{
-		"all within seenTTL":            {puts: []time.Duration{0, time.Second, 2 * time.Second}, want: 3},
-		"the first too old at the last": {puts: []time.Duration{0, time.Second, seenTTL}, want: 2},
-		"too old, but pruned moments ago": {
-			puts: []time.Duration{0, seenTTL - time.Second/2, seenTTL}, want: 3,
-		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			var s seenPods
-			for i, d := range tc.puts {
-				s.put(key(string(rune('a'+i))), id, t0.Add(d))
-			}
-			if len(s.m) != tc.want {
-				t.Errorf("%d pods remembered, want %d", len(s.m), tc.want)
 			}
 		})
 	}
@@ -697,7 +668,7 @@ func TestCreateBinding(t *testing.T) {
 				later := now.Add(100 * time.Millisecond)
 				switch {
 				case tc.handedOutAgain:
-					later = admitted.Add(bindingPodWait)
+					later = admitted.Add(claim.PodWait)
 				case tc.longestWait:
 					later = now.Add(podStartWait)
 				}
@@ -724,7 +695,7 @@ func TestCreateBinding(t *testing.T) {
 				later := admitted.Add(podStartWait + 500*time.Millisecond)
 				if tc.handedOutAgain {
 					handOutAgain(ctx, t, c, key)
-					later = admitted.Add(bindingPodWait)
+					later = admitted.Add(claim.PodWait)
 				}
 				clk.SetTime(later)
 				if wait, err = r.createBinding(ctx, key, later); err != nil {
@@ -828,7 +799,7 @@ func TestCreateBindingRecordFails(t *testing.T) {
 			if err := c.Delete(ctx, own); err != nil {
 				t.Fatal(err)
 			}
-			later := admitted.Add(bindingPodWait)
+			later := admitted.Add(claim.PodWait)
 			clk.SetTime(later)
 			if wait, err := r.createBinding(ctx, key, later); err != nil || wait != 0 {
 				t.Fatalf("createBinding = %s, %v; want the binding made", wait, err)

@@ -227,8 +227,8 @@ func TestPlanPoolStagingNoRoom(t *testing.T) {
 		staging:    true, room: map[string]int{"n1": 0},
 	}
 	pp := planPool(f, o, fixtures.Epoch, Options{PoolIdleNamespaceTTL: time.Hour})
-	if got := pp.result.requeueAfter; got != pool.UnstagedRecheck {
-		t.Errorf("requeue after %s, want %s", got, pool.UnstagedRecheck)
+	if got := pp.result.requeueAfter; got != unwatchedRecheck {
+		t.Errorf("requeue after %s, want %s", got, unwatchedRecheck)
 	}
 }
 

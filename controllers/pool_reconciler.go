@@ -760,7 +760,7 @@ func planNamespace(o poolObserved, ix poolIndex, ns string, kept bool, size int3
 	sin, pending := stageInput(o, ns, pp.hash, p.Delete, pool.Demand(ix.claimed[ns]), now)
 	stage := pool.PlanStaging(sin)
 	if stage.Unstaged > 0 || pending > 0 {
-		sooner(&res.requeueAfter, pool.UnstagedRecheck)
+		sooner(&res.requeueAfter, unwatchedRecheck)
 	}
 	pp.namespaces = append(pp.namespaces, namespacePlan{namespace: ns, plan: p, kept: kept, size: in.Size, preferred: preferred, stage: stage})
 	if kept {

@@ -31,10 +31,6 @@ type Options struct {
 	// drained, or reclaimed as an orphan, counted on the API server's clock
 	// from its binding's creation.
 	OrphanGracePeriod time.Duration
-	// APIServerRequestTimeout is the API server's --request-timeout: the
-	// longest a pod's admission may take after its claim was handed out.
-	// The orphan grace period must exceed it (see Validate).
-	APIServerRequestTimeout time.Duration
 	// AllowShortOrphanGracePeriod accepts a grace period below the safe
 	// minimum, for test clusters whose admissions are known to be quick.
 	AllowShortOrphanGracePeriod bool
@@ -76,18 +72,17 @@ type Options struct {
 // BindFlags registers the options as command-line flags with their
 // defaults, and sets the options that are not flags to theirs.
 func (o *Options) BindFlags(fs *flag.FlagSet) {
-	o.APIServerRequestTimeout = apiServerRequestTimeout
 	o.FluentPVCMissingTimeout = fluentPVCMissingTimeout
 	o.PoolIdleNamespaceTTL = poolIdleNamespaceTTL
 	o.DrainBackoffMax = drainBackoffMax
-	fs.DurationVar(&o.OrphanGracePeriod, "orphan-grace-period", 2*time.Minute, "How long a claim waits for its pod to appear, counted on the API server's clock from its binding's creation, before it is drained, or reclaimed undrained when no pod was ever created with it. At least the API server's --request-timeout (1m unless raised) plus "+orphanGraceMargin.String()+"; a cluster that raises that timeout must raise this with it.")
+	fs.DurationVar(&o.OrphanGracePeriod, "orphan-grace-period", 2*time.Minute, "How long a claim waits for its pod to appear, counted on the API server's clock from its binding's creation, before it is drained, or reclaimed undrained when no pod was ever created with it. At least "+minOrphanGracePeriod.String()+": the API server's --request-timeout (1m unless raised) plus 30s; a cluster that raises that timeout must raise this with it.")
 	fs.BoolVar(&o.AllowShortOrphanGracePeriod, "allow-short-orphan-grace-period", false, "Accept an --orphan-grace-period below the safe minimum. For test clusters only: a pod admitted more slowly than the grace period is never recorded, and its claim may be handed to another pod.")
 	fs.DurationVar(&o.DrainBackoffBase, "drain-backoff-base", 10*time.Second, "Wait before retrying a failed finalizer Job; doubles with each failure, up to "+drainBackoffMax.String()+" (or this, if longer).")
 	fs.StringVar(&o.BinderImage, "binder-image", "registry.k8s.io/pause:3.10", "Image of the short-lived pods that bind warm PVCs of WaitForFirstConsumer StorageClasses.")
 	fs.StringVar(&o.PoolBindMode, "pool-bind-mode", PoolBindSelectNode, "How warm PVCs of WaitForFirstConsumer StorageClasses get their volumes: \""+PoolBindSelectNode+"\" names a Ready, untainted node (spread over zones) on the PVC so that the provisioner starts at once; \""+PoolBindBinderJob+"\" runs a binder Job per PVC and lets the scheduler choose, slower but aware of everything the scheduler checks (e.g. CSI storage capacity).")
 	fs.IntVar(&o.StagePerNode, "stage-per-node", pool.DefaultStagePerNode, "How many warm PVCs, of all FluentPVCs, a node keeps attached and staged at most, each with a holder pod. Holders also never take more than half of the attach slots that other volumes leave free on a node.")
 	fs.StringVar(&o.HolderPriorityClass, "holder-priority-class", DefaultHolderPriorityClass, "PriorityClass of the holder pods that keep warm PVCs staged: a low value that never preempts, so that real pods preempt holders. The operator creates it at start-up if it does not exist; \"\" gives holders no class.")
-	fs.DurationVar(&o.PodStartWait, "pod-start-wait", DefaultPodStartWait, "How long after a pod's creation, at most, the operator waits for the pod to be scheduled before it records the pod on its claim, waits while the pod lives before it makes the pod's FluentPVCBinding, and, if the pod took a warm PVC, waits while labelled pods are starting before it refills the pool, so that these writes do not compete with starting pods for the API server. The pools' reconciles also wait while labelled pods are starting, at most this long in a row. No refill waits in a namespace where a pod missed within the wait, nor a pool reconcile for a FluentPVC whose pool a pod missed within the wait. 0 makes them at once; at most 1m.")
+	fs.DurationVar(&o.PodStartWait, "pod-start-wait", DefaultPodStartWait, "How long after a pod's creation, at most, the operator waits for the pod to be scheduled before it records the pod on its claim, waits while the pod lives before it makes the pod's FluentPVCBinding, and, if the pod took a warm PVC, waits while labelled pods are starting before it refills the pool, so that these writes do not compete with starting pods for the API server. The pools' reconciles also wait while labelled pods are starting, at most this long in a row. No refill waits in a namespace where a pod missed within the wait, nor a pool reconcile for a FluentPVC whose pool a pod missed within the wait. 0 makes them at once; at most "+maxPodStartWait.String()+".")
 	fs.DurationVar(&o.StrandedAttachmentTimeout, "stranded-attachment-timeout", pool.StrandedAfter, "How long the volume of a warm PVC may stay attached to a node that is deleted before the pool deletes that warm PVC and makes a new one. Such a volume can be attached nowhere else until it is detached, which can take minutes or, when the CSI attacher no longer finds the node, never happen. 0 means the default.")
 }
 
@@ -103,19 +98,16 @@ const (
 	PoolBindBinderJob  = "binder-job"
 )
 
-// orphanGraceMargin is how much longer than the API server's request
-// timeout the orphan grace period must be: room for the offset between the
-// API server's clock and the estimate of it, and for a write committed as
-// its request times out.
-const orphanGraceMargin = 30 * time.Second
+// minOrphanGracePeriod is the shortest safe orphan grace period: the
+// kube-apiserver's default --request-timeout (1m), the longest a pod's
+// admission may last after its claim was handed out, and 30 s for the
+// offset between the API server's clock and the estimate of it and for a
+// write committed as its request times out. A cluster whose API server
+// has a longer request timeout needs a grace period longer by as much.
+const minOrphanGracePeriod = 90 * time.Second
 
 // Defaults of the options that are not flags.
 const (
-	// apiServerRequestTimeout is the kube-apiserver's --request-timeout
-	// default: how long a pod's admission may last after the operator
-	// handed it a claim. A cluster that raises it needs an
-	// --orphan-grace-period at least that plus orphanGraceMargin.
-	apiServerRequestTimeout = time.Minute
 	// fluentPVCMissingTimeout is how long a claim that must be drained
 	// waits for its deleted FluentPVC to be recreated before it is let go
 	// of undrained, and kept.
@@ -130,11 +122,11 @@ const (
 
 // Validate reports options that cannot work, or are unsafe.
 func (o *Options) Validate() error {
-	if min := o.APIServerRequestTimeout + orphanGraceMargin; o.OrphanGracePeriod < min && !o.AllowShortOrphanGracePeriod {
+	if o.OrphanGracePeriod < minOrphanGracePeriod && !o.AllowShortOrphanGracePeriod {
 		return fmt.Errorf("--orphan-grace-period=%s is too short: a pod's admission may last up to the API server's request timeout "+
-			"(%s) after its claim was handed out, and a claim reclaimed before its pod is created "+
-			"could go to another pod while that pod writes to it. Set it to at least %s (the timeout plus %s)",
-			o.OrphanGracePeriod, o.APIServerRequestTimeout, min, orphanGraceMargin)
+			"(1m by default) after its claim was handed out, and a claim reclaimed before its pod is created "+
+			"could go to another pod while that pod writes to it. Set it to at least %s (the timeout plus 30s)",
+			o.OrphanGracePeriod, minOrphanGracePeriod)
 	}
 	if o.PodStartWait < 0 || o.PodStartWait > maxPodStartWait {
 		return fmt.Errorf("--pod-start-wait=%s: must be between 0 (no wait) and %s", o.PodStartWait, maxPodStartWait)

@@ -7,7 +7,7 @@ import (
 )
 
 func TestOptionsValidate(t *testing.T) {
-	valid := Options{OrphanGracePeriod: 2 * time.Minute, APIServerRequestTimeout: time.Minute, PoolBindMode: PoolBindSelectNode}
+	valid := Options{OrphanGracePeriod: 2 * time.Minute, PoolBindMode: PoolBindSelectNode}
 	for _, tc := range []struct {
 		name   string
 		change func(*Options)
@@ -18,15 +18,15 @@ func TestOptionsValidate(t *testing.T) {
 		{"grace period at the minimum", func(o *Options) { o.OrphanGracePeriod = 90 * time.Second }, ""},
 		{"grace period below the request timeout plus the margin", func(o *Options) { o.OrphanGracePeriod = 20 * time.Second },
 			"--orphan-grace-period=20s is too short"},
-		{"the minimum follows the request timeout", func(o *Options) { o.APIServerRequestTimeout = 3 * time.Minute },
-			"at least 3m30s"},
+		{"the minimum named", func(o *Options) { o.OrphanGracePeriod = 89 * time.Second }, "at least 1m30s"},
 		{"a short grace period allowed for tests", func(o *Options) {
 			o.OrphanGracePeriod, o.AllowShortOrphanGracePeriod = 2*time.Second, true
 		}, ""},
 		{"unknown bind mode", func(o *Options) { o.PoolBindMode = "later" }, "--pool-bind-mode"},
 		{"no wait for starting pods", func(o *Options) { o.PodStartWait = 0 }, ""},
 		{"a negative wait for starting pods", func(o *Options) { o.PodStartWait = -time.Second }, "--pod-start-wait"},
-		{"a wait for starting pods beyond a minute", func(o *Options) { o.PodStartWait = 2 * time.Minute }, "--pod-start-wait"},
+		{"the longest wait for starting pods", func(o *Options) { o.PodStartWait = 20 * time.Second }, ""},
+		{"a wait for starting pods beyond 20s", func(o *Options) { o.PodStartWait = 21 * time.Second }, "--pod-start-wait"},
 		{"a negative time for a stranded attachment", func(o *Options) { o.StrandedAttachmentTimeout = -time.Second }, "--stranded-attachment-timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

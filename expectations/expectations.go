@@ -100,6 +100,25 @@ func (e *Expectations[K, V]) stale(key K, version string, now time.Time) bool {
 	return false
 }
 
+// Value is the value of key expected in the TTL before now.
+func (e *Expectations[K, V]) Value(key K, now time.Time) (V, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	x, ok := e.m[key]
+	if !ok || now.Sub(x.at) >= TTL {
+		var zero V
+		return zero, false
+	}
+	return x.value, true
+}
+
+// Drop forgets key.
+func (e *Expectations[K, V]) Drop(key K) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.m, key)
+}
+
 // Pending calls f with each key expected in the TTL before now, and its
 // value, and forgets the others. f must not call e.
 func (e *Expectations[K, V]) Pending(now time.Time, f func(K, V)) {

@@ -215,10 +215,6 @@ func PlanStaging(in StageInput) StagePlan {
 	return p
 }
 
-// UnstagedRecheck is how soon a pool with warm PVCs left unstaged for
-// lack of room is planned again.
-const UnstagedRecheck = 10 * time.Second
-
 // HolderStaged says whether holder pod has its warm PVC attached and
 // staged: it runs on its node (the kubelet mounts a pod's volumes before
 // it starts its containers) and is not being deleted.
@@ -265,7 +261,7 @@ const (
 	// from the holder's to attach there.
 	HolderMoved = "moved"
 	// HolderAbandoned: its PVC was handed out and no pod came to a node in
-	// HolderPatience, or none carries the claim HolderPodWait after the
+	// HolderPatience, or none carries the claim claim.PodWait after the
 	// admission, or the claim moved on without one, or the pod it records
 	// is gone.
 	HolderAbandoned = "abandoned"
@@ -322,7 +318,7 @@ func HolderFate(h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, pod *corev1.Po
 		return HolderAbandoned, 0
 	}
 	since := now.Sub(admitted)
-	if pod == nil && since >= HolderPodWait {
+	if pod == nil && since >= claim.PodWait {
 		// No pod carries the claim: it came and went before anything
 		// recorded it, or never came.
 		return HolderAbandoned, 0
@@ -332,12 +328,6 @@ func HolderFate(h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, pod *corev1.Po
 	}
 	return HolderAbandoned, 0
 }
-
-// HolderPodWait is how long after its PVC's admission a holder waits for a
-// pod carrying the claim to exist at all. The API server creates the pod
-// moments after the webhook hands it the claim; a pod deleted before the
-// operator recorded it leaves nothing else to wait for.
-const HolderPodWait = 5 * time.Second
 
 // disrupted says whether the scheduler or the kubelet marked pod for
 // preemption or eviction.

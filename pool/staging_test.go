@@ -13,6 +13,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
@@ -235,7 +236,7 @@ func TestHolderFate(t *testing.T) {
 		"handed out long ago, the pod unschedulable: looks again at most every 4 s":           {holder: holder, pvc: checkedOut(40 * time.Second), pod: unschedulable, wantRecheck: MaxHolderRecheck},
 		"handed out, patience almost over: looks again as it ends":                            {holder: holder, pvc: checkedOut(HolderPatience - time.Second), pod: unschedulable, wantRecheck: time.Second},
 		"handed out, no pod on a node within patience":                                        {holder: holder, pvc: checkedOut(HolderPatience), pod: unscheduled, wantReason: HolderAbandoned},
-		"handed out, no pod at all a while after the admission: it came and went unrecorded":  {holder: holder, pvc: checkedOut(HolderPodWait), wantReason: HolderAbandoned},
+		"handed out, no pod at all a while after the admission: it came and went unrecorded":  {holder: holder, pvc: checkedOut(claim.PodWait), wantReason: HolderAbandoned},
 		"handed out without an admission time":                                                {holder: holder, pvc: with2(checkedOut(0), func(c *corev1.PersistentVolumeClaim) { delete(c.Annotations, v1alpha1.AdmittedAtAnnotationKey) }), wantReason: HolderAbandoned},
 		"handed out, then let go of without a pod coming":                                     {holder: holder, pvc: with2(checkedOut(0), func(c *corev1.PersistentVolumeClaim) { c.Finalizers = nil }), wantReason: HolderAbandoned},
 		"its pod recorded and gone: it goes, not to hold the drain up":                        {holder: holder, pvc: with2(checkedOut(time.Second), func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "app/uid" }), wantReason: HolderAbandoned},
