@@ -64,20 +64,23 @@ import (
 
 // config are the bench's knobs; see flags.
 type config struct {
-	Name              string        `json:"name"`
-	N                 int           `json:"n"`
-	BurstRounds       int           `json:"burstRounds"`
-	Delay             time.Duration `json:"delay"`
-	Smoke             bool          `json:"smoke"`
-	Out               string        `json:"-"`
-	Levels            []int         `json:"levels"`
-	AdmissionPods     int           `json:"admissionPods"`
-	BurstPods         int           `json:"burstPods"`
-	BurstPool         int           `json:"burstPool"`
-	LabelledPods      int           `json:"labelledPods"`
-	UnlabelledPods    int           `json:"unlabelledPods"`
-	DrainPods         int           `json:"drainPods"`
-	CostPods          int           `json:"costPods"`
+	Name           string        `json:"name"`
+	N              int           `json:"n"`
+	BurstRounds    int           `json:"burstRounds"`
+	Delay          time.Duration `json:"delay"`
+	Smoke          bool          `json:"smoke"`
+	Out            string        `json:"-"`
+	Levels         []int         `json:"levels"`
+	AdmissionPods  int           `json:"admissionPods"`
+	BurstPods      int           `json:"burstPods"`
+	BurstPool      int           `json:"burstPool"`
+	LabelledPods   int           `json:"labelledPods"`
+	UnlabelledPods int           `json:"unlabelledPods"`
+	DrainPods      int           `json:"drainPods"`
+	CostPods       int           `json:"costPods"`
+	// IdleNamespaces and IdleWindow shape the idle phase (idle.go).
+	IdleNamespaces    int           `json:"idleNamespaces"`
+	IdleWindow        time.Duration `json:"idleWindow"`
 	CreateConcurrency int           `json:"createConcurrency"`
 	ParallelSlow      bool          `json:"parallelSlow"`
 	SkipSlow          bool          `json:"skipSlow,omitempty"`
@@ -94,7 +97,7 @@ type config struct {
 }
 
 // allPhases are the bench's phases, in the order they run.
-var allPhases = []string{"start-up", "cost", "burst", "admission", "memory", "nodes"}
+var allPhases = []string{"start-up", "cost", "idle", "burst", "admission", "memory", "nodes"}
 
 // Tiers, in the order they run: the simulated cluster (every phase), the
 // real node with the test provisioner's hostPath volumes (start-up of a, d
@@ -117,22 +120,24 @@ func (c config) runs(tier string) bool {
 // The timeout bounds a run that takes 7 to 8 minutes on two slow cores,
 // with room to spare: it catches a hang, not a slow machine.
 var smokeDefaults = map[string]string{
-	"name":           "bench-smoke",
-	"delay":          "2s",
-	"n":              "3",
-	"burst-rounds":   "1",
-	"levels":         "1,5",
-	"admission-pods": "10",
-	"burst-pods":     "10",
-	"burst-pool":     "5",
-	"labelled":       "20",
-	"unlabelled":     "200",
-	"drain-pods":     "3",
-	"cost-pods":      "3",
-	"real-n":         "3",
-	"csi-n":          "1",
-	"extra-nodes":    "100",
-	"timeout":        "15m",
+	"name":            "bench-smoke",
+	"delay":           "2s",
+	"n":               "3",
+	"burst-rounds":    "1",
+	"levels":          "1,5",
+	"admission-pods":  "10",
+	"burst-pods":      "10",
+	"burst-pool":      "5",
+	"labelled":        "20",
+	"unlabelled":      "200",
+	"drain-pods":      "3",
+	"cost-pods":       "3",
+	"idle-namespaces": "2",
+	"idle-window":     "10s",
+	"real-n":          "3",
+	"csi-n":           "1",
+	"extra-nodes":     "100",
+	"timeout":         "15m",
 }
 
 func parseFlags(args []string) (config, error) {
@@ -152,6 +157,8 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.UnlabelledPods, "unlabelled", 5000, "unlabelled pods added for the second memory measurement")
 	fs.IntVar(&c.DrainPods, "drain-pods", 20, "labelled pods added to the unlabelled pods' namespace and deleted, to measure the operator's memory while it drains their claims")
 	fs.IntVar(&c.CostPods, "cost-pods", 10, "pods per cost measurement (hit and miss)")
+	fs.IntVar(&c.IdleNamespaces, "idle-namespaces", 20, "namespaces of each of the idle phase's pools")
+	fs.DurationVar(&c.IdleWindow, "idle-window", 2*time.Minute, "how long the idle phase counts the operator's requests")
 	fs.IntVar(&c.CreateConcurrency, "create-concurrency", 200, "concurrent creates of the unlabelled pods")
 	fs.IntVar(&c.BurstRounds, "burst-rounds", 5, "start-up: rounds of bursts of a, w, d and e, interleaved; each burst run pools its rounds' pods")
 	fs.BoolVar(&c.ParallelSlow, "parallel-slow", true, "run sequential b and c side by side (each still one pod at a time)")
@@ -205,7 +212,7 @@ func parseFlags(args []string) (config, error) {
 	if c.ReserveAhead < 0 || c.ReserveAhead > 1000 {
 		return c, errors.New("-reserve-ahead must be from 0 to 1000")
 	}
-	if c.N < 1 || c.BurstRounds < 1 || c.AdmissionPods < 1 || c.BurstPods < 1 || c.BurstPool < 1 || c.CostPods < 1 || c.LabelledPods < 1 || c.DrainPods < 1 || c.RealN < 1 || c.CSIN < 1 {
+	if c.N < 1 || c.BurstRounds < 1 || c.AdmissionPods < 1 || c.BurstPods < 1 || c.BurstPool < 1 || c.CostPods < 1 || c.IdleNamespaces < 1 || c.IdleWindow <= 0 || c.LabelledPods < 1 || c.DrainPods < 1 || c.RealN < 1 || c.CSIN < 1 {
 		return c, errors.New("counts must be positive")
 	}
 	return c, nil
@@ -338,6 +345,7 @@ func runKwok(ctx context.Context, cfg config, res *results, progress io.Writer) 
 	}{
 		{"start-up", e.startupPhase},
 		{"cost", e.costPhase},
+		{"idle", e.idlePhase},
 		{"burst", e.burstPhase},
 		{"admission", e.admissionPhase},
 		{"memory", e.memoryPhase},

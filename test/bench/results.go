@@ -70,6 +70,7 @@ type results struct {
 	Admission        []admissionLevel `json:"admission"`
 	Burst            *burstResult     `json:"burst,omitempty"`
 	Cost             []costResult     `json:"cost"`
+	Idle             *idleResult      `json:"idle,omitempty"`
 	Memory           *memoryResult    `json:"memory,omitempty"`
 	Nodes            *nodesResult     `json:"nodes,omitempty"`
 	RealNode         *realNodeResult  `json:"realNode,omitempty"`
@@ -618,6 +619,17 @@ func (r *results) markdown(chart string) string {
 		w("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0fs |\n", c.Checkout, c.PerPod["POST"], c.PerPod["PUT"], c.PerPod["PATCH"], c.PerPod["DELETE"], c.Writes, c.PerPod["GET"], c.Seconds)
 	}
 	w("%s", costByResource(r.Cost))
+
+	if i := r.Idle; i != nil {
+		w("\n## API requests of the operator while idle\n\n")
+		w("%d FluentPVCs, each with a pool of %d warm PVCs in each of %d namespaces, reserved ahead of their pods as `--reserve-ahead` asks, and no pod: deltas of the operator's `rest_client_requests_total` over %.0f s, per minute.\n\n", i.Pools, i.Size, i.Namespaces, i.Seconds)
+		if i.Error != "" && i.PerMinute == nil {
+			w("Error: %s\n", i.Error)
+		} else {
+			w("| POST | PUT | PATCH | DELETE | writes | GET (uncached reads) |\n|---|---|---|---|---|---|\n")
+			w("| %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", i.PerMinute["POST"], i.PerMinute["PUT"], i.PerMinute["PATCH"], i.PerMinute["DELETE"], i.WritesPerMinute, i.PerMinute["GET"])
+		}
+	}
 
 	if m := r.Memory; m != nil {
 		w("\n## Memory of the operator\n\n")
