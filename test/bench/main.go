@@ -158,7 +158,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.DrainPods, "drain-pods", 20, "labelled pods added to the unlabelled pods' namespace and deleted, to measure the operator's memory while it drains their claims")
 	fs.IntVar(&c.CostPods, "cost-pods", 10, "pods per cost measurement (hit and miss)")
 	fs.IntVar(&c.IdleNamespaces, "idle-namespaces", 20, "namespaces of each of the idle phase's pools")
-	fs.DurationVar(&c.IdleWindow, "idle-window", 2*time.Minute, "how long the idle phase counts the operator's requests")
+	fs.DurationVar(&c.IdleWindow, "idle-window", 5*time.Minute, "how long the idle phase counts the operator's requests")
 	fs.IntVar(&c.CreateConcurrency, "create-concurrency", 200, "concurrent creates of the unlabelled pods")
 	fs.IntVar(&c.BurstRounds, "burst-rounds", 5, "start-up: rounds of bursts of a, w, d and e, interleaved; each burst run pools its rounds' pods")
 	fs.BoolVar(&c.ParallelSlow, "parallel-slow", true, "run sequential b and c side by side (each still one pod at a time)")
