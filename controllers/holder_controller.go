@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
@@ -69,7 +70,27 @@ type HolderReconciler struct {
 	clock     clock.PassiveClock
 	// ended remembers the holders counted as evicted, so that each is
 	// counted once while its deletion is seen again; forgotten once gone.
-	ended map[types.NamespacedName]types.UID
+	endedMu sync.Mutex
+	ended   map[types.NamespacedName]types.UID
+}
+
+// forgetEnd forgets holder key, once it is gone.
+func (r *HolderReconciler) forgetEnd(key types.NamespacedName) {
+	r.endedMu.Lock()
+	defer r.endedMu.Unlock()
+	delete(r.ended, key)
+}
+
+// firstEnd records holder key, of uid, as counted evicted, and says
+// whether it was not yet.
+func (r *HolderReconciler) firstEnd(key types.NamespacedName, uid types.UID) bool {
+	r.endedMu.Lock()
+	defer r.endedMu.Unlock()
+	if r.ended[key] == uid {
+		return false
+	}
+	r.ended[key] = uid
+	return true
 }
 
 // NewHolderReconciler returns a HolderReconciler reading the cache
@@ -83,7 +104,7 @@ func (r *HolderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	h := &corev1.Pod{}
 	if err := r.Get(ctx, req.NamespacedName, h); err != nil {
 		if apierrors.IsNotFound(err) {
-			delete(r.ended, req.NamespacedName)
+			r.forgetEnd(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -119,8 +140,7 @@ func (r *HolderReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	fpvc := h.Labels[v1alpha1.FluentPVCNameLabelKey]
 	if reason == pool.HolderEvicted {
-		if r.ended[req.NamespacedName] != h.UID {
-			r.ended[req.NamespacedName] = h.UID
+		if r.firstEnd(req.NamespacedName, h.UID) {
 			holdersRemoved.WithLabelValues(fpvc, reason).Inc()
 		}
 		if !h.DeletionTimestamp.IsZero() {
