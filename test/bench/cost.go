@@ -115,7 +115,7 @@ func (e *env) cost(ctx context.Context, kind string) (costResult, error) {
 	}
 	to := time.Now()
 	c.Seconds = time.Since(start).Seconds()
-	b, a := before.sumBy("rest_client_requests_total", "method", nil), after.sumBy("rest_client_requests_total", "method", nil)
+	b, a := before.requestsByMethod(), after.requestsByMethod()
 	c.PerPod = map[string]float64{}
 	for method, v := range a {
 		if d := v - b[method]; d > 0 {

@@ -82,7 +82,7 @@ func (e *env) idle(ctx context.Context) (idleResult, error) {
 			return err
 		}
 		r.Seconds = time.Since(start).Seconds()
-		b, a := before.sumBy("rest_client_requests_total", "method", nil), after.sumBy("rest_client_requests_total", "method", nil)
+		b, a := before.requestsByMethod(), after.requestsByMethod()
 		if len(a) == 0 {
 			return errors.New("the operator exposes no rest_client_requests_total")
 		}
