@@ -116,7 +116,7 @@ func exported(t *testing.T) map[string]metric {
 	out := map[string]metric{
 		"leader_election_master_status": {labels: []string{"name"}},
 	}
-	for _, file := range [][]string{{"controllers", "metrics.go"}, {"pool", "metrics.go"}, {"webhook", "metrics.go"}} {
+	for _, file := range [][]string{{"controllers", "metrics.go"}, {"checkout", "metrics.go"}, {"webhook", "metrics.go"}} {
 		src, err := os.ReadFile(fixtures.Path(file...))
 		if err != nil {
 			t.Fatal(err)
