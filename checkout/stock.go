@@ -57,8 +57,10 @@ const giveBackTimeout = 10 * time.Second
 // template, those no pod can take (prune), and those beyond its
 // pool.Limit (the size shrank, or more replicas share the pool). A claim
 // is handed out or given back under the stock's lock, so never both;
-// once handed out, or given back (whether or not the write is known to
-// have landed), the stock forgets it.
+// once handed out or given back, the stock forgets it. A give-back whose
+// outcome is unknown (a timeout, a 5xx, a conflict) leaves the claim
+// busy, never handed out again: Sync gives it back once more while the
+// cache shows it reserved by the stock's Lease (giveBackAgain).
 type Stock struct {
 	// Name names this process in its Lease, whose name is Name and a
 	// random suffix, new with each Lease: a restarted process never takes
@@ -111,6 +113,10 @@ type stocked struct {
 	// busy is true while the stock gives it back: it is not handed out
 	// meanwhile.
 	busy bool
+	// returning is true once a give-back's outcome was unknown: the
+	// claim stays busy until a give-back is known to have landed, or the
+	// cache shows it no longer reserved by the stock.
+	returning bool
 }
 
 // NewStock is a Stock of the process named name, whose Lease lives in
@@ -251,6 +257,7 @@ func (s *Stock) Sync(ctx context.Context) error {
 	}
 	now := s.Clock.Now()
 	giveBack, count := s.plan(fpvcs, unfit, now, replicas)
+	giveBack = append(giveBack, s.giveBackAgain(ctx, now)...)
 	errs := []error{leaseErr}
 	for _, c := range giveBack {
 		errs = append(errs, s.giveBack(ctx, c))
@@ -536,11 +543,13 @@ func (s *Stock) limit(f *v1alpha1.FluentPVC, replicas int) int {
 }
 
 // giveBack gives held claim c back to the pool (claim.Unreserve), busy
-// meanwhile, and forgets it, whatever the answer: given back, gone, or
-// with an outcome that is unknown (a timeout, or a conflict, which a
-// client's retry of a write that landed meets). The cache may still show
-// it reserved until it catches up: never handed out again by this stock.
-// A reservation that stays is reclaimed once the stock's Lease is over.
+// meanwhile, and forgets it once given back or gone. Any other answer
+// leaves its outcome unknown (a timeout or a 5xx may or may not have
+// landed; a conflict is what a client's retry of a write that landed
+// meets): the claim stays busy, never handed out again by this stock,
+// and is given back again at the next Sync (giveBackAgain). A
+// reservation that stays when the stock stops is reclaimed once its
+// Lease is over.
 func (s *Stock) giveBack(ctx context.Context, c *corev1.PersistentVolumeClaim) error {
 	key := client.ObjectKeyFromObject(c)
 	w, err := claim.Unreserve(c, s.term.holder)
@@ -548,12 +557,50 @@ func (s *Stock) giveBack(ctx context.Context, c *corev1.PersistentVolumeClaim) e
 		err = claim.Execute(ctx, s.Checkouts.Writer, w)
 	}
 	s.mu.Lock()
-	delete(s.held, key)
-	s.mu.Unlock()
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("giving claim %s back: %w", key, err)
+	defer s.mu.Unlock()
+	if err == nil || apierrors.IsNotFound(err) {
+		delete(s.held, key)
+		return nil
 	}
-	return nil
+	if st, ok := s.held[key]; ok {
+		st.returning = true
+	}
+	return fmt.Errorf("giving claim %s back: %w", key, err)
+}
+
+// giveBackAgain picks the claims whose give-back had an unknown outcome
+// and that the cache still shows reserved by the stock's Lease, as the
+// cache shows them, to give back again, while the Lease is writable
+// (now); it forgets those the cache shows given back, gone or taken
+// since, and keeps for later those it cannot tell yet.
+func (s *Stock) giveBackAgain(ctx context.Context, now time.Time) []*corev1.PersistentVolumeClaim {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.term.usable(now) {
+		return nil
+	}
+	var again []*corev1.PersistentVolumeClaim
+	for key, st := range s.held {
+		if !st.returning {
+			continue
+		}
+		cached := &corev1.PersistentVolumeClaim{}
+		if err := s.Checkouts.Cache.Get(ctx, key, cached); err != nil {
+			if apierrors.IsNotFound(err) {
+				delete(s.held, key)
+			}
+			continue
+		}
+		if cached.ResourceVersion == claim.PodsSince(st.pvc) {
+			continue // the cache has not seen the reservation yet
+		}
+		if by, _, ok := claim.Reservation(cached); cached.UID != st.pvc.UID || !ok || by != s.term.holder || !cached.DeletionTimestamp.IsZero() {
+			delete(s.held, key)
+			continue
+		}
+		again = append(again, cached)
+	}
+	return again
 }
 
 // reserve reserves Bound warm PVCs of f's pool whose volume a node can
@@ -660,7 +707,7 @@ func (s *Stock) Close(ctx context.Context) error {
 		switch {
 		case !writable:
 			delete(s.held, key)
-		case !st.busy:
+		case !st.busy, st.returning:
 			st.busy = true
 			all = append(all, st.pvc)
 		}

@@ -66,6 +66,9 @@ type stockHooks struct {
 	// answer is what each PVC write returns once made: an error the
 	// client sees although the write landed.
 	answer func(name string) error
+	// fails is what each PVC write returns instead of being made: an
+	// error of a write that did not land; nil lets it through.
+	fails func(name string) error
 	// leaseFails is what a Lease write (op "create", "update" or
 	// "delete") returns instead of being made; nil lets it through.
 	leaseFails func(op string, l *coordinationv1.Lease) error
@@ -110,6 +113,11 @@ func newStockFixture(t *testing.T, target int, objs ...client.Object) stockFixtu
 		writes.Add(1)
 		if h.writing != nil {
 			h.writing(obj.GetName())
+		}
+		if h.fails != nil {
+			if err := h.fails(obj.GetName()); err != nil {
+				return err
+			}
 		}
 		if err := write(); err != nil || h.answer == nil {
 			return err
@@ -1144,8 +1152,10 @@ func TestStockGiveBackUnknown(t *testing.T) {
 			if err := f.stock.Sync(ctx); err == nil {
 				t.Error("a sync whose give-back's answer is an error says nothing")
 			}
-			if got := f.reserved(t); got != 1 || f.stock.Len() != 1 {
-				t.Fatalf("%d reserved (stock %d) after giving one back, want 1", got, f.stock.Len())
+			// The stock keeps the claim given back, busy, until the
+			// cache tells.
+			if got := f.reserved(t); got != 1 || f.stock.Len() != 2 {
+				t.Fatalf("%d reserved (stock %d) after giving one back, want 1 (stock 2)", got, f.stock.Len())
 			}
 			f.hooks.answer = nil
 			handed := f.takeAll(fpvc)
@@ -1158,6 +1168,62 @@ func TestStockGiveBackUnknown(t *testing.T) {
 			}
 			if by, _, ok := claim.Reservation(live); !ok || by != f.stock.term.holder {
 				t.Errorf("handed out %s, which the API server shows given back", handed[0])
+			}
+		})
+	}
+}
+
+// TestStockGiveBackNotLanded: a give-back that fails without landing (a
+// 500) leaves the claim reserved by the stock's live Lease. The stock
+// never hands it out, and gives it back at its next sync, rather than
+// forgetting a claim that no one else may take while its Lease lives.
+func TestStockGiveBackNotLanded(t *testing.T) {
+	for name, fails := range map[string]int{
+		"once":         1,
+		"at two syncs": 2,
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			f, fpvc := newReservedFixture(t, pool.ReserveShare, 2)
+			f.create(t, otherLease("replica-b-abcde", fixtures.Epoch))
+			left, failed := fails, ""
+			f.hooks.fails = func(name string) error {
+				if left == 0 {
+					return nil
+				}
+				left--
+				failed = name
+				return apierrors.NewInternalError(errors.New("etcd is unavailable"))
+			}
+			for i := range fails {
+				if err := f.stock.Sync(ctx); err == nil {
+					t.Errorf("sync %d, whose give-back failed, says nothing", i)
+				}
+				if got := f.reserved(t); got != 2 {
+					t.Fatalf("sync %d: %d reserved, want both while the give-back fails", i, got)
+				}
+				// What the stock would hand out, without taking it.
+				var offered []string
+				f.stock.take(ctx, fpvc.Name, "ns", pool.TemplateHash(&fpvc.Spec.PVCSpecTemplate), func(string) bool { return true }, func(c *corev1.PersistentVolumeClaim) bool {
+					offered = append(offered, c.Name)
+					return true
+				})
+				if len(offered) != 1 || offered[0] == failed {
+					t.Fatalf("sync %d: the stock offers %v, want only the claim it keeps, not %s", i, offered, failed)
+				}
+			}
+			if err := f.stock.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.reserved(t); got != 1 || f.stock.Len() != 1 {
+				t.Errorf("%d reserved (stock %d) once the give-back lands, want 1", got, f.stock.Len())
+			}
+			live := &corev1.PersistentVolumeClaim{}
+			if err := f.api.Get(ctx, client.ObjectKey{Namespace: "ns", Name: failed}, live); err != nil {
+				t.Fatal(err)
+			}
+			if claim.StateOf(live) != claim.Warm {
+				t.Errorf("claim %s is %v once the give-back lands, want warm again", failed, claim.StateOf(live))
 			}
 		})
 	}
