@@ -23,21 +23,18 @@ import (
 // LeaseDuration is how long a stock's Lease runs from its last renewal.
 // The reservations it holds are free once it is over (plus the wait of a
 // claim's binding for its pod): a replica that dies frees its claims
-// within a minute.
+// within a minute. The rest of a Lease's life is counted in parts of it:
+//   - a stock renews its Lease a quarter of LeaseDuration after its last
+//     write, as a kubelet renews its node's Lease, so that three renewals
+//     may fail before it is over;
+//   - a stock hands out and writes its claims only while a third of
+//     LeaseDuration is left by its own count (term.usable): a pod it
+//     admits is created, and seen, well before the Lease is over for
+//     anyone else;
+//   - any stock deletes a Lease over for LeaseDuration: its holder
+//     stopped renewing it long before, and a holder's Lease that is gone
+//     holds nothing (HolderEnd).
 const LeaseDuration = 45 * time.Second
-
-// leaseRenew is how often a stock renews its Lease: four renewals may
-// fail before it is over.
-const leaseRenew = 10 * time.Second
-
-// leaseMargin is how much of its Lease, by its own count, a stock needs
-// left to hand a claim out or write one: a pod it admits is created, and
-// seen, well before the Lease is over for anyone else.
-const leaseMargin = 15 * time.Second
-
-// leaseGC is how long after its end a stock's Lease is deleted, by any
-// stock: its holder stopped renewing it long before.
-const leaseGC = 5 * time.Minute
 
 // StockLeases restricts a cache's Leases to the stocks' Leases in
 // namespace ns (the operator's): a handful, whatever the size of the
@@ -70,7 +67,7 @@ func LeaseEnd(l *coordinationv1.Lease, now time.Time) time.Time {
 // HolderEnd is when the Lease of reservation holder holder
 // (v1alpha1.ReservedByAnnotationKey) is over, as r shows it at now. found is
 // false when r shows no such Lease: a holder's Lease is made before its
-// first reservation and deleted only long after it is over (leaseGC), so
+// first reservation and deleted only long after it is over, so
 // its claims are free. A holder that names no Lease holds nothing
 // either.
 func HolderEnd(ctx context.Context, r client.Reader, holder string, now time.Time) (end time.Time, found bool, err error) {
@@ -100,10 +97,15 @@ type term struct {
 	validUntil time.Time
 }
 
-// usable says whether the term has at least leaseMargin left at now: the
-// stock may hand out and write its claims.
+// usable says whether the term has at least a third of LeaseDuration
+// left at now: the stock may hand out and write its claims.
 func (t term) usable(now time.Time) bool {
-	return t.lease != nil && now.Before(t.validUntil.Add(-leaseMargin))
+	return t.lease != nil && now.Before(t.writableUntil())
+}
+
+// writableUntil is when the term stops being usable.
+func (t term) writableUntil() time.Time {
+	return t.validUntil.Add(-LeaseDuration / 3)
 }
 
 // newLease is a fresh stock Lease for a process named base, in namespace

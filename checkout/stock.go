@@ -27,10 +27,6 @@ import (
 // reservations to extend or give back.
 const stockPoll = time.Second
 
-// giveBackTimeout bounds how long a Stock that stops spends giving its
-// reservations back.
-const giveBackTimeout = 10 * time.Second
-
 // Stock is what one webhook replica holds of the warm pools: up to the
 // pool's reserveAhead (Target when unset) claims per FluentPVC and
 // namespace, at most its share of the pool (pool.Limit), reserved ahead of
@@ -42,11 +38,11 @@ const giveBackTimeout = 10 * time.Second
 // holder's node, pinned there, as a checkout that writes does.
 //
 // The stock's reservations live as long as its Lease (coordination/v1, in
-// Namespace), which it renews every leaseRenew for LeaseDuration, the way
+// Namespace), which it renews for LeaseDuration (see there), the way
 // a node's Lease covers its pods: a reservation names the Lease and has
 // no end of its own, so keeping it costs no write. The live Leases are
 // the replicas that share each pool. The stock hands out and writes its
-// claims only while its Lease has leaseMargin left by its own count;
+// claims only while its Lease has a third of it left by its own count;
 // once the Lease is over (or gone), it forgets them all and starts a new
 // Lease under a new name: the binding controller reclaims them as claims
 // whose pods never came, once the Lease is over for it too.
@@ -138,7 +134,12 @@ func (s *Stock) Start(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			giveBack, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+			// Give-backs are written only while the Lease is usable: no
+			// longer than that.
+			s.mu.Lock()
+			left := s.term.writableUntil().Sub(s.Clock.Now())
+			s.mu.Unlock()
+			giveBack, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(left, 0))
 			defer cancel()
 			if err := s.Close(giveBack); err != nil {
 				log.FromContext(ctx).Error(err, "giving reserved claims back to the pool; they are reclaimed once the stock's Lease is over")
@@ -154,7 +155,7 @@ func (s *Stock) Start(ctx context.Context) error {
 
 // take hands out a claim of FluentPVC fpvc, made from the template of
 // hash hash, in namespace, whose volume usable accepts and that skip does
-// not refuse, while the stock's Lease has leaseMargin left; nil when the
+// not refuse, while the stock's Lease is usable (term.usable); nil when the
 // stock has none. The stock forgets it.
 func (s *Stock) take(ctx context.Context, fpvc, namespace, hash string, usable func(affinity string) bool, skip func(*corev1.PersistentVolumeClaim) bool) *corev1.PersistentVolumeClaim {
 	if s == nil {
@@ -274,7 +275,7 @@ func (s *Stock) Sync(ctx context.Context) error {
 // plan picks, under the lock, the claims to give back (those of another
 // template and those unfit, besides those beyond the limit), and marks
 // them busy; count is how many the stock keeps per FluentPVC and
-// namespace. While its Lease has less than leaseMargin left, the stock
+// namespace. While its Lease is not usable (term.usable), the stock
 // writes none: it keeps them until the Lease is renewed or over.
 func (s *Stock) plan(fpvcs map[string]*v1alpha1.FluentPVC, unfit map[types.NamespacedName]bool, now time.Time, replicas int) (giveBack []*corev1.PersistentVolumeClaim, count map[string]map[string]int) {
 	s.mu.Lock()
@@ -412,8 +413,8 @@ func (s *Stock) namespaceGoing(ctx context.Context, ns string) (bool, error) {
 // the cache shows, this one's included, at least 1; the last count while
 // the Leases cannot be listed, said once when it starts failing and once
 // when it stops. Only Sync calls it. It deletes the Leases over for
-// leaseGC (conditioned on their version): their holders' claims are
-// free.
+// LeaseDuration (conditioned on their version): their holders' claims
+// are free.
 func (s *Stock) replicas(ctx context.Context) int {
 	var leases coordinationv1.LeaseList
 	err := s.Checkouts.Cache.List(ctx, &leases, client.InNamespace(s.Namespace), client.MatchingLabels{v1alpha1.StockLeaseLabelKey: "true"})
@@ -433,7 +434,7 @@ func (s *Stock) replicas(ctx context.Context) int {
 		case s.term.lease != nil && l.Name == s.term.lease.Name:
 		case now.Before(end):
 			n++
-		case now.Sub(end) > leaseGC:
+		case now.Sub(end) > LeaseDuration:
 			err := s.Checkouts.Writer.Delete(ctx, l, client.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion})
 			if client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
 				log.FromContext(ctx).V(1).Info("deleting a stock Lease over long ago", "lease", l.Name, "error", err.Error())
@@ -447,14 +448,14 @@ func (s *Stock) replicas(ctx context.Context) int {
 	return n
 }
 
-// keepLease makes the stock's Lease, or renews it leaseRenew after its
-// last write. A Lease deleted, or over by the stock's count before a
+// keepLease makes the stock's Lease, or renews it a quarter of
+// LeaseDuration after its last write. A Lease deleted, or over by the stock's count before a
 // renewal landed, is lost: the stock forgets its claims (fence) and
 // makes a new Lease on its next sync.
 func (s *Stock) keepLease(ctx context.Context) error {
 	now := s.Clock.Now()
 	t := s.term
-	if t.lease != nil && now.Sub(t.lease.Spec.RenewTime.Time) < leaseRenew {
+	if t.lease != nil && now.Sub(t.lease.Spec.RenewTime.Time) < LeaseDuration/4 {
 		return nil
 	}
 	l, err := s.writeLease(ctx, t.lease, now)
@@ -695,7 +696,7 @@ func (s *Stock) counts() map[string]int {
 }
 
 // Close stops handing out claims and gives back every claim the stock
-// holds, while its Lease has leaseMargin left; it forgets them otherwise
+// holds, while its Lease is usable; it forgets them otherwise
 // (they are reclaimed once the Lease is over). Then it ends its Lease a
 // second later (endLease).
 func (s *Stock) Close(ctx context.Context) error {

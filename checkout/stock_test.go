@@ -31,6 +31,15 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
 
+// The parts of a Lease's life (see LeaseDuration): how often a stock
+// renews it, how much of it must be left for the stock to write, and how
+// long after its end any stock deletes it.
+const (
+	leaseRenew  = LeaseDuration / 4
+	leaseMargin = LeaseDuration / 3
+	leaseGC     = LeaseDuration
+)
+
 // warmPVCs are n Bound warm PVCs of f in namespace "ns", usable anywhere.
 func warmPVCs(f *v1alpha1.FluentPVC, n int) []client.Object {
 	var out []client.Object
@@ -550,7 +559,7 @@ func TestStockFenced(t *testing.T) {
 					return nil
 				}
 			},
-			syncs: []time.Duration{leaseRenew, 2 * leaseRenew, 3 * leaseRenew, 4 * leaseRenew, LeaseDuration},
+			syncs: []time.Duration{leaseRenew, 2 * leaseRenew, 3 * leaseRenew, LeaseDuration - time.Second, LeaseDuration},
 		},
 		"renewals fail, the last long after": {
 			lose: func(t *testing.T, f stockFixture, _ string) {
