@@ -27,6 +27,11 @@ const (
 // "share"): the operator counts them as hits.
 const checkoutReserved = "reserved"
 
+// checkoutNoop labels the control levels: plain pods through the no-op
+// webhook (mode w), what any webhook costs the API server at the same
+// concurrency.
+const checkoutNoop = modeNoop
+
 func admissionHitNamespaces(levels []int) []string {
 	return admissionNamespaces("hit", levels)
 }
@@ -230,6 +235,11 @@ func (e *env) admissionPhase(ctx context.Context, res *results) error {
 			return errors.Join(append(errs, err)...)
 		}
 	}
+	noopNS := "bench-adm-" + checkoutNoop
+	if err := e.noopLevels(ctx, noopNS, record); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	poolNSs = append(poolNSs, noopNS)
 	// Deleting the namespaces releases the claims without draining them.
 	start := time.Now()
 	for _, k := range kinds {
@@ -326,4 +336,67 @@ func (e *env) hitLevels(ctx context.Context, kind, fpvc string, nss []string, re
 		}
 	}
 	return nil
+}
+
+// noopLevels runs the control levels in namespace ns: at each
+// concurrency, as many plain pods through the no-op webhook as a level
+// of hits has, read from the same API server histogram (the no-op
+// webhook's series), so that a hit's share of calls within 25 ms is
+// compared with that of a webhook that makes no API call, in the same
+// run.
+func (e *env) noopLevels(ctx context.Context, ns string, record func(admissionLevel, error)) error {
+	if err := e.createNamespace(ctx, ns); err != nil {
+		return err
+	}
+	stop, err := e.startNoopWebhook(ctx)
+	if err != nil {
+		return err
+	}
+	for _, c := range e.cfg.Levels {
+		if err := e.settle(ctx); err != nil {
+			return errors.Join(err, stop())
+		}
+		record(e.noopLevel(ctx, c, ns))
+	}
+	return stop()
+}
+
+// noopLevel is one control level: e.cfg.AdmissionPods plain pods through
+// the no-op webhook, created c at a time, left unscheduled.
+func (e *env) noopLevel(ctx context.Context, c int, ns string) (admissionLevel, error) {
+	lvl := admissionLevel{Checkout: checkoutNoop, Concurrency: c, Pods: e.cfg.AdmissionPods}
+	before, err := scrapeAPIServer(ctx, e.kc.Clientset)
+	if err != nil {
+		return lvl, err
+	}
+	pods := make([]*corev1.Pod, lvl.Pods)
+	for i := range pods {
+		pods[i] = unscheduled(noopPod(plainPod(ns, fmt.Sprintf("adm-%s-%d-%d", checkoutNoop, c, i))))
+	}
+	durs, _, err := e.createPods(ctx, pods, c)
+	if err != nil {
+		return lvl, err
+	}
+	after, err := scrapeAPIServer(ctx, e.kc.Clientset)
+	if err != nil {
+		return lvl, err
+	}
+	lvl.Client = summarize(durs)
+	const apiFamily = "apiserver_admission_webhook_admission_duration_seconds"
+	sel := map[string]string{"name": noopWebhookName}
+	a, ok := after.histogram(apiFamily, sel)
+	b, _ := before.histogram(apiFamily, sel)
+	if !ok {
+		return lvl, fmt.Errorf("the API server exposes no %s of the no-op webhook", apiFamily)
+	}
+	d := a.minus(b)
+	lvl.APIServer = histSummary(d)
+	lvl.APIServerWithin25ms = d.fractionAtMost(0.025)
+	lvl.APIServerOver25ms = int(math.Round(d.count * (1 - lvl.APIServerWithin25ms)))
+	const cpu = "process_cpu_seconds_total"
+	lvl.APIServerCPU = 1000 * (after.sum(cpu, nil) - before.sum(cpu, nil)) / float64(lvl.Pods)
+	if lvl.APIServer.N != lvl.Pods {
+		return lvl, fmt.Errorf("the API server counted %d calls of the no-op webhook for %d pods", lvl.APIServer.N, lvl.Pods)
+	}
+	return lvl, nil
 }
