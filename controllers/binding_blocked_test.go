@@ -87,20 +87,20 @@ func TestReconcileDrainBlocked(t *testing.T) {
 			objs:        []client.Object{pvc, job(time.Minute, 1, 0), drainPod(job(time.Minute, 1, 0), false)},
 			wantReason:  v1alpha1.DrainBlockedReasonUnschedulable,
 			wantMessage: "volume node affinity conflict",
-			wantRequeue: drainPatience,
+			wantRequeue: unwatchedRecheck,
 		},
 		"still unschedulable: no second Warning": {
 			objs:         []client.Object{pvc, job(time.Minute, 1, 0), drainPod(job(time.Minute, 1, 0), false)},
 			wantReason:   v1alpha1.DrainBlockedReasonUnschedulable,
 			wantMessage:  "volume node affinity conflict",
-			wantRequeue:  drainPatience,
+			wantRequeue:  unwatchedRecheck,
 			blockedSince: true,
 		},
 		"pods refused by a quota": {
 			objs:        []client.Object{pvc, job(time.Minute, 0, 0), refused},
 			wantReason:  v1alpha1.DrainBlockedReasonPodsRefused,
 			wantMessage: "exceeded quota",
-			wantRequeue: drainPatience,
+			wantRequeue: unwatchedRecheck,
 		},
 		"the claim is being deleted": {
 			objs:        []client.Object{namespace(false), deleting, job(time.Minute, 1, 0)},
@@ -112,11 +112,11 @@ func TestReconcileDrainBlocked(t *testing.T) {
 		},
 		"pods refused long ago, then a pod ran and failed: not blocked": {
 			objs:        []client.Object{pvc, func() *batchv1.Job { j := job(time.Hour, 0, 0); j.Status.Failed = 1; return j }(), refused},
-			wantRequeue: drainPatience,
+			wantRequeue: unwatchedRecheck,
 		},
 		"a young Job: looked at once it has had its time": {
-			objs:        []client.Object{pvc, job(10*time.Second, 1, 0), drainPod(job(10*time.Second, 1, 0), false)},
-			wantRequeue: drainPatience - 10*time.Second,
+			objs:        []client.Object{pvc, job(4*time.Second, 1, 0), drainPod(job(4*time.Second, 1, 0), false)},
+			wantRequeue: unwatchedRecheck - 4*time.Second,
 		},
 		"the pod was placed: the condition goes": {
 			objs:         []client.Object{pvc, job(time.Minute, 1, 1), drainPod(job(time.Minute, 1, 1), true)},

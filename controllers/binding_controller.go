@@ -275,11 +275,6 @@ func (r *BindingReconciler) observeJobs(ctx context.Context, o *observed, _ time
 	return nil
 }
 
-// drainPatience is how long a finalizer Job may run without a Ready pod
-// before its pods are read: a schedulable pod starts within seconds, so a
-// Job still without one is worth a look, and a healthy drain costs no reads.
-const drainPatience = 30 * time.Second
-
 // failedCreateWindow is how recent a finalizer Job's FailedCreate event
 // must be to say that its pods are refused now: longer than the Job
 // controller's longest wait between two tries to create a pod.
@@ -290,8 +285,8 @@ const failedCreateWindow = 10 * time.Minute
 // scheduled), the Job controller unable to create its pod (its
 // FailedCreate events, read live), or its pod unschedulable (the
 // scheduler's condition, read live: drain pods are not cached). Pods and
-// events are read only for a Job that has run drainPatience without a
-// Ready pod, and again every drainPatience while it has none.
+// events are read only for a Job that has run unwatchedRecheck without a
+// Ready pod, and again every unwatchedRecheck while it has none.
 func (r *BindingReconciler) observeDrain(ctx context.Context, o *observed, now time.Time) error {
 	b := o.binding
 	if o.pvc != nil && !o.pvc.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(o.pvc, v1alpha1.PVCProtectionFinalizer) {
@@ -313,11 +308,11 @@ func (r *BindingReconciler) observeDrain(ctx context.Context, o *observed, now t
 	if job == nil || ptr.Deref(job.Status.Ready, 0) > 0 {
 		return nil
 	}
-	if wait := job.CreationTimestamp.Add(drainPatience).Sub(now); wait > 0 {
+	if wait := job.CreationTimestamp.Add(unwatchedRecheck).Sub(now); wait > 0 {
 		o.drainRecheck = wait
 		return nil
 	}
-	o.drainRecheck = drainPatience
+	o.drainRecheck = unwatchedRecheck
 	if job.Status.Active == 0 {
 		var events corev1.EventList
 		if err := r.apiReader.List(ctx, &events, client.InNamespace(b.Namespace),

@@ -158,7 +158,6 @@ func fakeAPI(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) clien
 		WithObjects(objs...).
 		WithStatusSubresource(&v1alpha1.FluentPVCBinding{}).
 		WithIndex(&corev1.Pod{}, podBindingIndex, byBindingLabel).
-		WithIndex(&corev1.Pod{}, podStartingIndex, startingKey).
 		WithIndex(&batchv1.Job{}, jobBindingIndex, byBindingLabel).
 		// The API server's own field selectors of events.
 		WithIndex(&corev1.Event{}, "involvedObject.uid", func(o client.Object) []string { return []string{string(o.(*corev1.Event).InvolvedObject.UID)} }).
@@ -929,8 +928,8 @@ func TestReconcileDrainingReadsNoPod(t *testing.T) {
 	if podReads != 0 {
 		t.Errorf("%d reads of the gone pod, want none once its drain Job exists", podReads)
 	}
-	if res.RequeueAfter <= 0 || res.RequeueAfter > drainStatusDelay {
-		t.Errorf("requeue after %s, want within %s, when the Draining status is due", res.RequeueAfter, drainStatusDelay)
+	if res.RequeueAfter <= 0 || res.RequeueAfter > unwatchedRecheck {
+		t.Errorf("requeue after %s, want within %s, when the Draining status is due", res.RequeueAfter, unwatchedRecheck)
 	}
 }
 

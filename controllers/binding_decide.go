@@ -78,10 +78,19 @@ type blockage struct {
 	reason, message string
 }
 
-// unwatchedRecheck is how often the controllers look again at what no
-// event of theirs tells of: the pod of a binding while it runs without
-// its opt-in label, out of the cache's sight, and the room on nodes for
-// the warm PVCs a pool left unstaged, which other pods free.
+// unwatchedRecheck is how often, and how soon, the controllers look at
+// what no event of theirs tells of, since their cache does not hold it:
+//   - the pod of a binding while it runs without its opt-in label;
+//   - the room on nodes for the warm PVCs a pool left unstaged, which
+//     other pods free;
+//   - the pods and events of the operator's Jobs (binders and finalizer
+//     Jobs), once a Job has run this long without a Ready pod (a binder's
+//     warm PVC not Bound yet). The scheduler places a pod in milliseconds
+//     and a kubelet starts it within seconds when they can, so a Job
+//     still without one is worth a look, while a healthy one costs no
+//     reads;
+//   - a drain, told in its binding's status only once it has run this
+//     long (quietFirstDrain): most drains end sooner.
 const unwatchedRecheck = 10 * time.Second
 
 // plan is what one reconcile does, decided from observed by decide.
@@ -115,7 +124,7 @@ type plan struct {
 	requeueAfter time.Duration
 	// quiet leaves the status unwritten: it tells only that the first
 	// drain Job runs, which the Job itself says, and that drain began less
-	// than drainStatusDelay ago (requeueAfter comes back then).
+	// than unwatchedRecheck ago (requeueAfter comes back then).
 	quiet bool
 	// retry is returned once the plan is carried out, so that the binding
 	// is tried again with the rate limiter's backoff.
@@ -575,15 +584,11 @@ func decideDrainStart(o observed, now time.Time, opts Options, p *plan) {
 	quietFirstDrain(b, now, p)
 }
 
-// drainStatusDelay is how long a binding's first drain runs before its
-// status says so. Most drains end sooner: the claim and the binding are
-// then deleted, and a Draining status written in between would be one
-// more write per pod, telling what the drain Job itself tells.
-const drainStatusDelay = 10 * time.Second
-
 // quietFirstDrain leaves p's status unwritten (plan.quiet) while it tells
-// only that binding b's first drain Job runs, for drainStatusDelay from
-// the drain's start: b's status says nothing of a drain (no phase, or
+// only that binding b's first drain Job runs, for unwatchedRecheck from the
+// drain's start (most drains end sooner: the claim and the binding are
+// then deleted, and a Draining status written in between would be one
+// more write per pod, telling what the drain Job itself tells): b's status says nothing of a drain (no phase, or
 // InUse; no attempt; nothing blocked or refused, which the write would
 // clear), and nothing blocks the drain or was refused now. Once the delay
 // is over, or anything else happens, the status is written.
@@ -593,7 +598,7 @@ func quietFirstDrain(b *v1alpha1.FluentPVCBinding, now time.Time, p *plan) {
 		p.status.DrainAttempts != 1 || p.status.DrainStartTime == nil || !untroubled(p.status) {
 		return
 	}
-	left := p.status.DrainStartTime.Add(drainStatusDelay).Sub(now)
+	left := p.status.DrainStartTime.Add(unwatchedRecheck).Sub(now)
 	if left <= 0 {
 		return
 	}

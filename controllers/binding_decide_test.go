@@ -136,12 +136,12 @@ func TestDecide(t *testing.T) {
 		"pod gone: start the first finalizer Job": {
 			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc},
 			now:  admitted.Add(time.Hour),
-			want: want{quiet: true, requeueAfter: drainStatusDelay, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
+			want: want{quiet: true, requeueAfter: unwatchedRecheck, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
 		},
 		"pod Succeeded but still there: drain it": {
 			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, pod: pod(corev1.PodSucceeded, false)},
 			now:  admitted.Add(time.Hour),
-			want: want{quiet: true, requeueAfter: drainStatusDelay, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
+			want: want{quiet: true, requeueAfter: unwatchedRecheck, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
 		},
 		"a different pod with a copied label is not ours: drain": {
 			obs: observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, pod: func() *corev1.Pod {
@@ -150,12 +150,12 @@ func TestDecide(t *testing.T) {
 				return p
 			}()},
 			now:  admitted.Add(time.Hour),
-			want: want{quiet: true, requeueAfter: drainStatusDelay, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
+			want: want{quiet: true, requeueAfter: unwatchedRecheck, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
 		},
 		"Job running: wait for it": {
 			obs:  observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, "", time.Time{})}},
 			now:  admitted.Add(time.Hour),
-			want: want{quiet: true, requeueAfter: drainStatusDelay, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, attempts: 1},
+			want: want{quiet: true, requeueAfter: unwatchedRecheck, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, attempts: 1},
 		},
 		"Job running but blocked: say why, keep the claim, look again": {
 			obs: observed{binding: mkBinding(recorded), fluentPVC: fpvc, pvc: pvc, jobs: []batchv1.Job{job(1, "", time.Time{})},
@@ -245,12 +245,12 @@ func TestDecide(t *testing.T) {
 		"binding made again after its pod is gone: the claim names the pod, drain": {
 			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: pvc},
 			now:  admitted.Add(time.Hour),
-			want: want{quiet: true, requeueAfter: drainStatusDelay, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, recordPod: true, createJob: 1, attempts: 1},
+			want: want{quiet: true, requeueAfter: unwatchedRecheck, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, recordPod: true, createJob: 1, attempts: 1},
 		},
 		"no pod recorded, history unknown (no record on the claim): drain, never reclaim": {
 			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: legacy},
 			now:  admitted.Add(time.Hour),
-			want: want{quiet: true, requeueAfter: drainStatusDelay, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
+			want: want{quiet: true, requeueAfter: unwatchedRecheck, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
 		},
 		"no pod within the grace period: reclaim the orphan without a Job": {
 			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: fresh, claimUnused: true},
@@ -266,7 +266,7 @@ func TestDecide(t *testing.T) {
 		"proof of no pod found after a drain started (older binding read): keep draining, never reclaim": {
 			obs:  observed{binding: mkBinding(nil), fluentPVC: fpvc, pvc: fresh, claimUnused: true, jobs: []batchv1.Job{job(1, "", time.Time{})}},
 			now:  admitted.Add(time.Hour),
-			want: want{quiet: true, requeueAfter: drainStatusDelay, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, attempts: 1},
+			want: want{quiet: true, requeueAfter: unwatchedRecheck, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, attempts: 1},
 		},
 		"proof of no pod found while the status says Draining and the Job is not cached yet: keep draining": {
 			obs: observed{binding: mkBinding(func(b *v1alpha1.FluentPVCBinding) {
@@ -314,7 +314,7 @@ func TestDecide(t *testing.T) {
 				b.Status.FluentPVCMissingSince = &metav1.Time{Time: admitted.Add(time.Hour)}
 			}), fluentPVC: fpvc, pvc: pvc},
 			now:  admitted.Add(2 * time.Hour),
-			want: want{quiet: true, requeueAfter: drainStatusDelay, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
+			want: want{quiet: true, requeueAfter: unwatchedRecheck, phase: v1alpha1.BindingPhaseDraining, drainedReas: v1alpha1.DrainedReasonRunning, createJob: 1, attempts: 1},
 		},
 		"claim gone after its drain succeeded, the Drained status lost to a conflict: finish as drained, no warning": {
 			obs: observed{binding: mkBinding(func(b *v1alpha1.FluentPVCBinding) {

@@ -78,16 +78,10 @@ func (r *FluentPVCReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 			return ctrl.Result{}, fmt.Errorf("adding the finalizer: %w", err)
 		}
 	}
-	res, err := r.reconcile(ctx, f)
-	r.pool.Failed(f.Name, err)
-	return res, err
+	return r.reconcile(ctx, f)
 }
 
 func (r *FluentPVCReconciler) reconcile(ctx context.Context, f *v1alpha1.FluentPVC) (ctrl.Result, error) {
-	if after := r.pool.Deferral(ctx, f); after > 0 {
-		// Pods are starting: the pool and the status wait for them.
-		return ctrl.Result{RequeueAfter: after}, nil
-	}
 	var bindings v1alpha1.FluentPVCBindingList
 	// Read-only lists share the cache's objects instead of copying them:
 	// a burst of pods brings a pool event per checkout, and each would

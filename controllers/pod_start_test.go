@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,29 +22,6 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/expectations"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
-
-func TestHoldFollowUp(t *testing.T) {
-	t0 := fixtures.Epoch
-	cases := map[string]struct {
-		starting bool
-		since    time.Duration // from the admission to now
-		wait     time.Duration
-		want     time.Duration
-	}{
-		"pods starting: look again soon":      {starting: true, since: 100 * time.Millisecond, wait: 2 * time.Second, want: startPoll},
-		"pods starting, the wait nearly over": {starting: true, since: 1950 * time.Millisecond, wait: 2 * time.Second, want: 50 * time.Millisecond},
-		"pods starting, the wait over":        {starting: true, since: 2 * time.Second, wait: 2 * time.Second},
-		"no pod starting":                     {since: 100 * time.Millisecond, wait: 2 * time.Second},
-		"no wait configured":                  {starting: true, since: 100 * time.Millisecond},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			if got := holdFollowUp(t0, tc.starting, t0.Add(tc.since), tc.wait); got != tc.want {
-				t.Errorf("holdFollowUp = %s, want %s", got, tc.want)
-			}
-		})
-	}
-}
 
 // startPod is a labelled pod of claim, created at created, in phase (and
 // being deleted when deleting).
@@ -60,53 +35,6 @@ func startPod(name, claimName string, phase corev1.PodPhase, created time.Time, 
 		p.Finalizers = []string{"test/keep"}
 	}
 	return p
-}
-
-func TestStartingKey(t *testing.T) {
-	t0 := fixtures.Epoch
-	cases := map[string]struct {
-		pod  *corev1.Pod
-		want bool
-	}{
-		"Pending":                {pod: startPod("p", "c", corev1.PodPending, t0, false), want: true},
-		"no phase yet":           {pod: startPod("p", "c", "", t0, false), want: true},
-		"Running":                {pod: startPod("p", "c", corev1.PodRunning, t0, false)},
-		"Failed":                 {pod: startPod("p", "c", corev1.PodFailed, t0, false)},
-		"Pending, being deleted": {pod: startPod("p", "c", corev1.PodPending, t0, true)},
-		"a holder, Pending":      {pod: holder(startPod("p", "c", corev1.PodPending, t0, false))},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			if got := len(startingKey(tc.pod)) > 0; got != tc.want {
-				t.Errorf("indexed as starting: %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestPodsStarting(t *testing.T) {
-	now := fixtures.Epoch.Add(time.Hour)
-	wait := 2 * time.Second
-	cases := map[string]struct {
-		pods []client.Object
-		want bool
-	}{
-		"a pod created moments ago is Pending": {pods: []client.Object{startPod("p", "c", corev1.PodPending, now.Add(-time.Second), false)}, want: true},
-		"every pod Running":                    {pods: []client.Object{startPod("p", "c", corev1.PodRunning, now.Add(-time.Second), false)}},
-		"a pod Pending for longer than the wait holds nothing back": {
-			pods: []client.Object{startPod("p", "c", corev1.PodPending, now.Add(-time.Minute), false)},
-		},
-		"no pod": {},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			c := fakeAPI(t, interceptor.Funcs{}, tc.pods...)
-			got, err := podsStarting(context.Background(), c, now, wait)
-			if err != nil || got != tc.want {
-				t.Errorf("podsStarting = %v, %v; want %v", got, err, tc.want)
-			}
-		})
-	}
 }
 
 // TestPodCreated: a pod's creationTimestamp is in whole seconds; the
@@ -166,115 +94,6 @@ func TestAwaitScheduling(t *testing.T) {
 	}
 }
 
-func TestRefillHeld(t *testing.T) {
-	admitted := fixtures.Epoch
-	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
-	hit := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
-	miss := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutMiss, admitted)
-	deleting := hit.DeepCopy()
-	deleting.DeletionTimestamp = &metav1.Time{Time: admitted}
-	noTime := hit.DeepCopy()
-	delete(noTime.Annotations, v1alpha1.AdmittedAtAnnotationKey)
-	recorded := hit.DeepCopy()
-	recorded.Annotations[v1alpha1.UsedByPodAnnotationKey] = "p/p-uid"
-	scheduled := startPod("p", "c", corev1.PodPending, admitted, false)
-	scheduled.Spec.NodeName = "n"
-	soon := admitted.Add(300 * time.Millisecond)
-	cases := map[string]struct {
-		pvc      *corev1.PersistentVolumeClaim
-		pod      *corev1.Pod
-		starting bool
-		now      time.Time
-		want     time.Duration
-	}{
-		"a hit while pods start": {pvc: hit, starting: true, now: soon, want: startPoll},
-		"a hit that records its scheduled pod, while pods start": {
-			pvc: recorded, pod: scheduled, starting: true, now: soon, want: startPoll,
-		},
-		"a hit once no pod starts":  {pvc: hit, now: soon},
-		"a hit after the wait":      {pvc: hit, starting: true, now: admitted.Add(time.Minute)},
-		"a miss took no warm PVC":   {pvc: miss, starting: true, now: soon},
-		"a claim being deleted":     {pvc: deleting, starting: true, now: soon},
-		"no admission time, no pod": {pvc: noTime, starting: true, now: soon},
-		"timed from the admission within its pod's creation second": {
-			pvc: fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted.Add(time.Minute+800*time.Millisecond)),
-			pod: startPod("p", "c", corev1.PodPending, admitted.Add(time.Minute), false), starting: true, now: admitted.Add(time.Minute + 2500*time.Millisecond), want: startPoll,
-		},
-		"timed from its pod's creation, not the admission": {
-			pvc: hit, pod: startPod("p", "c", corev1.PodPending, admitted.Add(time.Minute), false), starting: true, now: admitted.Add(time.Minute + 1950*time.Millisecond), want: 50 * time.Millisecond,
-		},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			if got := refillHeld(tc.pvc, tc.pod, tc.starting, tc.now, 2*time.Second); got != tc.want {
-				t.Errorf("refillHeld = %s, want %s", got, tc.want)
-			}
-		})
-	}
-}
-
-// TestObserveStarting: the pool counts, by namespace, the hits whose
-// refill waits for starting pods, and when to look again.
-func TestObserveStarting(t *testing.T) {
-	admitted := fixtures.Epoch
-	now := admitted.Add(300 * time.Millisecond)
-	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
-	hit := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
-	miss := fixtures.Claim(f, "ns", "m", "h", v1alpha1.CheckoutMiss, admitted)
-	missElsewhere := fixtures.Claim(f, "other", "m", "h", v1alpha1.CheckoutMiss, admitted)
-	missLongAgo := fixtures.Claim(f, "ns", "m", "h", v1alpha1.CheckoutMiss, admitted.Add(-time.Minute))
-	running := startPod("p", "c", corev1.PodRunning, admitted, false)
-	running.Spec.NodeName = "n"
-	starting := startPod("p", "c", corev1.PodPending, admitted, false)
-	// Reserved five minutes before the pod came, until five minutes after.
-	stock := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted.Add(-5*time.Minute))
-	stock.Annotations[v1alpha1.ReservedByAnnotationKey] = "replica-a"
-	stock.Annotations[v1alpha1.ReservedUntilAnnotationKey] = admitted.Add(5 * time.Minute).Format(time.RFC3339Nano)
-	handedOut := stock.DeepCopy()
-	handedOut.Annotations[v1alpha1.UsedByPodAnnotationKey] = "p/p-uid"
-	cases := map[string]struct {
-		wait    time.Duration
-		pvcs    []*corev1.PersistentVolumeClaim
-		pods    []client.Object
-		want    int
-		recheck time.Duration
-	}{
-		"its pod starts":                {wait: 2 * time.Second, pvcs: []*corev1.PersistentVolumeClaim{hit}, pods: []client.Object{starting}, want: 1, recheck: startPoll},
-		"its pod is not cached yet":     {wait: 2 * time.Second, pvcs: []*corev1.PersistentVolumeClaim{hit}, want: 1, recheck: startPoll},
-		"its pod runs, nothing starts":  {wait: 2 * time.Second, pvcs: []*corev1.PersistentVolumeClaim{hit}, pods: []client.Object{running}},
-		"its pod runs, another starts":  {wait: 2 * time.Second, pvcs: []*corev1.PersistentVolumeClaim{hit}, pods: []client.Object{running, startPod("q", "d", corev1.PodPending, now, false)}, want: 1, recheck: startPoll},
-		"a miss":                        {wait: 2 * time.Second, pvcs: []*corev1.PersistentVolumeClaim{miss}},
-		"a pod missed moments ago":      {wait: 2 * time.Second, pvcs: []*corev1.PersistentVolumeClaim{hit, miss}, pods: []client.Object{starting}},
-		"a pod missed in another place": {wait: 2 * time.Second, pvcs: []*corev1.PersistentVolumeClaim{hit, missElsewhere}, pods: []client.Object{starting}, want: 1, recheck: startPoll},
-		"a pod missed before the wait":  {wait: 2 * time.Second, pvcs: []*corev1.PersistentVolumeClaim{hit, missLongAgo}, pods: []client.Object{starting}, want: 1, recheck: startPoll},
-		"handed out before the wait":    {wait: 200 * time.Millisecond, pvcs: []*corev1.PersistentVolumeClaim{hit}},
-		"no wait configured":            {pvcs: []*corev1.PersistentVolumeClaim{hit}, pods: []client.Object{starting}},
-		// A reserved claim is the pool's until it records its pod; one
-		// handed out from the stock waits for its pod as any hit.
-		"reserved, not handed out":            {wait: 2 * time.Second, pvcs: []*corev1.PersistentVolumeClaim{stock}, pods: []client.Object{starting}},
-		"reserved long ago, its pod starting": {wait: 2 * time.Second, pvcs: []*corev1.PersistentVolumeClaim{handedOut}, pods: []client.Object{starting}, want: 1, recheck: startPoll},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			c := fakeAPI(t, interceptor.Funcs{}, tc.pods...)
-			clk := clocktesting.NewFakePassiveClock(now)
-			r := NewPoolReconciler(c, c, clk, Options{PodStartWait: tc.wait})
-			r.gate = newStartGate(c, clk)
-			var claimed []corev1.PersistentVolumeClaim
-			for _, p := range tc.pvcs {
-				claimed = append(claimed, *p)
-			}
-			var o poolObserved
-			if err := r.observeStarting(context.Background(), claimed, &o); err != nil {
-				t.Fatal(err)
-			}
-			if o.starting["ns"] != tc.want || o.startingRecheck != tc.recheck {
-				t.Errorf("starting %v, recheck %s; want %d in ns, recheck %s", o.starting, o.startingRecheck, tc.want, tc.recheck)
-			}
-		})
-	}
-}
-
 // underLease makes a reserved claim's holder the Lease named holder, with
 // no end of its own.
 func underLease(holder string) func(*corev1.PersistentVolumeClaim) {
@@ -323,187 +142,6 @@ func TestReservedStock(t *testing.T) {
 			got, recheck := reservedStock(tc.claimed, "h", now, ends)
 			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" || recheck != tc.recheck {
 				t.Errorf("reservedStock = %v, %s; want %v, %s", got, recheck, tc.want, tc.recheck)
-			}
-		})
-	}
-}
-
-// holder is p labelled as the pool's holder pod.
-func holder(p *corev1.Pod) *corev1.Pod {
-	p = p.DeepCopy()
-	p.Labels[v1alpha1.ComponentLabelKey] = v1alpha1.ComponentHolder
-	return p
-}
-
-func TestStartGate(t *testing.T) {
-	now := fixtures.Epoch.Add(time.Hour)
-	pending := startPod("p", "c", corev1.PodPending, now.Add(-time.Minute), false)
-	running := startPod("p", "c", corev1.PodRunning, now.Add(-time.Minute), false)
-	cases := map[string]struct {
-		events func(g *startGate, clk *clocktesting.FakePassiveClock)
-		pods   []client.Object // in the cache at now
-		want   bool
-	}{
-		"nothing seen": {},
-		"a pod created moments ago": {
-			events: func(g *startGate, clk *clocktesting.FakePassiveClock) {
-				clk.SetTime(now.Add(-100 * time.Millisecond))
-				g.observe(nil, running)
-			},
-			want: true,
-		},
-		"a pod started moments ago": {
-			events: func(g *startGate, clk *clocktesting.FakePassiveClock) {
-				clk.SetTime(now.Add(-100 * time.Millisecond))
-				g.observe(pending, running)
-			},
-			want: true,
-		},
-		"a pod started long enough ago": {
-			events: func(g *startGate, clk *clocktesting.FakePassiveClock) {
-				clk.SetTime(now.Add(-startQuiet))
-				g.observe(pending, running)
-			},
-		},
-		"an update that starts nothing": {
-			events: func(g *startGate, clk *clocktesting.FakePassiveClock) {
-				clk.SetTime(now.Add(-100 * time.Millisecond))
-				g.observe(running, running)
-			},
-		},
-		"a holder created moments ago": {
-			events: func(g *startGate, clk *clocktesting.FakePassiveClock) {
-				clk.SetTime(now.Add(-100 * time.Millisecond))
-				g.observe(nil, holder(running))
-			},
-		},
-		"a pod deleted moments ago, before it started": {
-			events: func(g *startGate, clk *clocktesting.FakePassiveClock) {
-				clk.SetTime(now.Add(-100 * time.Millisecond))
-				g.observe(pending, startPod("p", "c", corev1.PodPending, now.Add(-time.Minute), true))
-			},
-		},
-		"a pod starting":    {pods: []client.Object{startPod("q", "d", corev1.PodPending, now.Add(-time.Second), false)}, want: true},
-		"a holder starting": {pods: []client.Object{holder(startPod("q", "d", corev1.PodPending, now.Add(-time.Second), false))}},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			clk := clocktesting.NewFakePassiveClock(now)
-			g := newStartGate(fakeAPI(t, interceptor.Funcs{}, tc.pods...), clk)
-			if tc.events != nil {
-				tc.events(g, clk)
-			}
-			clk.SetTime(now)
-			got, err := g.busy(context.Background(), now, 2*time.Second)
-			if err != nil || got != tc.want {
-				t.Errorf("busy = %v, %v; want %v", got, err, tc.want)
-			}
-		})
-	}
-	var nilGate *startGate
-	if busy, err := nilGate.busy(context.Background(), now, time.Second); busy || err != nil {
-		t.Errorf("a nil gate is busy = %v, %v; want false", busy, err)
-	}
-}
-
-func TestPoolDeferral(t *testing.T) {
-	since := fixtures.Epoch
-	cases := map[string]struct {
-		busy, urgent bool
-		now          time.Time
-		wait         time.Duration
-		want         time.Duration
-	}{
-		"nothing starts":               {now: since, wait: 2 * time.Second},
-		"pods start":                   {busy: true, now: since, wait: 2 * time.Second, want: startPoll},
-		"near the end of the wait":     {busy: true, now: since.Add(1950 * time.Millisecond), wait: 2 * time.Second, want: 50 * time.Millisecond},
-		"the wait is over":             {busy: true, now: since.Add(2 * time.Second), wait: 2 * time.Second},
-		"a FluentPVC that cannot wait": {busy: true, urgent: true, now: since, wait: 2 * time.Second},
-		"no wait configured":           {busy: true, now: since},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			if got := poolDeferral(tc.busy, tc.urgent, since, tc.now, tc.wait); got != tc.want {
-				t.Errorf("poolDeferral = %s, want %s", got, tc.want)
-			}
-		})
-	}
-}
-
-// TestDeferral: a FluentPVC's reconciles wait while pods start, at most
-// PodStartWait in a row, and not at all for a FluentPVC whose spec
-// changed, that is being deleted, or whose pool a pod missed lately.
-func TestDeferral(t *testing.T) {
-	t0 := fixtures.Epoch.Add(time.Hour)
-	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
-	f.Generation, f.Status.ObservedGeneration = 1, 1
-	changed := f.DeepCopy()
-	changed.Generation = 2
-	deleting := f.DeepCopy()
-	deleting.DeletionTimestamp = &metav1.Time{Time: t0}
-	miss := fixtures.Claim(f, "ns", "m", "h", v1alpha1.CheckoutMiss, t0)
-	otherMiss := fixtures.Claim(fixtures.MakeFluentPVC("g").PoolSize(1).Obj(), "ns", "m", "h", v1alpha1.CheckoutMiss, t0)
-	type step struct {
-		at   time.Duration // after t0
-		want time.Duration
-	}
-	cases := map[string]struct {
-		f      *v1alpha1.FluentPVC
-		wait   time.Duration
-		quiet  bool // no pod starts
-		claims func(g *startGate, clk *clocktesting.FakePassiveClock)
-		failed bool // its last reconcile failed
-		steps  []step
-	}{
-		"pods start": {f: f, wait: 2 * time.Second, steps: []step{{0, startPoll}, {time.Second, startPoll}, {1950 * time.Millisecond, 50 * time.Millisecond}}},
-		"waits end after the wait in a row, then begin again": {f: f, wait: 2 * time.Second, steps: []step{
-			{0, startPoll}, {time.Second, startPoll}, {2 * time.Second, 0}, {2050 * time.Millisecond, startPoll},
-		}},
-		"nothing starts":   {f: f, wait: 2 * time.Second, quiet: true, steps: []step{{0, 0}}},
-		"its spec changed": {f: changed, wait: 2 * time.Second, steps: []step{{0, 0}}},
-		"being deleted":    {f: deleting, wait: 2 * time.Second, steps: []step{{0, 0}}},
-		"a pod missed its pool moments ago": {f: f, wait: 2 * time.Second, claims: func(g *startGate, clk *clocktesting.FakePassiveClock) {
-			clk.SetTime(t0.Add(-time.Second))
-			g.observeClaim(miss, false)
-		}, steps: []step{{0, 0}}},
-		"a pod missed its pool before the wait": {f: f, wait: 2 * time.Second, claims: func(g *startGate, clk *clocktesting.FakePassiveClock) {
-			clk.SetTime(t0.Add(-2 * time.Second))
-			g.observeClaim(miss, false)
-		}, steps: []step{{0, startPoll}}},
-		"a pod missed another FluentPVC's pool": {f: f, wait: 2 * time.Second, claims: func(g *startGate, clk *clocktesting.FakePassiveClock) {
-			clk.SetTime(t0.Add(-time.Second))
-			g.observeClaim(otherMiss, false)
-		}, steps: []step{{0, startPoll}}},
-		"a miss's claim listed as the informer starts": {f: f, wait: 2 * time.Second, claims: func(g *startGate, clk *clocktesting.FakePassiveClock) {
-			clk.SetTime(t0.Add(-time.Second))
-			g.observeClaim(miss, true)
-		}, steps: []step{{0, startPoll}}},
-		"its last reconcile failed": {f: f, wait: 2 * time.Second, failed: true, steps: []step{{0, 0}}},
-		"no wait configured":        {f: f, steps: []step{{0, 0}}},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			c := fakeAPI(t, interceptor.Funcs{})
-			clk := clocktesting.NewFakePassiveClock(t0)
-			r := NewPoolReconciler(c, c, clk, Options{PodStartWait: tc.wait})
-			if tc.wait > 0 {
-				r.gate = newStartGate(c, clk)
-			}
-			if tc.claims != nil {
-				tc.claims(r.gate, clk)
-			}
-			if tc.failed {
-				r.Failed(tc.f.Name, errors.New("writing status: conflict"))
-			}
-			for _, s := range tc.steps {
-				clk.SetTime(t0.Add(s.at))
-				if !tc.quiet && r.gate != nil {
-					// A pod created at every step keeps the gate busy.
-					r.gate.observe(nil, startPod("p", "c", corev1.PodPending, clk.Now(), false))
-				}
-				if got := r.Deferral(context.Background(), tc.f); got != s.want {
-					t.Fatalf("at t0+%s: Deferral = %s, want %s", s.at, got, s.want)
-				}
 			}
 		})
 	}
@@ -827,46 +465,6 @@ func handOutAgain(ctx context.Context, t *testing.T, c client.Client, key client
 	again.Annotations[v1alpha1.CheckoutIDAnnotationKey] = "again"
 	if err := c.Update(ctx, again); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// TestClaimHandler: the claims' informer tells the gate of a claim made on
-// a miss when it is created, not of one it lists as it starts, nor of a
-// hit's claim or a PVC of no FluentPVC.
-func TestClaimHandler(t *testing.T) {
-	now := fixtures.Epoch.Add(time.Hour)
-	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
-	miss := fixtures.Claim(f, "ns", "m", "h", v1alpha1.CheckoutMiss, now)
-	hit := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, now)
-	unowned := miss.DeepCopy()
-	delete(unowned.Labels, v1alpha1.FluentPVCNameLabelKey)
-	cases := map[string]struct {
-		pvc     *corev1.PersistentVolumeClaim
-		initial bool
-		want    bool
-	}{
-		"a miss's claim created":             {pvc: miss, want: true},
-		"a miss's claim listed at the start": {pvc: miss, initial: true},
-		"a hit's claim":                      {pvc: hit},
-		"a PVC of no FluentPVC":              {pvc: unowned},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			clk := clocktesting.NewFakePassiveClock(now)
-			g := newStartGate(fakeAPI(t, interceptor.Funcs{}), clk)
-			h, ok := g.claimHandler().(toolscache.ResourceEventHandlerDetailedFuncs)
-			if !ok {
-				t.Fatalf("claimHandler is a %T", g.claimHandler())
-			}
-			h.OnAdd(tc.pvc, tc.initial)
-			if got := g.missedWithin("f", time.Second); got != tc.want {
-				t.Errorf("missedWithin = %v, want %v", got, tc.want)
-			}
-			g.forget("f")
-			if g.missedWithin("f", time.Second) {
-				t.Error("a miss is remembered after forget")
-			}
-		})
 	}
 }
 

@@ -14,14 +14,8 @@ import (
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
-// binderPatience is how long a binder Job may wait before its pod is read:
-// the scheduler places a pod in milliseconds when it can, so a binder whose
-// warm PVC is still unbound after this is worth a look, and a healthy pool
-// costs no reads.
-const binderPatience = 10 * time.Second
-
 // unschedulableBinders says why the binders of f that have waited longer
-// than binderPatience for their warm PVC to be Bound cannot be scheduled,
+// than unwatchedRecheck for their warm PVC to be Bound cannot be scheduled,
 // quoting the scheduler, and when to look again while some wait. Binder
 // pods are not in the cache (they carry no FluentPVC label, so that the pod
 // webhook leaves them alone), so they are read live, only then, in the
@@ -43,10 +37,10 @@ func (r *PoolReconciler) unschedulableBinders(ctx context.Context, f *v1alpha1.F
 			continue // done: deleted in this reconcile or the last
 		}
 		// Look again when a young binder comes of age, or every
-		// binderPatience while an old one waits.
-		recheck := j.CreationTimestamp.Add(binderPatience).Sub(now)
+		// unwatchedRecheck while an old one waits.
+		recheck := j.CreationTimestamp.Add(unwatchedRecheck).Sub(now)
 		if recheck <= 0 {
-			recheck = binderPatience
+			recheck = unwatchedRecheck
 			waiting.Insert(claim)
 			namespaces = append(namespaces, j.Namespace)
 		}

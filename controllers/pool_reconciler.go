@@ -51,20 +51,12 @@ type PoolReconciler struct {
 	apiReader client.Reader
 	clock     clock.PassiveClock
 	opts      Options
-	// gate tells whether pods are starting; nil: none are.
-	gate *startGate
 	// expect are the warm PVCs created and not yet seen in the cache.
 	// Without them, a reconcile that runs before the cache catches up
 	// counts the pool short and creates the same PVCs again.
 	expect expectations.Expectations[createdWarm, pool.Expected]
 	// strandings times the warm PVCs' attachments to nodes that are gone.
 	strandings pool.Strandings
-	// deferredSince is, by FluentPVC name, when (on the gate's clock) the
-	// reconciles that wait for starting pods began to wait (Deferral).
-	deferredSince sync.Map
-	// failing holds the names of the FluentPVCs whose last reconcile
-	// failed: they keep the workqueue's backoff instead of waiting.
-	failing sync.Map
 	// affinities parses the warm PVCs' volume affinities.
 	affinities *pool.Affinities
 }
@@ -128,54 +120,6 @@ func sooner(d *time.Duration, after time.Duration) {
 // Forget drops what r remembers of FluentPVC name, once it is gone.
 func (r *PoolReconciler) Forget(name string) {
 	r.expect.Forget(func(k createdWarm) bool { return k.fluentPVC == name })
-	r.deferredSince.Delete(name)
-	r.failing.Delete(name)
-	r.gate.forget(name)
-}
-
-// Failed records whether f's last reconcile failed (err).
-func (r *PoolReconciler) Failed(name string, err error) {
-	if err != nil {
-		r.failing.Store(name, true)
-	} else {
-		r.failing.Delete(name)
-	}
-}
-
-// Deferral is how long f's reconcile waits for starting pods before it
-// looks again (poolDeferral); 0 to reconcile now. A FluentPVC whose spec
-// its status has not observed yet, that is being deleted, whose pool a
-// pod missed within Options.PodStartWait, or whose last reconcile failed
-// does not wait; nor does any when the cache cannot tell whether pods are
-// starting. The waits in a row are timed on the gate's clock, the local
-// one: the estimate of the API server's moves with every response.
-func (r *PoolReconciler) Deferral(ctx context.Context, f *v1alpha1.FluentPVC) time.Duration {
-	wait := r.opts.PodStartWait
-	if r.gate == nil || wait <= 0 {
-		return 0
-	}
-	_, failing := r.failing.Load(f.Name)
-	urgent := failing || !f.DeletionTimestamp.IsZero() || f.Status.ObservedGeneration != f.Generation || r.gate.missedWithin(f.Name, wait)
-	busy := false
-	if !urgent {
-		var err error
-		if busy, err = r.gate.busy(ctx, r.clock.Now(), wait); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "reading starting pods; the pool is reconciled now", "fluentPVC", klog.KObj(f))
-			busy = false
-		}
-	}
-	now := r.gate.clock.Now()
-	since := now
-	if v, ok := r.deferredSince.Load(f.Name); ok {
-		since = v.(time.Time)
-	}
-	after := poolDeferral(busy, urgent, since, now, wait)
-	if after == 0 {
-		r.deferredSince.Delete(f.Name)
-	} else {
-		r.deferredSince.LoadOrStore(f.Name, since)
-	}
-	return after
 }
 
 // poolObserved is a FluentPVC's pool as read from the cache. Its objects are
@@ -207,10 +151,6 @@ type poolObserved struct {
 	// volume name to node name. strandedRecheck is when the next one is due.
 	stranded        map[string]string
 	strandedRecheck time.Duration
-	// starting counts, by namespace, the warm PVCs whose refill waits for
-	// starting pods (refillHeld); startingRecheck is when to look again.
-	starting        map[string]int
-	startingRecheck time.Duration
 	// reserved counts, by namespace, the claims of the current template
 	// reserved ahead of their pods whose reservations are not over
 	// (pool.Input.Reserved); reservedRecheck is when the first ends.
@@ -398,7 +338,7 @@ func (r *PoolReconciler) observePool(ctx context.Context, f *v1alpha1.FluentPVC,
 	if err := r.observeReserved(ctx, f, claimed.Items, &o); err != nil {
 		return o, err
 	}
-	return o, r.observeStarting(ctx, claimed.Items, &o)
+	return o, nil
 }
 
 // observeReserved counts the claims among claimed (f's) that are reserved
@@ -465,112 +405,6 @@ func (r *PoolReconciler) holderEnds(ctx context.Context, claimed []corev1.Persis
 		}
 	}
 	return ends, nil
-}
-
-// observeStarting counts the warm PVCs, among claimed (the FluentPVC's
-// claims, as cached), whose refill waits for starting pods (refillHeld),
-// unless Options.PodStartWait is 0. No refill waits in a namespace where
-// a pod missed within the wait: the pool is short there, and the pods to
-// come need the refill more than the starting ones need the API server.
-func (r *PoolReconciler) observeStarting(ctx context.Context, claimed []corev1.PersistentVolumeClaim, o *poolObserved) error {
-	wait := r.opts.PodStartWait
-	if wait <= 0 {
-		return nil
-	}
-	now := r.clock.Now()
-	// Only claims handed out moments ago (allowing for the admitting
-	// replica's clock) count; a claim reserved ahead of its pod may have
-	// been handed out at any time before its reservation ended. A claim
-	// still reserved is counted as the pool's (reservedStock) instead.
-	recent := func(c *corev1.PersistentVolumeClaim) bool {
-		if _, _, reserved := claim.Reservation(c); reserved {
-			return false
-		}
-		if until, ok := claim.ReservedUntil(c); ok && now.Sub(until) <= wait+admittedSkew {
-			return true
-		}
-		at, ok := claim.AdmittedAt(c.Annotations)
-		return ok && now.Sub(at) <= wait+admittedSkew
-	}
-	missed := map[string]bool{}
-	for i := range claimed {
-		if c := &claimed[i]; c.Annotations[v1alpha1.CheckoutAnnotationKey] == v1alpha1.CheckoutMiss && recent(c) {
-			missed[c.Namespace] = true
-		}
-	}
-	var busy *bool // whether pods are starting, read once if needed
-	for i := range claimed {
-		c := &claimed[i]
-		// Only the recent hits have their pods looked up.
-		if missed[c.Namespace] || !recent(c) || !heldHit(c) {
-			continue
-		}
-		var pods corev1.PodList
-		if err := r.List(ctx, &pods, client.InNamespace(c.Namespace), client.MatchingFields{podBindingIndex: c.Name}, client.UnsafeDisableDeepCopy); err != nil {
-			return fmt.Errorf("listing the pods of claim %s/%s: %w", c.Namespace, c.Name, err)
-		}
-		var pod *corev1.Pod
-		if len(pods.Items) > 0 {
-			pod = &pods.Items[0]
-		}
-		starting := pod == nil || objects.PodStarting(pod)
-		if !starting {
-			if busy == nil {
-				yes, err := r.gate.busy(ctx, now, wait)
-				if err != nil {
-					return err
-				}
-				busy = &yes
-			}
-			starting = *busy
-		}
-		left := refillHeld(c, pod, starting, now, wait)
-		if left == 0 {
-			continue
-		}
-		if o.starting == nil {
-			o.starting = map[string]int{}
-		}
-		o.starting[c.Namespace]++
-		if o.startingRecheck == 0 || left < o.startingRecheck {
-			o.startingRecheck = left
-		}
-	}
-	return nil
-}
-
-// admittedSkew is how far apart the clock that stamps admissions and the
-// API server's may be for observeStarting to look at a claim's pod.
-const admittedSkew = 5 * time.Second
-
-// refillHeld is how long, at now, the refill of the warm PVC that claim c
-// was waits before it looks again (holdFollowUp), while pods are starting
-// (starting), up to wait after its pod's creation (pod, as cached; nil:
-// not cached yet, and the admission time stands for it); 0 for a claim
-// that was no warm PVC (a miss) or is being deleted. A claim records its
-// pod once the pod is scheduled, while it still starts: the record ends
-// no wait.
-func refillHeld(c *corev1.PersistentVolumeClaim, pod *corev1.Pod, starting bool, now time.Time, wait time.Duration) time.Duration {
-	if !heldHit(c) {
-		return 0
-	}
-	start, ok := claim.AdmittedAt(c.Annotations)
-	if pod != nil {
-		// On the API server's clock, as now is, to within the
-		// creationTimestamp's second (podCreated).
-		start, ok = podCreated(pod, c.Annotations), true
-	}
-	if !ok {
-		return 0
-	}
-	return holdFollowUp(start, starting, now, wait)
-}
-
-// heldHit reports whether claim c was a warm PVC handed out on a hit and
-// is not being deleted: the claims whose refill may wait for starting
-// pods.
-func heldHit(c *corev1.PersistentVolumeClaim) bool {
-	return c.Annotations[v1alpha1.CheckoutAnnotationKey] == v1alpha1.CheckoutHit && c.DeletionTimestamp.IsZero()
 }
 
 // storageClass is class name, or the default class when name is nil; nil
@@ -729,7 +563,7 @@ func (ix poolIndex) namespaces(keep []string) []string {
 // use claims and no warm PVC covers them.
 func planNamespace(o poolObserved, ix poolIndex, ns string, kept bool, size int32, now time.Time, pp *poolPlan) {
 	res := &pp.result
-	in := pool.Input{Size: size, Hash: pp.hash, WaitForFirstConsumer: o.waitForFirstConsumer, SelectNodes: o.selectNodes, Binders: ix.binders[ns], Starting: o.starting[ns], Reserved: o.reserved[ns]}
+	in := pool.Input{Size: size, Hash: pp.hash, WaitForFirstConsumer: o.waitForFirstConsumer, SelectNodes: o.selectNodes, Binders: ix.binders[ns], Reserved: o.reserved[ns]}
 	adapted := pool.Adapt(ix.warm[ns], o.unseen[ns], pp.hash, ix.nodes, o.affinities)
 	in.Claims = adapted.Claims
 	for _, name := range adapted.Unreachable {
@@ -751,9 +585,6 @@ func planNamespace(o poolObserved, ix poolIndex, ns string, kept bool, size int3
 		sooner(&res.requeueAfter, fd.RequeueAfter)
 	}
 	p := pool.PlanNamespace(in)
-	if p.Held > 0 {
-		sooner(&res.requeueAfter, o.startingRecheck)
-	}
 	for _, name := range p.Moved {
 		res.moved = append(res.moved, ns+"/"+name)
 	}

@@ -59,9 +59,8 @@ type Options struct {
 	// HolderPriorityClass is the PriorityClass of holder pods ("" none).
 	HolderPriorityClass string
 	// PodStartWait is how long after a pod's creation, at most, the
-	// binding of its claim waits for the pod to be scheduled, and on a hit
-	// the refill of the warm PVC it took waits while pods are starting
-	// (see pod_start.go); 0 makes them at once.
+	// binding of its claim waits for the pod to be scheduled and to start
+	// (see pod_start.go); 0 makes it at once.
 	PodStartWait time.Duration
 	// StrandedAttachmentTimeout is how long the volume of a warm PVC may
 	// stay attached to a deleted node before the pool replaces the PVC;
@@ -82,14 +81,13 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.PoolBindMode, "pool-bind-mode", PoolBindSelectNode, "How warm PVCs of WaitForFirstConsumer StorageClasses get their volumes: \""+PoolBindSelectNode+"\" names a Ready, untainted node (spread over zones) on the PVC so that the provisioner starts at once; \""+PoolBindBinderJob+"\" runs a binder Job per PVC and lets the scheduler choose, slower but aware of everything the scheduler checks (e.g. CSI storage capacity).")
 	fs.IntVar(&o.StagePerNode, "stage-per-node", pool.DefaultStagePerNode, "How many warm PVCs, of all FluentPVCs, a node keeps attached and staged at most, each with a holder pod. Holders also never take more than half of the attach slots that other volumes leave free on a node.")
 	fs.StringVar(&o.HolderPriorityClass, "holder-priority-class", DefaultHolderPriorityClass, "PriorityClass of the holder pods that keep warm PVCs staged: a low value that never preempts, so that real pods preempt holders. The operator creates it at start-up if it does not exist; \"\" gives holders no class.")
-	fs.DurationVar(&o.PodStartWait, "pod-start-wait", DefaultPodStartWait, "How long after a pod's creation, at most, the operator waits for the pod to be scheduled before it records the pod on its claim, waits while the pod lives before it makes the pod's FluentPVCBinding, and, if the pod took a warm PVC, waits while labelled pods are starting before it refills the pool, so that these writes do not compete with starting pods for the API server. The pools' reconciles also wait while labelled pods are starting, at most this long in a row. No refill waits in a namespace where a pod missed within the wait, nor a pool reconcile for a FluentPVC whose pool a pod missed within the wait. 0 makes them at once; at most "+maxPodStartWait.String()+".")
+	fs.DurationVar(&o.PodStartWait, "pod-start-wait", DefaultPodStartWait, "How long after a pod's creation, at most, the operator waits for the pod to be scheduled before it records the pod on its claim, and waits while the pod starts before it makes the pod's FluentPVCBinding, so that these writes, which the pod's start does not need, come after it. 0 makes them at once; at most "+maxPodStartWait.String()+".")
 	fs.DurationVar(&o.StrandedAttachmentTimeout, "stranded-attachment-timeout", pool.StrandedAfter, "How long the volume of a warm PVC may stay attached to a node that is deleted before the pool deletes that warm PVC and makes a new one. Such a volume can be attached nowhere else until it is detached, which can take minutes or, when the CSI attacher no longer finds the node, never happen. 0 means the default.")
 }
 
 // DefaultPodStartWait is --pod-start-wait's default: long enough for a
 // burst of pods to start on a cluster that starts them within a second or
-// two, short enough that a refill held for it is ready within the pool's
-// own provisioning time plus a little.
+// two.
 const DefaultPodStartWait = 2 * time.Second
 
 // Values of Options.PoolBindMode.
@@ -211,7 +209,6 @@ func exists(key string) labels.Selector {
 // Field indexes of the manager's cache.
 const (
 	podBindingIndex       = "podBinding"       // a pod's binding label
-	podStartingIndex      = "podStarting"      // a pod that starts (startingKey)
 	jobBindingIndex       = "jobBinding"       // a Job's binding label
 	bindingFluentPVCIndex = "bindingFluentPVC" // a binding's FluentPVC
 )
@@ -248,10 +245,6 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("creating a client that watches: %w", err)
 	}
-	gate, err := setupStartGate(ctx, mgr, opts)
-	if err != nil {
-		return err
-	}
 	bindings := NewBindingReconciler(c, live, recorder, clk, opts)
 	bindings.history = podHistory{watcher: watcher}
 	if err := bindings.SetupWithManager(mgr); err != nil {
@@ -261,7 +254,6 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("setting up the sidecar controller: %w", err)
 	}
 	fluentPVCs := NewFluentPVCReconciler(c, live, recorder, clk, opts)
-	fluentPVCs.pool.gate = gate
 	if err := fluentPVCs.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the FluentPVC controller: %w", err)
 	}
@@ -269,32 +261,4 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("setting up the holder controller: %w", err)
 	}
 	return nil
-}
-
-// setupStartGate registers what the start gate reads, the podStarting
-// index and the handlers of the pod and claim informers, and returns the
-// gate; nil, with nothing registered, when Options.PodStartWait is 0.
-func setupStartGate(ctx context.Context, mgr ctrl.Manager, opts Options) (*startGate, error) {
-	if opts.PodStartWait <= 0 {
-		return nil, nil
-	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podStartingIndex, startingKey); err != nil {
-		return nil, fmt.Errorf("indexing pods: %w", err)
-	}
-	gate := newStartGate(mgr.GetClient(), clock.RealClock{})
-	pods, err := mgr.GetCache().GetInformer(ctx, &corev1.Pod{})
-	if err != nil {
-		return nil, fmt.Errorf("watching pods: %w", err)
-	}
-	if _, err := pods.AddEventHandler(gate.handler()); err != nil {
-		return nil, fmt.Errorf("watching pods: %w", err)
-	}
-	claims, err := mgr.GetCache().GetInformer(ctx, &corev1.PersistentVolumeClaim{})
-	if err != nil {
-		return nil, fmt.Errorf("watching claims: %w", err)
-	}
-	if _, err := claims.AddEventHandler(gate.claimHandler()); err != nil {
-		return nil, fmt.Errorf("watching claims: %w", err)
-	}
-	return gate, nil
 }

@@ -61,10 +61,6 @@ type Input struct {
 	Uncovered int
 	// Binders are the names of the warm PVCs that have a binder Job.
 	Binders []string
-	// Starting counts the warm PVCs taken moments ago by pods that are
-	// still starting: as many of the PVCs to create wait (Plan.Held), so
-	// that the refill does not compete with those pods for the API server.
-	Starting int
 	// Reserved counts the claims of the current template that webhook
 	// replicas reserved ahead of their pods (claim.Reservation) and whose
 	// reservations are not over: they are the pool's too, ready to be
@@ -76,8 +72,6 @@ type Input struct {
 type Plan struct {
 	// Create is the number of warm PVCs to create.
 	Create int
-	// Held is the number of warm PVCs not created yet for Input.Starting.
-	Held int
 	// Delete are warm PVCs to delete: stale ones and the surplus.
 	Delete []string
 	// SelectNode are unbound warm PVCs that need a node named: their
@@ -153,10 +147,6 @@ func PlanNamespace(in Input) Plan {
 		}
 	}
 	p.Create = size - keepN
-	// The replacements of moving claims are not held back: the moving
-	// ones leave once those are made.
-	p.Held = max(0, min(in.Starting, p.Create-len(p.Moved)))
-	p.Create -= p.Held
 	surplus := valid[keepN:]
 	valid = valid[:keepN]
 	provisioning := p.Create + countFunc(valid, func(c Claim) bool { return !c.Bound })

@@ -133,22 +133,14 @@ func TestPlanNamespace(t *testing.T) {
 			}},
 			want: Plan{Delete: []string{"surplus", "stale"}, Warm: 2, PerZone: map[string]int{"z1": 1, "z2": 1}},
 		},
-		"pods starting hold their refills back": {
-			in:   Input{Size: 4, Hash: "h", Claims: []Claim{bound("a", 1)}, Starting: 2},
-			want: Plan{Create: 1, Held: 2, Warm: 1},
-		},
-		"no more held than there is to create": {
-			in:   Input{Size: 3, Hash: "h", Claims: []Claim{bound("a", 1), bound("b", 1)}, Starting: 5},
-			want: Plan{Held: 1, Warm: 2},
-		},
-		"a moving claim's replacement is not held": {
-			in:   Input{Size: 2, Hash: "h", Uncovered: 1, Claims: []Claim{bound("a", 1), with(bound("m", 5), move)}, Starting: 1},
+		"a moving claim is replaced": {
+			in:   Input{Size: 2, Hash: "h", Uncovered: 1, Claims: []Claim{bound("a", 1), with(bound("m", 5), move)}},
 			want: Plan{Create: 1, Moved: []string{"m"}, Leaving: []string{"m"}, Warm: 2},
 		},
-		"two short, one spare moving: one refill held, the replacement made": {
-			in: Input{Size: 4, Hash: "h", Uncovered: 2, Starting: 3, Claims: []Claim{bound("a", 1),
+		"two short, one spare moving: both made, the oldest mover replaced": {
+			in: Input{Size: 4, Hash: "h", Uncovered: 2, Claims: []Claim{bound("a", 1),
 				with(bound("m-new", 5), move), with(bound("m-old", 9), move)}},
-			want: Plan{Create: 1, Held: 1, Moved: []string{"m-old"}, Leaving: []string{"m-old"}, Warm: 3},
+			want: Plan{Create: 2, Moved: []string{"m-old"}, Leaving: []string{"m-old"}, Warm: 3},
 		},
 		"reserved claims are the pool's: fewer warm PVCs to keep": {
 			in:   Input{Size: 4, Hash: "h", Claims: []Claim{bound("a", 1)}, Reserved: 2},
