@@ -569,6 +569,12 @@ func (r *results) markdown(chart string) string {
 			w("| %s | %d | %d | error: %s | | | | | | |\n", l.Checkout, l.Concurrency, l.Pods, l.Error)
 			continue
 		}
+		if l.Checkout == checkoutNoop {
+			// The control has no operator histogram and no checkout.
+			w("| %s | %d | %d | %d (–) | %s | %.0f%% | – | – | %s / %s | – |\n", l.Checkout, l.Concurrency, l.Pods, l.APIServer.N,
+				msTriple(l.APIServer), 100*l.APIServerWithin25ms, ms(l.Client.P50), ms(l.Client.P99))
+			continue
+		}
 		w("| %s | %d | %d | %d (%d) | %s | %.0f%% | %s | %s | %s / %s | %d / %d |\n", l.Checkout, l.Concurrency, l.Pods, l.APIServer.N, l.Reinvocations,
 			msTriple(l.APIServer), 100*l.APIServerWithin25ms, msTriple(l.Webhook), msTriple(l.CheckoutDur), ms(l.Client.P50), ms(l.Client.P99), l.Hits, l.Misses)
 	}
