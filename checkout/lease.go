@@ -24,9 +24,11 @@ import (
 // The reservations it holds are free once it is over (plus the wait of a
 // claim's binding for its pod): a replica that dies frees its claims
 // within a minute. The rest of a Lease's life is counted in parts of it:
-//   - a stock renews its Lease a quarter of LeaseDuration after its last
-//     write, as a kubelet renews its node's Lease, so that three renewals
-//     may fail before it is over;
+//   - a stock renews its Lease once a quarter of LeaseDuration has
+//     passed since its last renewal, as a kubelet renews its node's
+//     Lease, and at each of its syncs after that until a renewal lands:
+//     renewals may fail for over half of LeaseDuration before the stock
+//     stops writing;
 //   - a stock hands out and writes its claims only while a third of
 //     LeaseDuration is left by its own count (term.usable): a pod it
 //     admits is created, and seen, well before the Lease is over for

@@ -111,8 +111,12 @@ type stocked struct {
 	busy bool
 	// returning is true once a give-back's outcome was unknown: the
 	// claim stays busy until a give-back is known to have landed, or the
-	// cache shows it no longer reserved by the stock.
+	// cache shows it no longer reserved by the stock. retryAt is when
+	// Sync gives it back again: a quarter of LeaseDuration after the last
+	// try, so that a refusal that lasts costs a write per claim as often
+	// as the Lease's renewal, not one a second.
 	returning bool
+	retryAt   time.Time
 }
 
 // NewStock is a Stock of the process named name, whose Lease lives in
@@ -134,10 +138,11 @@ func (s *Stock) Start(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			// Give-backs are written only while the Lease is usable: no
-			// longer than that.
+			// Give-backs are written only while the Lease is usable, and
+			// for a quarter of LeaseDuration at most, so that the Lease
+			// is ended (Close) within the manager's graceful shutdown.
 			s.mu.Lock()
-			left := s.term.writableUntil().Sub(s.Clock.Now())
+			left := min(s.term.writableUntil().Sub(s.Clock.Now()), LeaseDuration/4)
 			s.mu.Unlock()
 			giveBack, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(left, 0))
 			defer cancel()
@@ -246,20 +251,22 @@ func (s *Stock) reservable(ctx context.Context, replicas int) (fpvcs map[string]
 // gives back those no longer wanted (see Stock).
 func (s *Stock) Sync(ctx context.Context) error {
 	leaseErr := s.keepLease(ctx)
+	errs := []error{leaseErr}
+	for _, c := range s.giveBackAgain(ctx, s.Clock.Now()) {
+		errs = append(errs, s.giveBack(ctx, c))
+	}
 	replicas := s.replicas(ctx)
 	fpvcs, staged, err := s.reservable(ctx, replicas)
 	if err != nil {
-		return errors.Join(leaseErr, err)
+		return errors.Join(append(errs, err)...)
 	}
 	usable := s.usableOnSomeNode(ctx)
 	unfit, err := s.prune(ctx, fpvcs, staged, usable)
 	if err != nil {
-		return errors.Join(leaseErr, err)
+		return errors.Join(append(errs, err)...)
 	}
 	now := s.Clock.Now()
 	giveBack, count := s.plan(fpvcs, unfit, now, replicas)
-	giveBack = append(giveBack, s.giveBackAgain(ctx, now)...)
-	errs := []error{leaseErr}
 	for _, c := range giveBack {
 		errs = append(errs, s.giveBack(ctx, c))
 	}
@@ -564,16 +571,15 @@ func (s *Stock) giveBack(ctx context.Context, c *corev1.PersistentVolumeClaim) e
 		return nil
 	}
 	if st, ok := s.held[key]; ok {
-		st.returning = true
+		st.returning, st.retryAt = true, s.Clock.Now().Add(LeaseDuration/4)
 	}
 	return fmt.Errorf("giving claim %s back: %w", key, err)
 }
 
-// giveBackAgain picks the claims whose give-back had an unknown outcome
-// and that the cache still shows reserved by the stock's Lease, as the
-// cache shows them, to give back again, while the Lease is writable
-// (now); it forgets those the cache shows given back, gone or taken
-// since, and keeps for later those it cannot tell yet.
+// giveBackAgain picks the claims whose give-back had an unknown outcome,
+// due again at now, and that the cache still shows reserved by the
+// stock's Lease, as the cache shows them (stillReserved), while the Lease
+// is writable.
 func (s *Stock) giveBackAgain(ctx context.Context, now time.Time) []*corev1.PersistentVolumeClaim {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -582,26 +588,37 @@ func (s *Stock) giveBackAgain(ctx context.Context, now time.Time) []*corev1.Pers
 	}
 	var again []*corev1.PersistentVolumeClaim
 	for key, st := range s.held {
-		if !st.returning {
+		if !st.returning || now.Before(st.retryAt) {
 			continue
 		}
-		cached := &corev1.PersistentVolumeClaim{}
-		if err := s.Checkouts.Cache.Get(ctx, key, cached); err != nil {
-			if apierrors.IsNotFound(err) {
-				delete(s.held, key)
-			}
-			continue
+		if c := s.stillReserved(ctx, key, st); c != nil {
+			again = append(again, c)
 		}
-		if cached.ResourceVersion == claim.PodsSince(st.pvc) {
-			continue // the cache has not seen the reservation yet
-		}
-		if by, _, ok := claim.Reservation(cached); cached.UID != st.pvc.UID || !ok || by != s.term.holder || !cached.DeletionTimestamp.IsZero() {
-			delete(s.held, key)
-			continue
-		}
-		again = append(again, cached)
 	}
 	return again
+}
+
+// stillReserved is returning claim st, of key, as the cache shows it,
+// while the cache shows it reserved by the stock's Lease; nil otherwise.
+// It forgets the claim once the cache shows it given back, gone or taken
+// since, and keeps it, for later, while the cache cannot tell. Called
+// under the lock.
+func (s *Stock) stillReserved(ctx context.Context, key types.NamespacedName, st *stocked) *corev1.PersistentVolumeClaim {
+	cached := &corev1.PersistentVolumeClaim{}
+	if err := s.Checkouts.Cache.Get(ctx, key, cached); err != nil {
+		if apierrors.IsNotFound(err) {
+			delete(s.held, key)
+		}
+		return nil
+	}
+	if cached.ResourceVersion == claim.PodsSince(st.pvc) {
+		return nil // the cache has not seen the reservation yet
+	}
+	if by, _, ok := claim.Reservation(cached); cached.UID != st.pvc.UID || !ok || by != s.term.holder || !cached.DeletionTimestamp.IsZero() {
+		delete(s.held, key)
+		return nil
+	}
+	return cached
 }
 
 // reserve reserves Bound warm PVCs of f's pool whose volume a node can
@@ -708,7 +725,11 @@ func (s *Stock) Close(ctx context.Context) error {
 		switch {
 		case !writable:
 			delete(s.held, key)
-		case !st.busy, st.returning:
+		case st.returning:
+			if c := s.stillReserved(ctx, key, st); c != nil {
+				all = append(all, c)
+			}
+		case !st.busy:
 			st.busy = true
 			all = append(all, st.pvc)
 		}
@@ -723,7 +744,11 @@ func (s *Stock) Close(ctx context.Context) error {
 	if len(all) > 0 {
 		log.FromContext(ctx).Info("gave reserved claims back to the pool", "claims", len(all), "failed", len(errs))
 	}
-	return errors.Join(append(errs, s.endLease(ctx))...)
+	// The Lease ends whatever the give-backs took: ending it early is
+	// always safe, and the other replicas take their share at once.
+	end, cancel := context.WithTimeout(context.WithoutCancel(ctx), LeaseDuration/4)
+	defer cancel()
+	return errors.Join(append(errs, s.endLease(end))...)
 }
 
 // endLease makes the stock's Lease end a second from now: the other

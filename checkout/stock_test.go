@@ -1205,6 +1205,11 @@ func TestStockGiveBackNotLanded(t *testing.T) {
 				return apierrors.NewInternalError(errors.New("etcd is unavailable"))
 			}
 			for i := range fails {
+				if i > 0 {
+					// A give-back that failed is tried again a quarter
+					// of LeaseDuration later.
+					f.clock.SetTime(f.clock.Now().Add(leaseRenew))
+				}
 				if err := f.stock.Sync(ctx); err == nil {
 					t.Errorf("sync %d, whose give-back failed, says nothing", i)
 				}
@@ -1221,6 +1226,14 @@ func TestStockGiveBackNotLanded(t *testing.T) {
 					t.Fatalf("sync %d: the stock offers %v, want only the claim it keeps, not %s", i, offered, failed)
 				}
 			}
+			f.clock.SetTime(f.clock.Now().Add(leaseRenew - time.Nanosecond))
+			if err := f.stock.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.reserved(t); got != 2 {
+				t.Fatalf("%d reserved, want the claim whose give-back failed kept until its retry is due", got)
+			}
+			f.clock.SetTime(f.clock.Now().Add(time.Nanosecond))
 			if err := f.stock.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}

@@ -146,8 +146,7 @@ func mountServiceAccountToken(pod *corev1.Pod, c *corev1.Container) {
 }
 
 // PodStarting is true while pod, admitted, has not started: Pending (or
-// without a phase yet) and not being deleted. The pool's refills wait
-// while pods start.
+// without a phase yet) and not being deleted.
 func PodStarting(pod *corev1.Pod) bool {
 	return (pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "") && pod.DeletionTimestamp.IsZero()
 }

@@ -92,7 +92,8 @@ func (e *env) startNoopWebhook(ctx context.Context) (stop func() error, err erro
 		return p.Labels[noopSeenLabelKey] == "true", nil
 	}); err != nil {
 		cancel()
-		return nil, fmt.Errorf("the no-op webhook did not take effect: %w", err)
+		return nil, errors.Join(fmt.Errorf("the no-op webhook did not take effect: %w", err),
+			hooks.Delete(context.Background(), cfg.Name, metav1.DeleteOptions{}), <-done, os.RemoveAll(dir))
 	}
 	return func() error {
 		err := hooks.Delete(context.Background(), cfg.Name, metav1.DeleteOptions{})

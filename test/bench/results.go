@@ -393,7 +393,7 @@ func (r *results) evaluateGoals() {
 			// meets on this API server at that concurrency.
 			gap := 100 * (w.APIServerWithin25ms - l.APIServerWithin25ms)
 			add(fmt.Sprintf("webhook calls ≤ 25 ms on %s vs the no-op webhook (w), c=%d (API server histogram)", hitName, l.Concurrency), "w − 2 points", gap,
-				fmt.Sprintf("%.0f%% vs w %.0f%% (%.1f points below)", 100*l.APIServerWithin25ms, 100*w.APIServerWithin25ms, gap), gap <= 2)
+				fmt.Sprintf("%.0f%% vs w %.0f%% (%+.1f points)", 100*l.APIServerWithin25ms, 100*w.APIServerWithin25ms, -gap), gap <= 2)
 		} else {
 			add(fmt.Sprintf("webhook calls ≤ 25 ms on %s vs the no-op webhook (w), c=%d (API server histogram)", hitName, l.Concurrency), "w − 2 points", math.NaN(), "no w level", false)
 		}
