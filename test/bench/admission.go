@@ -94,6 +94,27 @@ type admissionLevel struct {
 	Error  string `json:"error,omitempty"`
 }
 
+// webhookFamily is the API server's histogram of its calls of each
+// webhook, by the webhook's name.
+const webhookFamily = "apiserver_admission_webhook_admission_duration_seconds"
+
+// webhookCalls sets lvl's API server figures from the calls of webhook
+// name between two scrapes of the API server; false when it exposes
+// none.
+func (lvl *admissionLevel) webhookCalls(before, after scrape, name string) bool {
+	sel := map[string]string{"name": name}
+	a, ok := after.histogram(webhookFamily, sel)
+	if !ok {
+		return false
+	}
+	b, _ := before.histogram(webhookFamily, sel)
+	d := a.minus(b)
+	lvl.APIServer = histSummary(d)
+	lvl.APIServerWithin25ms = d.fractionAtMost(0.025)
+	lvl.APIServerOver25ms = int(math.Round(d.count * (1 - lvl.APIServerWithin25ms)))
+	return true
+}
+
 func (e *env) admissionLevel(ctx context.Context, kind string, c int, ns, fpvc string) (admissionLevel, error) {
 	return e.admissionLevelOf(ctx, kind, c, ns, fpvc, nil)
 }
@@ -130,17 +151,9 @@ func (e *env) admissionLevelOf(ctx context.Context, kind string, c int, ns, fpvc
 		return lvl, err
 	}
 	lvl.Client = summarize(durs)
-	apiSel := map[string]string{"name": webhookName}
-	const apiFamily = "apiserver_admission_webhook_admission_duration_seconds"
-	after, ok1 := apiAfter.histogram(apiFamily, apiSel)
-	before, _ := apiBefore.histogram(apiFamily, apiSel)
-	if !ok1 {
-		return lvl, fmt.Errorf("the API server exposes no %s", apiFamily)
+	if !lvl.webhookCalls(apiBefore, apiAfter, webhookName) {
+		return lvl, fmt.Errorf("the API server exposes no %s", webhookFamily)
 	}
-	d := after.minus(before)
-	lvl.APIServer = histSummary(d)
-	lvl.APIServerWithin25ms = d.fractionAtMost(0.025)
-	lvl.APIServerOver25ms = int(math.Round(d.count * (1 - lvl.APIServerWithin25ms)))
 	const reqFamily = "apiserver_request_duration_seconds"
 	writeLatency := func(verb, resource string) summary {
 		sel := map[string]string{"verb": verb, "resource": resource}
@@ -384,17 +397,9 @@ func (e *env) noopLevel(ctx context.Context, c int, ns string) (admissionLevel, 
 		return lvl, err
 	}
 	lvl.Client = summarize(durs)
-	const apiFamily = "apiserver_admission_webhook_admission_duration_seconds"
-	sel := map[string]string{"name": noopWebhookName}
-	a, ok := after.histogram(apiFamily, sel)
-	b, _ := before.histogram(apiFamily, sel)
-	if !ok {
-		return lvl, fmt.Errorf("the API server exposes no %s of the no-op webhook", apiFamily)
+	if !lvl.webhookCalls(before, after, noopWebhookName) {
+		return lvl, fmt.Errorf("the API server exposes no %s of the no-op webhook", webhookFamily)
 	}
-	d := a.minus(b)
-	lvl.APIServer = histSummary(d)
-	lvl.APIServerWithin25ms = d.fractionAtMost(0.025)
-	lvl.APIServerOver25ms = int(math.Round(d.count * (1 - lvl.APIServerWithin25ms)))
 	const cpu = "process_cpu_seconds_total"
 	lvl.APIServerCPU = 1000 * (after.sum(cpu, nil) - before.sum(cpu, nil)) / float64(lvl.Pods)
 	if lvl.APIServer.N != lvl.Pods {
