@@ -599,23 +599,20 @@ func (s *Stock) giveBackAgain(ctx context.Context, now time.Time) []*corev1.Pers
 }
 
 // stillReserved is returning claim st, of key, as the cache shows it,
-// while the cache shows it reserved by the stock's Lease; nil otherwise.
-// It forgets the claim once the cache shows it given back, gone or taken
-// since, and keeps it, for later, while the cache cannot tell. Called
-// under the lock.
+// while the cache shows it reserved by the stock's Lease (stillHeld);
+// nil otherwise. It forgets the claim once the cache shows it given back,
+// gone or taken since, and keeps it, for later, while the cache cannot
+// tell or has not seen the reservation yet. Called under the lock.
 func (s *Stock) stillReserved(ctx context.Context, key types.NamespacedName, st *stocked) *corev1.PersistentVolumeClaim {
-	cached := &corev1.PersistentVolumeClaim{}
-	if err := s.Checkouts.Cache.Get(ctx, key, cached); err != nil {
-		if apierrors.IsNotFound(err) {
-			delete(s.held, key)
-		}
+	switch held, known := s.stillHeld(ctx, st.pvc); {
+	case !known:
+		return nil
+	case !held:
+		delete(s.held, key)
 		return nil
 	}
-	if cached.ResourceVersion == claim.PodsSince(st.pvc) {
-		return nil // the cache has not seen the reservation yet
-	}
-	if by, _, ok := claim.Reservation(cached); cached.UID != st.pvc.UID || !ok || by != s.term.holder || !cached.DeletionTimestamp.IsZero() {
-		delete(s.held, key)
+	cached := &corev1.PersistentVolumeClaim{}
+	if err := s.Checkouts.Cache.Get(ctx, key, cached); err != nil || cached.ResourceVersion == claim.PodsSince(st.pvc) {
 		return nil
 	}
 	return cached
