@@ -11,8 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -147,12 +145,12 @@ func (v *MountValidator) now() time.Time {
 	return v.Clock.Now()
 }
 
-// controllingJob reads the Job that pod's controller reference names: from
-// the cache (which holds the operator's Jobs), waiting up to jobCacheWait
-// for it to show there, since the Job controller creates a Job's pods as
-// soon as it sees the Job; else live. It is nil
-// when pod names no controlling Job or none of that name exists; which
-// Job it is, and whether it is the operator's, the caller checks
+// controllingJob reads the Job that pod's controller reference names:
+// from the cache, which holds the operator's Jobs and, since a Job exists
+// before its pods, almost always shows it; else live (a Job that is not
+// the operator's, or a cache a watch event behind). It is nil when pod
+// names no controlling Job or none of that name exists; which Job it is,
+// and whether it is the operator's, the caller checks
 // (objects.DrainPodOf, objects.BinderPodOf).
 func controllingJob(ctx context.Context, cached, live client.Reader, pod *corev1.Pod) (*batchv1.Job, error) {
 	ref := metav1.GetControllerOfNoCopy(pod)
@@ -161,42 +159,18 @@ func controllingJob(ctx context.Context, cached, live client.Reader, pod *corev1
 	}
 	key := client.ObjectKey{Namespace: pod.Namespace, Name: ref.Name}
 	job := &batchv1.Job{}
-	err := awaitCachedJob(ctx, cached, key, job, ref.UID, jobCacheWait)
-	if apierrors.IsNotFound(err) {
-		err = live.Get(ctx, key, job)
+	// Any error of the cache (one not synced yet too) leaves the live read
+	// to decide.
+	if err := cached.Get(ctx, key, job); err == nil && job.UID == ref.UID {
+		return job, nil
 	}
-	switch {
+	switch err := live.Get(ctx, key, job); {
 	case apierrors.IsNotFound(err):
 		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("reading Job %s, the controller of the pod: %w", key, err)
 	}
 	return job, nil
-}
-
-// jobCacheWait bounds how long controllingJob waits for the cache to show
-// a pod's controlling Job before it reads the Job live. The Job existed
-// before its pod, so an operator's Job (the cache holds those) shows
-// within the watch's delay, and the drain pod's admission costs no read.
-// A Job the cache never holds (not the operator's) costs the wait.
-const jobCacheWait = time.Second
-
-// awaitCachedJob gets Job key, of uid, from the cache into job, waiting
-// up to timeout for the cache to hold it. It is NotFound when the cache
-// gives no Job of that uid by then, whatever the reason.
-func awaitCachedJob(ctx context.Context, cached client.Reader, key client.ObjectKey, job *batchv1.Job, uid types.UID, timeout time.Duration) error {
-	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		// Any error of the cache (one not synced yet waits out the poll's
-		// context) leaves the live read to decide.
-		return cached.Get(ctx, key, job) == nil && job.UID == uid, nil
-	})
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil:
-		return ctx.Err()
-	}
-	return apierrors.NewNotFound(batchv1.Resource("jobs"), key.Name)
 }
 
 // checkedOutNow is true when warm PVC pvc, as cached, is the one the pod
