@@ -67,15 +67,11 @@ type birthPlan struct {
 	step birthStep
 	// wait is, with birthWait, how long until createBinding looks again.
 	wait time.Duration
-	// pod is the pod remembered (remember), recorded on the claim
-	// (record), or recorded in the binding (birthCreate).
+	// pod is, with birthCreate, the pod recorded in the binding.
 	pod v1alpha1.ObjectIdentity
-	// remember remembers pod for the checkout (seenPods): with birthWait
-	// before waiting, with birthCreate once the binding is made, which
-	// otherwise forgets what the checkout remembers.
+	// remember remembers pod for the checkout (seenPods) once the binding
+	// is made, which otherwise forgets what the checkout remembers.
 	remember bool
-	// record records pod on the claim, after remembering it.
-	record bool
 }
 
 // createBinding makes the binding of the claim named key.Name, if it is a
@@ -83,9 +79,7 @@ type birthPlan struct {
 // every binding is born, and how one lost by hand is remade, so that no
 // claim is ever left without the record that drains it. It returns how
 // long to wait instead when the claim's pod may come within moments
-// (awaitPod), is not scheduled yet (awaitScheduling), or is scheduled and
-// still within its start (recordHeld): then it records the pod on the
-// claim first, and the binding is made from that record. It reads
+// (awaitPod). It reads
 // (observeBirth), decides (decideBirth, and decideLiveBirth after a live
 // read of the claim), and executes (applyBirth).
 func (r *BindingReconciler) createBinding(ctx context.Context, key client.ObjectKey, now time.Time) (time.Duration, error) {
@@ -93,7 +87,7 @@ func (r *BindingReconciler) createBinding(ctx context.Context, key client.Object
 	if err != nil {
 		return 0, err
 	}
-	p := decideBirth(o, now, r.opts.PodStartWait)
+	p := decideBirth(o, now)
 	if p.step == birthReadLive {
 		// The cache may lag behind the end of a claim's life (drained,
 		// deleted, then the binding removed): only a live read may bring
@@ -188,9 +182,8 @@ func birthPod(o birth) *corev1.Pod {
 }
 
 // decideBirth is what createBinding does, at now, about the claim of o
-// as cached, whose pod's start the binding waits for up to podStartWait
-// (Options.PodStartWait).
-func decideBirth(o birth, now time.Time, podStartWait time.Duration) birthPlan {
+// as cached.
+func decideBirth(o birth, now time.Time) birthPlan {
 	if releasedForDeletion(o.claim, o.key.Name) {
 		return birthPlan{step: birthDeleteReleased}
 	}
@@ -202,48 +195,14 @@ func decideBirth(o birth, now time.Time, podStartWait time.Duration) birthPlan {
 		// the claim yet; the record's event reconciles it again.
 		return birthPlan{step: birthWait, wait: expectations.TTL}
 	}
-	pod := birthPod(o)
-	if pod == nil && o.wasSeen {
-		// Its pod, seen while the binding waited for it to be scheduled
-		// or recorded by a binding since lost, went meanwhile (the API
-		// server deletes a pod with no node at once) or lost its labels:
-		// it is recorded all the same.
-		return birthPlan{step: birthReadLive}
+	if birthPod(o) == nil && !o.wasSeen {
+		if wait := awaitPod(o.claim, false, now, o.holderEnd); wait > 0 {
+			return birthPlan{step: birthWait, wait: wait}
+		}
 	}
-	if wait := awaitPod(o.claim, pod != nil, now, o.holderEnd); wait > 0 {
-		return birthPlan{step: birthWait, wait: wait}
-	}
-	used, _ := claim.PodOf(o.claim)
-	if pod == nil || (used.UID != "" && used.UID != pod.UID) {
-		return birthPlan{step: birthReadLive}
-	}
-	return decidePodStart(o.claim, pod, used, now, podStartWait)
-}
-
-// decidePodStart is what createBinding does, at now, about claim pvc,
-// which records pod used (or none), whose pod as cached starts and is
-// waited for up to podStartWait after its creation.
-func decidePodStart(pvc *corev1.PersistentVolumeClaim, pod *corev1.Pod, used v1alpha1.ObjectIdentity, now time.Time, podStartWait time.Duration) birthPlan {
-	id := v1alpha1.ObjectIdentity{Name: pod.Name, UID: pod.UID}
-	created := podCreated(pod, pvc.Annotations)
-	if wait := awaitScheduling(pod, created, now, podStartWait); wait > 0 {
-		return birthPlan{step: birthWait, wait: wait, pod: id, remember: true}
-	}
-	wait := recordHeld(pod, created, now, podStartWait)
-	switch {
-	case wait <= 0:
-		return birthPlan{step: birthReadLive}
-	case used.UID != "":
-		return birthPlan{step: birthWait, wait: wait}
-	}
-	// Scheduled and starting: the claim records the pod now, which
-	// refuses a copy of its manifest and proves the claim holds its data,
-	// and the binding waits (see pod_start.go). The pod is remembered
-	// first: should the record fail and the pod go before it is written,
-	// the binding records the pod. A claim handed out from a reservation
-	// gets its finalizer with the record (claim.RecordPod), before the
-	// pod's containers can write to it.
-	return birthPlan{step: birthWait, wait: wait, pod: id, remember: true, record: true}
+	// Only a live read of the claim may make its binding: the cache may
+	// lag behind the end of the claim's life, or behind a new checkout.
+	return birthPlan{step: birthReadLive}
 }
 
 // decideLiveBirth is what createBinding does, at now, about the claim of
@@ -277,9 +236,9 @@ func decideLiveBirth(o birth, now time.Time) birthPlan {
 	case o.wasSeen:
 		p.pod = o.seen
 	}
-	// The claim records the pod up to PodStartWait later (recordHeld): a
-	// binding lost before then, with its pod gone or relabelled
-	// meanwhile, is made again with the pod all the same.
+	// The claim records the pod after its binding: a binding lost before
+	// then, with its pod gone or relabelled meanwhile, is made again with
+	// the pod all the same.
 	p.remember = p.pod.UID != "" && used.UID == ""
 	return p
 }
@@ -294,14 +253,6 @@ func (r *BindingReconciler) applyBirth(ctx context.Context, o birth, p birthPlan
 			return 0, fmt.Errorf("deleting claim %s, let go of to be deleted: %w", o.key, err)
 		}
 		return 0, nil
-	}
-	if p.remember {
-		r.seen.Expect(o.checkout, "", p.pod, now)
-	}
-	if p.record {
-		if _, err := r.recordPod(ctx, o.claim, p.pod, now); err != nil {
-			return 0, fmt.Errorf("recording pod %s on claim %s: %w", p.pod.Name, o.key, err)
-		}
 	}
 	return p.wait, nil
 }
@@ -377,4 +328,29 @@ func (r *BindingReconciler) abandonUnrecorded(ctx context.Context, pvc *corev1.P
 			"%s/%s: namespace %s is being deleted: claim %s was released without draining its data", pvc.Namespace, name, pvc.Namespace, pvc.Name)
 	}
 	return nil
+}
+
+// seenPods remember, by checkout of a claim (seenKey), for
+// expectations.TTL, the pod a new binding recorded that the claim does not
+// record yet, so that the binding, lost before the claim's record, is made
+// again with that pod even if it went meanwhile: the API server deletes a
+// pod with no node at once, and the cache may show nothing but its
+// absence. A warm PVC keeps its name from one checkout to the next,
+// so a pod remembered for one checkout is never taken for the next one's.
+// They are lost with the process, or after the TTL: a binding made then
+// without its pod takes the path of a pod deleted before the cache showed
+// it (observeUncachedPod), and its claim is drained.
+type seenPods = expectations.Expectations[seenKey, v1alpha1.ObjectIdentity]
+
+// seenKey is one checkout of a claim: its namespace and name, and the
+// checkout's ID (v1alpha1.CheckoutIDAnnotationKey; "" for a claim handed
+// out by an earlier version, which records none).
+type seenKey struct {
+	claim    client.ObjectKey
+	checkout string
+}
+
+// seenKeyOf is the seenKey of pvc's current checkout.
+func seenKeyOf(pvc *corev1.PersistentVolumeClaim) seenKey {
+	return seenKey{claim: client.ObjectKeyFromObject(pvc), checkout: pvc.Annotations[v1alpha1.CheckoutIDAnnotationKey]}
 }

@@ -1,12 +1,19 @@
 package controllers
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/checkout"
@@ -19,12 +26,10 @@ import (
 // does not exist, from the cache's copy (decideBirth) and, when that asks
 // for it, from the claim read live (decideLiveBirth).
 func TestDecideBirth(t *testing.T) {
-	const podStartWait = 2 * time.Second
 	admitted := fixtures.Epoch
-	// A pod's start, which ends at admitted+podStartWait: its claim's
-	// admission is within the pod's creation second.
+	// A pod's start: its claim's admission is within the pod's creation
+	// second.
 	starting := admitted.Add(300 * time.Millisecond)
-	startLeft := podStartWait - 300*time.Millisecond
 	podWaitOver := admitted.Add(claim.PodWait)
 	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
 	fresh := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
@@ -68,10 +73,9 @@ func TestDecideBirth(t *testing.T) {
 		pods                     []corev1.Pod
 		ownClaimStale            bool
 		// seen is the pod remembered for the cached checkout.
-		seen        *v1alpha1.ObjectIdentity
-		now         time.Time
-		noStartWait bool
-		wantPlan    birthPlan
+		seen     *v1alpha1.ObjectIdentity
+		now      time.Time
+		wantPlan birthPlan
 		// wantLive is the plan after the live read, which wantPlan asks for.
 		wantLive birthPlan
 	}{
@@ -127,44 +131,28 @@ func TestDecideBirth(t *testing.T) {
 			claim: leased, holderEnd: admitted.Add(time.Hour), now: admitted,
 			wantPlan: birthPlan{step: birthWait, wait: checkout.LeaseDuration + claim.PodWait},
 		},
-		"pod cached, not scheduled: the binding waits for its scheduling": {
+		"pod cached, not scheduled: made with the pod at once": {
 			claim: fresh, pods: []corev1.Pod{pending("")}, now: starting,
-			wantPlan: birthPlan{step: birthWait, wait: startLeft, pod: p, remember: true},
-		},
-		"pod cached, not scheduled, its wait over: made with the pod": {
-			claim: fresh, pods: []corev1.Pod{pending("")}, now: admitted.Add(podStartWait),
 			wantPlan: birthPlan{step: birthReadLive},
 			wantLive: birthPlan{step: birthCreate, pod: p, remember: true},
 		},
-		"scheduled and starting: the claim records the pod, the binding waits": {
+		"scheduled and starting: made with the pod at once": {
 			claim: fresh, pods: []corev1.Pod{pending("n")}, now: starting,
-			wantPlan: birthPlan{step: birthWait, wait: startLeft, pod: p, remember: true, record: true},
-		},
-		"scheduled and starting, reserved ahead: recorded (with the finalizer), the binding waits": {
-			claim: reserved, pods: []corev1.Pod{pending("n")}, now: starting,
-			wantPlan: birthPlan{step: birthWait, wait: startLeft, pod: p, remember: true, record: true},
-		},
-		"scheduled and starting, the claim records it already: the binding waits": {
-			claim: records(fresh, p), pods: []corev1.Pod{pending("n")}, now: starting,
-			wantPlan: birthPlan{step: birthWait, wait: startLeft},
-		},
-		"scheduled, its start over: made with the pod": {
-			claim: fresh, pods: []corev1.Pod{pending("n")}, now: admitted.Add(podStartWait),
 			wantPlan: birthPlan{step: birthReadLive},
 			wantLive: birthPlan{step: birthCreate, pod: p, remember: true},
 		},
-		"scheduled, its start over, the claim records it: made with the claim's record": {
-			claim: records(fresh, p), pods: []corev1.Pod{pending("n")}, now: admitted.Add(podStartWait),
+		"scheduled and starting, reserved ahead: made with the pod at once": {
+			claim: reserved, pods: []corev1.Pod{pending("n")}, now: starting,
+			wantPlan: birthPlan{step: birthReadLive},
+			wantLive: birthPlan{step: birthCreate, pod: p, remember: true},
+		},
+		"scheduled and starting, the claim records it already: made with the claim's record": {
+			claim: records(fresh, p), pods: []corev1.Pod{pending("n")}, now: starting,
 			wantPlan: birthPlan{step: birthReadLive},
 			wantLive: birthPlan{step: birthCreate, pod: p},
 		},
 		"the pod being deleted while it starts: made with the pod at once": {
 			claim: fresh, pods: []corev1.Pod{*startPod("p", "c", corev1.PodPending, admitted, true)}, now: starting,
-			wantPlan: birthPlan{step: birthReadLive},
-			wantLive: birthPlan{step: birthCreate, pod: p, remember: true},
-		},
-		"no start wait configured: made with the pod at once": {
-			claim: fresh, pods: []corev1.Pod{pending("")}, now: starting, noStartWait: true,
 			wantPlan: birthPlan{step: birthReadLive},
 			wantLive: birthPlan{step: birthCreate, pod: p, remember: true},
 		},
@@ -190,7 +178,8 @@ func TestDecideBirth(t *testing.T) {
 		},
 		"a pod cached and one seen: the cached one counts": {
 			claim: fresh, pods: []corev1.Pod{pending("")}, seen: &q, now: starting,
-			wantPlan: birthPlan{step: birthWait, wait: startLeft, pod: p, remember: true},
+			wantPlan: birthPlan{step: birthReadLive},
+			wantLive: birthPlan{step: birthCreate, pod: p, remember: true},
 		},
 		"no pod and never seen, the live reservation extended: its pod may still come": {
 			claim: fresh, live: reservedUntil(fresh, podWaitOver.Add(30*time.Second)), now: podWaitOver,
@@ -218,10 +207,6 @@ func TestDecideBirth(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			wait := podStartWait
-			if tc.noStartWait {
-				wait = 0
-			}
 			o := birth{key: client.ObjectKey{Namespace: "ns", Name: "c"}, pods: tc.pods, ownClaimStale: tc.ownClaimStale, holderEnd: tc.holderEnd}
 			if tc.claim != nil {
 				o.claim = tc.claim.DeepCopy()
@@ -230,7 +215,7 @@ func TestDecideBirth(t *testing.T) {
 			if tc.seen != nil {
 				o.seen, o.wasSeen = *tc.seen, true
 			}
-			got := decideBirth(o, tc.now, wait)
+			got := decideBirth(o, tc.now)
 			if diff := cmp.Diff(tc.wantPlan, got, cmp.AllowUnexported(birthPlan{})); diff != "" {
 				t.Fatalf("decideBirth (-want +got):\n%s", diff)
 			}
@@ -269,4 +254,225 @@ func releasedFor(pvc *corev1.PersistentVolumeClaim, forDeletion bool) *corev1.Pe
 		panic(err)
 	}
 	return w.Object
+}
+
+// startPod is a labelled pod of claim, created at created, in phase (and
+// being deleted when deleting).
+func startPod(name, claimName string, phase corev1.PodPhase, created time.Time, deleting bool) *corev1.Pod {
+	p := fixtures.MakePod(name, "ns").FluentPVC("f").Label(v1alpha1.BindingNameLabelKey, claimName).Claim(claimName).Obj()
+	p.UID = types.UID(name + "-uid")
+	p.CreationTimestamp = metav1.NewTime(created)
+	p.Status.Phase = phase
+	if deleting {
+		p.DeletionTimestamp = &metav1.Time{Time: created}
+		p.Finalizers = []string{"test/keep"}
+	}
+	return p
+}
+
+func TestSeenPods(t *testing.T) {
+	t0 := fixtures.Epoch
+	key := seenKey{claim: client.ObjectKey{Namespace: "ns", Name: "c"}, checkout: "co-2"}
+	id := v1alpha1.ObjectIdentity{Name: "p", UID: "p-uid"}
+	cases := map[string]struct {
+		do   func(s *seenPods)
+		at   time.Time
+		want bool
+	}{
+		"remembered": {do: func(s *seenPods) { s.Expect(key, "", id, t0) }, at: t0.Add(time.Second), want: true},
+		"forgotten":  {do: func(s *seenPods) { s.Expect(key, "", id, t0); s.Drop(key) }, at: t0},
+		"too old":    {do: func(s *seenPods) { s.Expect(key, "", id, t0) }, at: t0.Add(expectations.TTL)},
+		"never seen": {do: func(*seenPods) {}, at: t0},
+		"another claim's pod": {do: func(s *seenPods) {
+			s.Expect(seenKey{claim: client.ObjectKey{Namespace: "ns", Name: "other"}, checkout: "co-2"}, "", id, t0)
+		}, at: t0},
+		"the pod of an earlier checkout of the claim": {do: func(s *seenPods) { s.Expect(seenKey{claim: key.claim, checkout: "co-1"}, "", id, t0) }, at: t0},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var s seenPods
+			tc.do(&s)
+			got, ok := s.Value(key, tc.at)
+			if ok != tc.want || (ok && got != id) {
+				t.Errorf("get = %v, %v; want %v", got, ok, tc.want)
+			}
+		})
+	}
+}
+
+// TestCreateBinding: the binding of a claim whose pod is cached is made
+// at once, with that pod, whether the pod is scheduled or not, and
+// whatever else starts. A binding lost before the claim records its pod
+// is made again with that pod, even if the pod went too (the API server
+// deletes a pod with no node at once, and the cache may show only its
+// absence), unless the claim was handed out again meanwhile.
+func TestCreateBinding(t *testing.T) {
+	admitted := fixtures.Epoch
+	now := admitted.Add(300 * time.Millisecond)
+	cases := map[string]struct {
+		node string
+		// deleting: the pod is being deleted.
+		deleting bool
+		// reserved: the claim was handed out from a reservation.
+		reserved bool
+		// liveCheckout: the claim read live records this checkout, not
+		// the cached one.
+		liveCheckout string
+		// lostWithPod: once made, the binding is deleted, and so is the
+		// pod.
+		lostWithPod bool
+		// handedOutAgain: then the claim records another checkout, and no
+		// pod of it shows within the binding's wait for one: its binding
+		// is made without the pod that went.
+		handedOutAgain bool
+	}{
+		"scheduled, with another pod starting":                                 {node: "n"},
+		"not scheduled yet":                                                    {},
+		"scheduled, handed out from a reservation":                             {node: "n", reserved: true},
+		"scheduled and being deleted":                                          {node: "n", deleting: true},
+		"scheduled, the claim handed out again since the cached copy":          {node: "n", liveCheckout: "later"},
+		"scheduled, the binding lost with the pod":                             {node: "n", lostWithPod: true},
+		"not scheduled, the binding lost with the pod":                         {lostWithPod: true},
+		"scheduled, the binding lost with the pod, the claim handed out again": {node: "n", lostWithPod: true, handedOutAgain: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+			pvc := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
+			pvc.UID = "c-uid"
+			if tc.reserved {
+				pvc.Annotations[v1alpha1.ReservedByAnnotationKey] = "replica-a"
+				pvc.Annotations[v1alpha1.ReservedUntilAnnotationKey] = admitted.Add(time.Minute).Format(time.RFC3339Nano)
+				pvc.Finalizers = nil
+			}
+			own := startPod("p", "c", corev1.PodPending, admitted, tc.deleting)
+			own.Spec.NodeName = tc.node
+			other := startPod("q", "d", corev1.PodPending, now, false)
+			c := fakeAPI(t, interceptor.Funcs{}, pvc, own, other)
+			live := client.Reader(c)
+			if tc.liveCheckout != "" {
+				again := pvc.DeepCopy()
+				again.Annotations[v1alpha1.CheckoutIDAnnotationKey] = tc.liveCheckout
+				live = fakeAPI(t, interceptor.Funcs{}, again)
+			}
+			clk := clocktesting.NewFakePassiveClock(now)
+			r := NewBindingReconciler(c, live, events.NewFakeRecorder(10), clk, Options{})
+			ctx := context.Background()
+			key := client.ObjectKeyFromObject(pvc)
+			ownID := v1alpha1.ObjectIdentity{Name: own.Name, UID: own.UID}
+
+			wait, err := r.createBinding(ctx, key, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.liveCheckout != "" {
+				if wait == 0 {
+					t.Error("createBinding = 0; want a wait")
+				}
+				if err := c.Get(ctx, key, &v1alpha1.FluentPVCBinding{}); !apierrors.IsNotFound(err) {
+					t.Fatalf("a binding was made for the later checkout with what was found for the cached one (err %v)", err)
+				}
+				return
+			}
+			want := ownID
+			if tc.lostWithPod {
+				if wait != 0 {
+					t.Fatalf("createBinding = %s; want the binding made", wait)
+				}
+				if err := c.Delete(ctx, &v1alpha1.FluentPVCBinding{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Delete(ctx, own); err != nil {
+					t.Fatal(err)
+				}
+				later := now.Add(500 * time.Millisecond)
+				if tc.handedOutAgain {
+					handOutAgain(ctx, t, c, key)
+					later, want = admitted.Add(claim.PodWait), v1alpha1.ObjectIdentity{}
+				}
+				clk.SetTime(later)
+				if wait, err = r.createBinding(ctx, key, later); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if wait != 0 {
+				t.Fatalf("createBinding = %s; want the binding made", wait)
+			}
+			b := &v1alpha1.FluentPVCBinding{}
+			if err := c.Get(ctx, key, b); err != nil {
+				t.Fatal(err)
+			}
+			if b.Spec.Pod != want {
+				t.Errorf("the binding records pod %v, want %v", b.Spec.Pod, want)
+			}
+		})
+	}
+}
+
+// handOutAgain gives claim key another checkout's ID, without a record of
+// the last checkout's pod, as a claim returned and handed out again has.
+func handOutAgain(ctx context.Context, t *testing.T, c client.Client, key client.ObjectKey) {
+	t.Helper()
+	again := &corev1.PersistentVolumeClaim{}
+	if err := c.Get(ctx, key, again); err != nil {
+		t.Fatal(err)
+	}
+	delete(again.Annotations, v1alpha1.UsedByPodAnnotationKey)
+	again.Annotations[v1alpha1.CheckoutIDAnnotationKey] = "again"
+	if err := c.Update(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRecordPodOwnWrite: a record of a pod on its claim is this
+// reconciler's own write, to wait for in the cache, only when it wrote:
+// not when the claim records the pod already, nor once the claim is gone.
+func TestRecordPodOwnWrite(t *testing.T) {
+	admitted := fixtures.Epoch
+	now := admitted.Add(time.Second)
+	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+	pvc := fixtures.Claim(f, "ns", "c", "h", v1alpha1.CheckoutHit, admitted)
+	pvc.UID = "c-uid"
+	id := v1alpha1.ObjectIdentity{Name: "p", UID: "p-uid"}
+	rec, err := claim.RecordPod(pvc, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := rec.Object
+	cases := map[string]struct {
+		pvc      *corev1.PersistentVolumeClaim
+		gone     bool
+		wantOwn  bool
+		wantGone bool
+	}{
+		"the record written":          {pvc: pvc, wantOwn: true},
+		"the claim records the pod":   {pvc: recorded},
+		"the claim is gone meanwhile": {pvc: pvc, gone: true, wantGone: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var objs []client.Object
+			if !tc.gone {
+				objs = append(objs, tc.pvc)
+			}
+			c := fakeAPI(t, interceptor.Funcs{}, objs...)
+			read := tc.pvc.DeepCopy()
+			if !tc.gone {
+				if err := c.Get(context.Background(), client.ObjectKeyFromObject(read), read); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := NewBindingReconciler(c, c, events.NewFakeRecorder(10), clocktesting.NewFakePassiveClock(now), Options{})
+			written, err := r.recordPod(context.Background(), read, id, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (written == nil) != tc.wantGone {
+				t.Fatalf("recordPod = %v, want the claim gone: %t", written, tc.wantGone)
+			}
+			if got := r.ownClaims.Stale(client.ObjectKeyFromObject(read), read.ResourceVersion, now); got != tc.wantOwn {
+				t.Errorf("the version read is behind an own write: %t, want %t", got, tc.wantOwn)
+			}
+		})
+	}
 }

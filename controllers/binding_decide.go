@@ -274,11 +274,7 @@ func decideClaim(o observed, now time.Time, opts Options) plan {
 		if !claim.Records(o.pvc, seen) && !isFinal(p.status.Phase) {
 			// A pod admitted by an earlier version is released only once the
 			// claim records it.
-			if wait := recordHeld(pod, podCreated(pod, b.Annotations), now, opts.PodStartWait); wait > 0 && !p.releasePod {
-				sooner(&p.requeueAfter, wait)
-			} else {
-				p.recordOnClaim = &seen
-			}
+			p.recordOnClaim = &seen
 		}
 	}
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 	"github.com/st-tech/fluent-pvc-operator/test/fixtures"
 )
@@ -589,21 +590,26 @@ func TestDrainedDuration(t *testing.T) {
 	}
 }
 
-// TestDecideRecordHeld: the claim's record of its pod waits while the pod
-// lives, up to PodStartWait after its creation; the binding records the
-// pod at once. A pod being deleted, finished or gone is recorded at once:
-// its drain must come after the record.
-func TestDecideRecordHeld(t *testing.T) {
+// TestDecideRecordOnClaim: the claim records its pod as soon as the
+// binding has the pod, whatever the pod's phase: its drain, and the
+// refusal of a copy of its manifest, rest on that record.
+func TestDecideRecordOnClaim(t *testing.T) {
 	created := fixtures.Epoch
 	fpvc := fixtures.MakeFluentPVC("f").Obj()
 	fresh := fixtures.Claim(fpvc, "ns", "f-abc", "h", v1alpha1.CheckoutHit, created)
 	fresh.UID = "pvc-uid"
+	id := v1alpha1.ObjectIdentity{Name: "p", UID: "pod-uid"}
+	w, err := claim.RecordPod(fresh.DeepCopy(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorded := w.Object
 	binding := func(recorded bool) *v1alpha1.FluentPVCBinding {
 		b := fixtures.Binding(fresh, fpvc.UID)
 		b.Spec.PVC.UID = "pvc-uid"
 		b.CreationTimestamp = metav1.NewTime(created)
 		if recorded {
-			b.Spec.Pod = v1alpha1.ObjectIdentity{Name: "p", UID: "pod-uid"}
+			b.Spec.Pod = id
 		}
 		return b
 	}
@@ -620,57 +626,40 @@ func TestDecideRecordHeld(t *testing.T) {
 	legacy.Finalizers = []string{v1alpha1.PodProtectionFinalizer}
 	cases := map[string]struct {
 		obs           observed
-		wait          time.Duration
-		now           time.Time
 		recordPod     bool
 		recordOnClaim bool
-		requeueAfter  time.Duration
 	}{
-		"first sight of a pod started moments ago: the binding records it, the claim waits": {
-			obs: observed{binding: binding(false), fluentPVC: fpvc, pvc: fresh, pod: pod(corev1.PodRunning, false)}, wait: 2 * time.Second,
-			now: created.Add(500 * time.Millisecond), recordPod: true, requeueAfter: 1500 * time.Millisecond,
+		"first sight of a pod started moments ago: the binding and the claim record it": {
+			obs: observed{binding: binding(false), fluentPVC: fpvc, pvc: fresh, pod: pod(corev1.PodRunning, false)}, recordPod: true, recordOnClaim: true,
 		},
 		"a pod still pending": {
-			obs: observed{binding: binding(true), fluentPVC: fpvc, pvc: fresh, pod: pod(corev1.PodPending, false)}, wait: 2 * time.Second,
-			now: created.Add(time.Second), requeueAfter: time.Second,
+			obs: observed{binding: binding(true), fluentPVC: fpvc, pvc: fresh, pod: pod(corev1.PodPending, false)}, recordOnClaim: true,
 		},
-		"the wait is over": {
-			obs: observed{binding: binding(true), fluentPVC: fpvc, pvc: fresh, pod: pod(corev1.PodRunning, false)}, wait: 2 * time.Second,
-			now: created.Add(2 * time.Second), recordOnClaim: true,
+		"a pod being deleted": {
+			obs: observed{binding: binding(true), fluentPVC: fpvc, pvc: fresh, pod: pod(corev1.PodRunning, true)}, recordOnClaim: true,
 		},
-		"a pod being deleted within the wait": {
-			obs: observed{binding: binding(true), fluentPVC: fpvc, pvc: fresh, pod: pod(corev1.PodRunning, true)}, wait: 2 * time.Second,
-			now: created.Add(time.Second), recordOnClaim: true,
+		"a pod finished": {
+			obs: observed{binding: binding(true), fluentPVC: fpvc, pvc: fresh, pod: pod(corev1.PodSucceeded, false)}, recordOnClaim: true,
 		},
-		"a pod finished within the wait": {
-			obs: observed{binding: binding(true), fluentPVC: fpvc, pvc: fresh, pod: pod(corev1.PodSucceeded, false)}, wait: 2 * time.Second,
-			now: created.Add(time.Second), recordOnClaim: true,
-		},
-		"a pod gone within the wait": {
-			obs: observed{binding: binding(true), fluentPVC: fpvc, pvc: fresh}, wait: 2 * time.Second,
-			now: created.Add(time.Second), recordOnClaim: true,
+		"a pod gone": {
+			obs: observed{binding: binding(true), fluentPVC: fpvc, pvc: fresh}, recordOnClaim: true,
 		},
 		"a pod admitted by an earlier version, with the pod-protection finalizer: the claim records it before it is released": {
-			obs: observed{binding: binding(true), fluentPVC: fpvc, pvc: fresh, pod: legacy}, wait: 2 * time.Second,
-			now: created.Add(time.Second), recordOnClaim: true,
+			obs: observed{binding: binding(true), fluentPVC: fpvc, pvc: fresh, pod: legacy}, recordOnClaim: true,
 		},
-		"no wait configured": {
-			obs: observed{binding: binding(false), fluentPVC: fpvc, pvc: fresh, pod: pod(corev1.PodRunning, false)},
-			now: created.Add(500 * time.Millisecond), recordPod: true, recordOnClaim: true,
+		"the claim records the pod already": {
+			obs: observed{binding: binding(true), fluentPVC: fpvc, pvc: recorded, pod: pod(corev1.PodRunning, false)},
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			opts := Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute, FluentPVCMissingTimeout: time.Hour, PodStartWait: tc.wait}
-			p := decide(tc.obs, tc.now, opts)
+			opts := Options{OrphanGracePeriod: 2 * time.Minute, DrainBackoffBase: 10 * time.Second, DrainBackoffMax: 10 * time.Minute, FluentPVCMissingTimeout: time.Hour}
+			p := decide(tc.obs, created.Add(500*time.Millisecond), opts)
 			if got := p.recordPod != nil; got != tc.recordPod {
 				t.Errorf("binding records the pod = %v, want %v", got, tc.recordPod)
 			}
 			if got := p.recordOnClaim != nil; got != tc.recordOnClaim {
 				t.Errorf("claim records the pod = %v, want %v", got, tc.recordOnClaim)
-			}
-			if !tc.recordOnClaim && p.requeueAfter != tc.requeueAfter {
-				t.Errorf("requeueAfter = %s, want %s", p.requeueAfter, tc.requeueAfter)
 			}
 		})
 	}

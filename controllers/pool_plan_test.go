@@ -330,3 +330,54 @@ func TestPoolOpsRefusedCreate(t *testing.T) {
 		})
 	}
 }
+
+func underLease(holder string) func(*corev1.PersistentVolumeClaim) {
+	return func(c *corev1.PersistentVolumeClaim) {
+		c.Annotations[v1alpha1.ReservedByAnnotationKey] = holder
+		delete(c.Annotations, v1alpha1.ReservedUntilAnnotationKey)
+	}
+}
+
+func TestReservedStock(t *testing.T) {
+	now := fixtures.Epoch
+	f := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
+	reserved := func(ns, name, hash string, until time.Duration, edit func(*corev1.PersistentVolumeClaim)) corev1.PersistentVolumeClaim {
+		c := fixtures.Claim(f, ns, name, hash, v1alpha1.CheckoutHit, now.Add(-time.Minute))
+		c.Annotations[v1alpha1.ReservedByAnnotationKey] = "replica-a"
+		c.Annotations[v1alpha1.ReservedUntilAnnotationKey] = now.Add(until).Format(time.RFC3339Nano)
+		if edit != nil {
+			edit(c)
+		}
+		return *c
+	}
+	used := func(c *corev1.PersistentVolumeClaim) { c.Annotations[v1alpha1.UsedByPodAnnotationKey] = "p/p-uid" }
+	deleting := func(c *corev1.PersistentVolumeClaim) { c.DeletionTimestamp = &metav1.Time{Time: now} }
+	cases := map[string]struct {
+		claimed []corev1.PersistentVolumeClaim
+		want    map[string]int
+		recheck time.Duration
+	}{
+		"none":                    {},
+		"two and one elsewhere":   {claimed: []corev1.PersistentVolumeClaim{reserved("ns", "a", "h", time.Minute, nil), reserved("ns", "b", "h", 2*time.Minute, nil), reserved("other", "c", "h", 3*time.Minute, nil)}, want: map[string]int{"ns": 2, "other": 1}, recheck: time.Minute},
+		"over":                    {claimed: []corev1.PersistentVolumeClaim{reserved("ns", "a", "h", 0, nil)}},
+		"recording its pod":       {claimed: []corev1.PersistentVolumeClaim{reserved("ns", "a", "h", time.Minute, used)}},
+		"of an older template":    {claimed: []corev1.PersistentVolumeClaim{reserved("ns", "a", "old", time.Minute, nil)}},
+		"being deleted":           {claimed: []corev1.PersistentVolumeClaim{reserved("ns", "a", "h", time.Minute, deleting)}},
+		"a claim of an admission": {claimed: []corev1.PersistentVolumeClaim{*fixtures.Claim(f, "ns", "a", "h", v1alpha1.CheckoutHit, now)}},
+		"ending far ahead: counted, rechecked within the longest reservation": {
+			claimed: []corev1.PersistentVolumeClaim{reserved("ns", "a", "h", 24*time.Hour, nil)}, want: map[string]int{"ns": 1}, recheck: claim.MaxReservation},
+		"held under a live Lease": {
+			claimed: []corev1.PersistentVolumeClaim{reserved("ns", "a", "h", 0, underLease("sys/live")), reserved("ns", "b", "h", 0, underLease("sys/live"))}, want: map[string]int{"ns": 2}, recheck: 30 * time.Second},
+		"held under a Lease that is over": {claimed: []corev1.PersistentVolumeClaim{reserved("ns", "a", "h", 0, underLease("sys/over"))}},
+		"held under a Lease that is gone": {claimed: []corev1.PersistentVolumeClaim{reserved("ns", "a", "h", 0, underLease("sys/gone"))}},
+	}
+	ends := map[string]time.Time{"sys/live": now.Add(30 * time.Second), "sys/over": now.Add(-time.Second)}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, recheck := reservedStock(tc.claimed, "h", now, ends)
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateEmpty()); diff != "" || recheck != tc.recheck {
+				t.Errorf("reservedStock = %v, %s; want %v, %s", got, recheck, tc.want, tc.recheck)
+			}
+		})
+	}
+}

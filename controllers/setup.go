@@ -58,10 +58,6 @@ type Options struct {
 	StagePerNode int
 	// HolderPriorityClass is the PriorityClass of holder pods ("" none).
 	HolderPriorityClass string
-	// PodStartWait is how long after a pod's creation, at most, the
-	// binding of its claim waits for the pod to be scheduled and to start
-	// (see pod_start.go); 0 makes it at once.
-	PodStartWait time.Duration
 	// StrandedAttachmentTimeout is how long the volume of a warm PVC may
 	// stay attached to a deleted node before the pool replaces the PVC;
 	// 0 means pool.StrandedAfter.
@@ -81,14 +77,8 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.PoolBindMode, "pool-bind-mode", PoolBindSelectNode, "How warm PVCs of WaitForFirstConsumer StorageClasses get their volumes: \""+PoolBindSelectNode+"\" names a Ready, untainted node (spread over zones) on the PVC so that the provisioner starts at once; \""+PoolBindBinderJob+"\" runs a binder Job per PVC and lets the scheduler choose, slower but aware of everything the scheduler checks (e.g. CSI storage capacity).")
 	fs.IntVar(&o.StagePerNode, "stage-per-node", pool.DefaultStagePerNode, "How many warm PVCs, of all FluentPVCs, a node keeps attached and staged at most, each with a holder pod. Holders also never take more than half of the attach slots that other volumes leave free on a node.")
 	fs.StringVar(&o.HolderPriorityClass, "holder-priority-class", DefaultHolderPriorityClass, "PriorityClass of the holder pods that keep warm PVCs staged: a low value that never preempts, so that real pods preempt holders. The operator creates it at start-up if it does not exist; \"\" gives holders no class.")
-	fs.DurationVar(&o.PodStartWait, "pod-start-wait", DefaultPodStartWait, "How long after a pod's creation, at most, the operator waits for the pod to be scheduled before it records the pod on its claim, and waits while the pod starts before it makes the pod's FluentPVCBinding, so that these writes, which the pod's start does not need, come after it. 0 makes them at once; at most "+maxPodStartWait.String()+".")
 	fs.DurationVar(&o.StrandedAttachmentTimeout, "stranded-attachment-timeout", pool.StrandedAfter, "How long the volume of a warm PVC may stay attached to a node that is deleted before the pool deletes that warm PVC and makes a new one. Such a volume can be attached nowhere else until it is detached, which can take minutes or, when the CSI attacher no longer finds the node, never happen. 0 means the default.")
 }
-
-// DefaultPodStartWait is --pod-start-wait's default: long enough for a
-// burst of pods to start on a cluster that starts them within a second or
-// two.
-const DefaultPodStartWait = 2 * time.Second
 
 // Values of Options.PoolBindMode.
 const (
@@ -125,9 +115,6 @@ func (o *Options) Validate() error {
 			"(1m by default) after its claim was handed out, and a claim reclaimed before its pod is created "+
 			"could go to another pod while that pod writes to it. Set it to at least %s (the timeout plus 30s)",
 			o.OrphanGracePeriod, minOrphanGracePeriod)
-	}
-	if o.PodStartWait < 0 || o.PodStartWait > maxPodStartWait {
-		return fmt.Errorf("--pod-start-wait=%s: must be between 0 (no wait) and %s", o.PodStartWait, maxPodStartWait)
 	}
 	if o.StrandedAttachmentTimeout < 0 {
 		return fmt.Errorf("--stranded-attachment-timeout=%s: must not be negative", o.StrandedAttachmentTimeout)

@@ -23,10 +23,6 @@ func TestOptionsValidate(t *testing.T) {
 			o.OrphanGracePeriod, o.AllowShortOrphanGracePeriod = 2*time.Second, true
 		}, ""},
 		{"unknown bind mode", func(o *Options) { o.PoolBindMode = "later" }, "--pool-bind-mode"},
-		{"no wait for starting pods", func(o *Options) { o.PodStartWait = 0 }, ""},
-		{"a negative wait for starting pods", func(o *Options) { o.PodStartWait = -time.Second }, "--pod-start-wait"},
-		{"the longest wait for starting pods", func(o *Options) { o.PodStartWait = 20 * time.Second }, ""},
-		{"a wait for starting pods beyond 20s", func(o *Options) { o.PodStartWait = 21 * time.Second }, "--pod-start-wait"},
 		{"a negative time for a stranded attachment", func(o *Options) { o.StrandedAttachmentTimeout = -time.Second }, "--stranded-attachment-timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,3 +38,4 @@ func TestOptionsValidate(t *testing.T) {
 		})
 	}
 }
+

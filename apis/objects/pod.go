@@ -145,12 +145,6 @@ func mountServiceAccountToken(pod *corev1.Pod, c *corev1.Container) {
 	}
 }
 
-// PodStarting is true while pod, admitted, has not started: Pending (or
-// without a phase yet) and not being deleted.
-func PodStarting(pod *corev1.Pod) bool {
-	return (pod.Status.Phase == corev1.PodPending || pod.Status.Phase == "") && pod.DeletionTimestamp.IsZero()
-}
-
 // PodSidecar is the name of the sidecar the webhook added to pod, recorded
 // at admission; fallback (the FluentPVC's current template) for a pod
 // admitted by an earlier version.

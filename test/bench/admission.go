@@ -282,9 +282,8 @@ func (e *env) admissionPhase(ctx context.Context, res *results) error {
 }
 
 // waitBindings waits until every labelled pod in ns (holders aside) has
-// its FluentPVCBinding: the operator makes a binding up to
-// --pod-start-wait after its pod's creation, and a level's bindings are
-// not the next level's load.
+// its FluentPVCBinding, so that a level's bindings are not the next
+// level's load.
 func (e *env) waitBindings(ctx context.Context, ns string) error {
 	start := time.Now()
 	var pods, bindings int
