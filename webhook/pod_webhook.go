@@ -198,7 +198,7 @@ func Setup(mgr ctrl.Manager, opts Options, caches *Caches) error {
 			Decoder: admission.NewDecoder(mgr.GetScheme()), Reader: mgr.GetClient(), APIReader: direct, Self: opts.Self, Clock: opts.ServerClock,
 		},
 	} {
-		var handler http.Handler = &admission.Webhook{Handler: detached{h}}
+		handler := detached(&admission.Webhook{Handler: h})
 		if opts.Drain != nil {
 			handler = opts.Drain.Wrap(handler)
 		}
@@ -582,23 +582,26 @@ func (m *PodMutator) podsSince() string {
 	return m.PodsSince()
 }
 
-// detachedTimeout bounds an admission once it no longer ends with the
-// manager: the longest timeoutSeconds of the operator's webhooks.
-const detachedTimeout = 10 * time.Second
-
-// detached runs an admission to its end when the replica is told to stop.
-// The webhook server's requests carry the manager's context, which SIGTERM
-// cancels while the server still drains them: an admission in flight on a
-// replica that a rolling upgrade stops would fail ("context canceled")
-// although the server finishes it. The API server's own timeout for the
-// call, and detachedTimeout, still bound it.
-type detached struct{ admission.Handler }
-
-// Handle implements admission.Handler.
-func (d detached) Handle(ctx context.Context, req admission.Request) admission.Response {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), detachedTimeout)
-	defer cancel()
-	return d.Handler.Handle(ctx, req)
+// detached serves an admission to its end when the replica is told to
+// stop. The webhook server's requests carry the manager's context, which
+// SIGTERM cancels while the server still drains them: an admission in
+// flight on a replica that a rolling upgrade stops would fail ("context
+// canceled") although the server finishes it. The API server tells each
+// call how long it waits for the answer (the timeout query parameter,
+// from the webhook's timeoutSeconds): that bounds the admission instead.
+// A request that names no timeout (not the API server's) keeps the
+// server's context.
+func detached(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		timeout, err := time.ParseDuration(r.URL.Query().Get("timeout"))
+		if err != nil || timeout <= 0 {
+			h.ServeHTTP(w, r)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), timeout)
+		defer cancel()
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
 var _ admission.Handler = &PodMutator{}
