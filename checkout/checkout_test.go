@@ -224,7 +224,7 @@ func TestCheckoutLeavesAPVCWhoseHolderIsPending(t *testing.T) {
 		"a recent request, no holder yet":     {request: request(now.Add(-time.Second)), holder: "-"},
 		"a recent request, its holder cached": {request: request(now.Add(-time.Second)), holder: request(now.Add(-time.Second)), hit: true},
 		"a recent request, an older holder":   {request: request(now.Add(-time.Second)), holder: request(now.Add(-time.Minute))},
-		"a request past its TTL, no holder":   {request: request(now.Add(-claim.HolderRequestTTL)), holder: "-", hit: true},
+		"a request past its TTL, no holder":   {request: request(now.Add(-claim.HolderAdmitWindow - claim.AdmissionBound)), holder: "-", hit: true},
 		"a malformed request":                 {request: "soon", holder: "-", hit: true},
 	} {
 		t.Run(name, func(t *testing.T) {

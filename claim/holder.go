@@ -14,12 +14,21 @@ import (
 // Retry-After), or one that outlived a leader, makes no holder late.
 const HolderAdmitWindow = 30 * time.Second
 
-// HolderRequestTTL is how long a holder request keeps its warm PVC from
-// being checked out while no holder carrying it has been seen: the admit
-// window, then the API server's request timeout (one minute by default)
-// within which an admitted holder is stored or not at all, and 30 s for
-// the clocks of the replicas to differ.
-const HolderRequestTTL = HolderAdmitWindow + time.Minute + 30*time.Second
+// AdmissionBound is how long after its admission an object may still be
+// stored: the kube-apiserver's default --request-timeout (1m), within
+// which an admitted object is stored or not at all, and 30 s for the
+// offset between clocks and for a write committed as its request times
+// out. A pod admitted with a claim is created within it, and so is a
+// holder admitted within HolderAdmitWindow of its request.
+const AdmissionBound = 90 * time.Second
+
+// holderRequestLive says whether a holder request made at at may still,
+// at now, see its holder created: within HolderAdmitWindow, then
+// AdmissionBound. Until then it keeps its warm PVC from being checked out
+// while no holder carrying it has been seen.
+func holderRequestLive(at, now time.Time) bool {
+	return now.Sub(at) < HolderAdmitWindow+AdmissionBound
+}
 
 // RequestHolder records on warm PVC pvc, at now, that the pool is about to
 // create its holder pod (v1alpha1.HolderRequestAnnotationKey). The patch is
@@ -65,16 +74,16 @@ func HolderRequested(h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, now time.
 }
 
 // CarriesHolderRequest says whether holder pod h carries the holder
-// request warm PVC pvc records and that request is younger than
-// HolderRequestTTL at now: once h is gone, the request would keep the PVC
+// request warm PVC pvc records and that request is live at now
+// (holderRequestLive): once h is gone, the request would keep the PVC
 // from checkouts until then, though its holder was made.
 func CarriesHolderRequest(h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, now time.Time) bool {
 	req, at, ok := holderRequest(pvc)
-	return ok && h.Annotations[v1alpha1.HolderRequestAnnotationKey] == req && now.Sub(at) < HolderRequestTTL
+	return ok && h.Annotations[v1alpha1.HolderRequestAnnotationKey] == req && holderRequestLive(at, now)
 }
 
 // HolderPending says whether a holder may still be created for warm PVC
-// pvc at now: it records a holder request younger than HolderRequestTTL,
+// pvc at now: it records a holder request live at now (holderRequestLive),
 // and no holder carrying that request has been seen (seen reports those
 // the caller's cache holds, being deleted or not). A checkout does not hand
 // out such a PVC: the holder's admission may have read the PVC warm before
@@ -83,7 +92,7 @@ func CarriesHolderRequest(h *corev1.Pod, pvc *corev1.PersistentVolumeClaim, now 
 // for it (HolderRequested).
 func HolderPending(pvc *corev1.PersistentVolumeClaim, seen func(request string) bool, now time.Time) bool {
 	req, at, ok := holderRequest(pvc)
-	return ok && now.Sub(at) < HolderRequestTTL && !seen(req)
+	return ok && holderRequestLive(at, now) && !seen(req)
 }
 
 // holderRequest is the holder request pvc records and its time; false

@@ -248,7 +248,7 @@ func TestPlanPoolStagingPendingRequest(t *testing.T) {
 	}{
 		"no request":                         {holder: "-", create: true},
 		"a recent request, no holder":        {request: request(now.Add(-time.Second)), holder: "-"},
-		"a request past its TTL, no holder":  {request: request(now.Add(-claim.HolderRequestTTL)), holder: "-", create: true},
+		"a request past its TTL, no holder":  {request: request(now.Add(-claim.HolderAdmitWindow - claim.AdmissionBound)), holder: "-", create: true},
 		"a recent request, its holder there": {request: request(now.Add(-time.Second)), holder: request(now.Add(-time.Second))},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
+	"github.com/st-tech/fluent-pvc-operator/claim"
 	"github.com/st-tech/fluent-pvc-operator/pool"
 )
 
@@ -70,7 +71,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	o.FluentPVCMissingTimeout = fluentPVCMissingTimeout
 	o.PoolIdleNamespaceTTL = poolIdleNamespaceTTL
 	o.DrainBackoffMax = drainBackoffMax
-	fs.DurationVar(&o.OrphanGracePeriod, "orphan-grace-period", 2*time.Minute, "How long a claim waits for its pod to appear, counted on the API server's clock from its binding's creation, before it is drained, or reclaimed undrained when no pod was ever created with it. At least "+minOrphanGracePeriod.String()+": the API server's --request-timeout (1m unless raised) plus 30s; a cluster that raises that timeout must raise this with it.")
+	fs.DurationVar(&o.OrphanGracePeriod, "orphan-grace-period", 2*time.Minute, "How long a claim waits for its pod to appear, counted on the API server's clock from its binding's creation, before it is drained, or reclaimed undrained when no pod was ever created with it. At least "+claim.AdmissionBound.String()+": the API server's --request-timeout (1m unless raised) plus 30s; a cluster that raises that timeout must raise this with it.")
 	fs.BoolVar(&o.AllowShortOrphanGracePeriod, "allow-short-orphan-grace-period", false, "Accept an --orphan-grace-period below the safe minimum. For test clusters only: a pod admitted more slowly than the grace period is never recorded, and its claim may be handed to another pod.")
 	fs.DurationVar(&o.DrainBackoffBase, "drain-backoff-base", 10*time.Second, "Wait before retrying a failed finalizer Job; doubles with each failure, up to "+drainBackoffMax.String()+" (or this, if longer).")
 	fs.StringVar(&o.BinderImage, "binder-image", "registry.k8s.io/pause:3.10", "Image of the short-lived pods that bind warm PVCs of WaitForFirstConsumer StorageClasses.")
@@ -85,14 +86,6 @@ const (
 	PoolBindSelectNode = "select-node"
 	PoolBindBinderJob  = "binder-job"
 )
-
-// minOrphanGracePeriod is the shortest safe orphan grace period: the
-// kube-apiserver's default --request-timeout (1m), the longest a pod's
-// admission may last after its claim was handed out, and 30 s for the
-// offset between the API server's clock and the estimate of it and for a
-// write committed as its request times out. A cluster whose API server
-// has a longer request timeout needs a grace period longer by as much.
-const minOrphanGracePeriod = 90 * time.Second
 
 // Defaults of the options that are not flags.
 const (
@@ -110,11 +103,11 @@ const (
 
 // Validate reports options that cannot work, or are unsafe.
 func (o *Options) Validate() error {
-	if o.OrphanGracePeriod < minOrphanGracePeriod && !o.AllowShortOrphanGracePeriod {
+	if o.OrphanGracePeriod < claim.AdmissionBound && !o.AllowShortOrphanGracePeriod {
 		return fmt.Errorf("--orphan-grace-period=%s is too short: a pod's admission may last up to the API server's request timeout "+
 			"(1m by default) after its claim was handed out, and a claim reclaimed before its pod is created "+
 			"could go to another pod while that pod writes to it. Set it to at least %s (the timeout plus 30s)",
-			o.OrphanGracePeriod, minOrphanGracePeriod)
+			o.OrphanGracePeriod, claim.AdmissionBound)
 	}
 	if o.StrandedAttachmentTimeout < 0 {
 		return fmt.Errorf("--stranded-attachment-timeout=%s: must not be negative", o.StrandedAttachmentTimeout)
