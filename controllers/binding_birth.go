@@ -215,7 +215,7 @@ func decideLiveBirth(o birth, now time.Time) birthPlan {
 		// Handed out again since the cached copy: what was found for the
 		// cached checkout is not this one's. The cache's event of the new
 		// checkout reconciles it; the requeue is a backstop.
-		return birthPlan{step: birthWait, wait: conflictRetry}
+		return birthPlan{step: birthWait, wait: unwatchedRecheck}
 	}
 	pod := birthPod(o)
 	if pod == nil && !o.wasSeen {

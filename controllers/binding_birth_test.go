@@ -194,7 +194,7 @@ func TestDecideBirth(t *testing.T) {
 		"the claim handed out again since the cached copy": {
 			claim: fresh, live: fixtures.CheckedOut(fixtures.Returned(fresh), podWaitOver), seen: &p, now: podWaitOver,
 			wantPlan: birthPlan{step: birthReadLive},
-			wantLive: birthPlan{step: birthWait, wait: conflictRetry},
+			wantLive: birthPlan{step: birthWait, wait: unwatchedRecheck},
 		},
 		"the claim gone by the live read": {
 			claim: fresh, liveGone: true, now: podWaitOver,

@@ -90,7 +90,10 @@ type blockage struct {
 //     still without one is worth a look, while a healthy one costs no
 //     reads;
 //   - a drain, told in its binding's status only once it has run this
-//     long (quietFirstDrain): most drains end sooner.
+//     long (quietFirstDrain): most drains end sooner;
+//   - a reconcile that lost a race to a newer write (an optimistic-lock
+//     conflict, or a cached copy older than a live read), as a backstop:
+//     the newer write's own event brings it back sooner.
 const unwatchedRecheck = 10 * time.Second
 
 // plan is what one reconcile does, decided from observed by decide.

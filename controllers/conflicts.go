@@ -2,20 +2,15 @@ package controllers
 
 import (
 	"context"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
-// conflictRetry is when a reconcile that lost a race to a newer write (an
-// optimistic-lock conflict, or a cached copy older than a live read) runs
-// again, should no event of the newer object bring it back sooner.
-const conflictRetry = time.Second
-
 // quietConflicts wraps r so that a reconcile that lost an optimistic-lock
 // race (another writer changed an object since it was read) runs again
+// when the newer object's event comes (unwatchedRecheck at the latest)
 // instead of failing. Such races are the normal course of several writers
 // (the webhook, the kubelet, the Job controller, this operator's other
 // controllers); an error log, which teams alert on, stays for what a person
@@ -27,7 +22,7 @@ func quietConflicts(r reconcile.Reconciler) reconcile.Reconciler {
 			return res, err
 		}
 		ctrl.LoggerFrom(ctx).V(1).Info("an object changed since it was read; reconciling again", "conflict", err.Error())
-		return reconcile.Result{RequeueAfter: conflictRetry}, nil
+		return reconcile.Result{RequeueAfter: unwatchedRecheck}, nil
 	})
 }
 

@@ -22,9 +22,9 @@ func TestQuietConflicts(t *testing.T) {
 		wantErr    bool
 	}{
 		"no error":               {},
-		"a conflict":             {err: conflict, wantResult: reconcile.Result{RequeueAfter: conflictRetry}},
-		"a wrapped conflict":     {err: fmt.Errorf("recording the pod: %w", conflict), wantResult: reconcile.Result{RequeueAfter: conflictRetry}},
-		"joined conflicts":       {err: fmt.Errorf("pool: %w", errors.Join(conflict, fmt.Errorf("x: %w", conflict))), wantResult: reconcile.Result{RequeueAfter: conflictRetry}},
+		"a conflict":             {err: conflict, wantResult: reconcile.Result{RequeueAfter: unwatchedRecheck}},
+		"a wrapped conflict":     {err: fmt.Errorf("recording the pod: %w", conflict), wantResult: reconcile.Result{RequeueAfter: unwatchedRecheck}},
+		"joined conflicts":       {err: fmt.Errorf("pool: %w", errors.Join(conflict, fmt.Errorf("x: %w", conflict))), wantResult: reconcile.Result{RequeueAfter: unwatchedRecheck}},
 		"a conflict and another": {err: errors.Join(conflict, refused), wantErr: true},
 		"another API error":      {err: fmt.Errorf("creating: %w", refused), wantErr: true},
 		"not an API error":       {err: errors.New("boom"), wantErr: true},

@@ -38,4 +38,3 @@ func TestOptionsValidate(t *testing.T) {
 		})
 	}
 }
-
