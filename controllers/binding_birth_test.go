@@ -37,7 +37,7 @@ func TestDecideBirth(t *testing.T) {
 	p := v1alpha1.ObjectIdentity{Name: "p", UID: "p-uid"}
 	q := v1alpha1.ObjectIdentity{Name: "q", UID: "q-uid"}
 	pending := func(node string) corev1.Pod {
-		pod := startPod("p", "c", corev1.PodPending, admitted, false)
+		pod := startPod("p", "c", admitted, false)
 		pod.Spec.NodeName = node
 		return *pod
 	}
@@ -106,7 +106,7 @@ func TestDecideBirth(t *testing.T) {
 			wantPlan: birthPlan{step: birthWait, wait: claim.PodWait - time.Second},
 		},
 		"two pods labelled with the binding's name: neither is taken for its pod": {
-			claim: fresh, pods: []corev1.Pod{pending("n"), *startPod("q", "c", corev1.PodPending, admitted, false)}, now: starting,
+			claim: fresh, pods: []corev1.Pod{pending("n"), *startPod("q", "c", admitted, false)}, now: starting,
 			wantPlan: birthPlan{step: birthWait, wait: claim.PodWait - 300*time.Millisecond},
 		},
 		"reserved ahead, no pod yet: it may come until the reservation ends": {
@@ -152,7 +152,7 @@ func TestDecideBirth(t *testing.T) {
 			wantLive: birthPlan{step: birthCreate, pod: p},
 		},
 		"the pod being deleted while it starts: made with the pod at once": {
-			claim: fresh, pods: []corev1.Pod{*startPod("p", "c", corev1.PodPending, admitted, true)}, now: starting,
+			claim: fresh, pods: []corev1.Pod{*startPod("p", "c", admitted, true)}, now: starting,
 			wantPlan: birthPlan{step: birthReadLive},
 			wantLive: birthPlan{step: birthCreate, pod: p, remember: true},
 		},
@@ -256,13 +256,13 @@ func releasedFor(pvc *corev1.PersistentVolumeClaim, forDeletion bool) *corev1.Pe
 	return w.Object
 }
 
-// startPod is a labelled pod of claim, created at created, in phase (and
+// startPod is a labelled pod of claim, created at created, pending (and
 // being deleted when deleting).
-func startPod(name, claimName string, phase corev1.PodPhase, created time.Time, deleting bool) *corev1.Pod {
+func startPod(name, claimName string, created time.Time, deleting bool) *corev1.Pod {
 	p := fixtures.MakePod(name, "ns").FluentPVC("f").Label(v1alpha1.BindingNameLabelKey, claimName).Claim(claimName).Obj()
 	p.UID = types.UID(name + "-uid")
 	p.CreationTimestamp = metav1.NewTime(created)
-	p.Status.Phase = phase
+	p.Status.Phase = corev1.PodPending
 	if deleting {
 		p.DeletionTimestamp = &metav1.Time{Time: created}
 		p.Finalizers = []string{"test/keep"}
@@ -345,9 +345,9 @@ func TestCreateBinding(t *testing.T) {
 				pvc.Annotations[v1alpha1.ReservedUntilAnnotationKey] = admitted.Add(time.Minute).Format(time.RFC3339Nano)
 				pvc.Finalizers = nil
 			}
-			own := startPod("p", "c", corev1.PodPending, admitted, tc.deleting)
+			own := startPod("p", "c", admitted, tc.deleting)
 			own.Spec.NodeName = tc.node
-			other := startPod("q", "d", corev1.PodPending, now, false)
+			other := startPod("q", "d", now, false)
 			c := fakeAPI(t, interceptor.Funcs{}, pvc, own, other)
 			live := client.Reader(c)
 			if tc.liveCheckout != "" {
