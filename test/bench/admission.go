@@ -13,6 +13,7 @@ import (
 
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
 	"github.com/st-tech/fluent-pvc-operator/pool"
+	"github.com/st-tech/fluent-pvc-operator/test/cluster"
 	"github.com/st-tech/fluent-pvc-operator/webhook"
 )
 
@@ -47,7 +48,7 @@ func admissionNamespaces(kind string, levels []int) []string {
 
 // metricResult is the operator's checkout result of kind's admissions.
 func metricResult(kind string) string {
-	if kind == checkoutReserved {
+	if kind == checkoutReserved || kind == checkoutStaged {
 		return webhook.CheckoutHit
 	}
 	return kind
@@ -87,11 +88,15 @@ type admissionLevel struct {
 	CheckoutDur summary `json:"checkoutDuration"`
 	// Client is the bench's pod create call, end to end.
 	Client summary `json:"client"`
-	// Hits and Misses are the checkouts the operator counted.
-	Hits   int    `json:"hits"`
-	Misses int    `json:"misses"`
-	Note   string `json:"note,omitempty"`
-	Error  string `json:"error,omitempty"`
+	// Hits and Misses are the checkouts the operator counted; StagedHits
+	// those of the hits whose warm PVC a holder kept staged
+	// (fluentpvc_pool_staged_hits_total{served="staged"}), counted for the
+	// staged levels.
+	Hits       int    `json:"hits"`
+	Misses     int    `json:"misses"`
+	StagedHits int    `json:"stagedHits,omitempty"`
+	Note       string `json:"note,omitempty"`
+	Error      string `json:"error,omitempty"`
 }
 
 // webhookFamily is the API server's histogram of its calls of each
@@ -116,13 +121,13 @@ func (lvl *admissionLevel) webhookCalls(before, after scrape, name string) bool 
 }
 
 func (e *env) admissionLevel(ctx context.Context, kind string, c int, ns, fpvc string) (admissionLevel, error) {
-	return e.admissionLevelOf(ctx, kind, c, ns, fpvc, nil)
+	return e.admissionLevelOf(ctx, kind, c, e.cfg.AdmissionPods, ns, fpvc, nil)
 }
 
-// admissionLevelOf is admissionLevel with each pod changed by mutate (if
+// admissionLevelOf is admissionLevel of n pods, each changed by mutate (if
 // not nil) before it is created.
-func (e *env) admissionLevelOf(ctx context.Context, kind string, c int, ns, fpvc string, mutate func(*corev1.Pod, int)) (admissionLevel, error) {
-	lvl := admissionLevel{Checkout: kind, Concurrency: c, Pods: e.cfg.AdmissionPods}
+func (e *env) admissionLevelOf(ctx context.Context, kind string, c, n int, ns, fpvc string, mutate func(*corev1.Pod, int)) (admissionLevel, error) {
+	lvl := admissionLevel{Checkout: kind, Concurrency: c, Pods: n}
 	apiBefore, err := scrapeAPIServer(ctx, e.kc.Clientset)
 	if err != nil {
 		return lvl, err
@@ -186,6 +191,11 @@ func (e *env) admissionLevelOf(ctx context.Context, kind string, c int, ns, fpvc
 	const total = "fluentpvc_pool_checkouts_total"
 	lvl.Hits = int(math.Round(opAfter.sum(total, map[string]string{"result": webhook.CheckoutHit}) - opBefore.sum(total, map[string]string{"result": webhook.CheckoutHit})))
 	lvl.Misses = int(math.Round(opAfter.sum(total, map[string]string{"result": webhook.CheckoutMiss}) - opBefore.sum(total, map[string]string{"result": webhook.CheckoutMiss})))
+	if kind == checkoutStaged {
+		const stagedHits = "fluentpvc_pool_staged_hits_total"
+		sel := map[string]string{"fluentpvc": fpvc, "served": webhook.HitStaged}
+		lvl.StagedHits = int(math.Round(opAfter.sum(stagedHits, sel) - opBefore.sum(stagedHits, sel)))
+	}
 	var errs []error
 	if lvl.APIServer.N != lvl.Pods+lvl.Reinvocations {
 		errs = append(errs, fmt.Errorf("the API server counted %d calls of our webhook for %d pods and %d reinvocations", lvl.APIServer.N, lvl.Pods, lvl.Reinvocations))
@@ -193,6 +203,8 @@ func (e *env) admissionLevelOf(ctx context.Context, kind string, c int, ns, fpvc
 	if want := map[string]int{"hit": lvl.Hits, "miss": lvl.Misses}[metricResult(kind)]; want != lvl.Pods {
 		// Measured all the same: a fact about the checkouts, not a failure.
 		lvl.Note = fmt.Sprintf("%d of %d admissions were %ss (hits %d, misses %d)", want, lvl.Pods, metricResult(kind), lvl.Hits, lvl.Misses)
+	} else if kind == checkoutStaged && lvl.StagedHits != lvl.Pods {
+		lvl.Note = fmt.Sprintf("%d of %d hits were staged (their warm PVC had a holder)", lvl.StagedHits, lvl.Pods)
 	}
 	return lvl, errors.Join(errs...)
 }
@@ -235,18 +247,65 @@ func (e *env) admissionPhase(ctx context.Context, res *results) error {
 	// leaves the FluentPVC once used, so that it does not refill during the
 	// next level. The reserved levels' pools are reserved ahead by the
 	// operator's default (each full once all its warm PVCs are), when it
-	// reserves whole pools.
+	// reserves whole pools, and so are the staged levels' where it
+	// reserves staged pools too.
 	kinds := []struct{ kind, fpvc string }{{webhook.CheckoutHit, fpvcAdmission}}
+	var nodes corev1.NodeList
+	if err := e.cl.List(ctx, &nodes); err != nil {
+		return err
+	}
+	_, extra := stagedLayout(e.cfg, len(nodes.Items)/len(cluster.DefaultZones))
+	st := &stagedAdmission{Pods: stagedPoolSize(e.cfg), StagePerNode: stagePerNodeArg(e.cfg.OperatorArgs), ExtraNodes: extra * len(cluster.DefaultZones)}
+	res.AdmissionStaged = st
 	if t := operatorReserve(e.cfg.OperatorArgs); t == pool.ReserveShare || t >= e.cfg.AdmissionPods {
 		kinds = append(kinds, struct{ kind, fpvc string }{checkoutReserved, fpvcAdmissionReserved})
+	} else {
+		st.Skipped = "the operator reserves no whole pools (--reserve-ahead), so there are no reserved levels for them to stand beside"
 	}
-	var poolNSs []string
+	var fpvcs []string
+	var poolNSs, stagedNSs []string
 	for _, k := range kinds {
 		nss := admissionNamespaces(k.kind, e.cfg.Levels)
 		poolNSs = append(poolNSs, nss...)
+		fpvcs = append(fpvcs, k.fpvc)
+		var stagedStart time.Time
+		if k.kind == checkoutReserved {
+			// The staged pools fill beside the reserved levels' pool, so
+			// that their fill adds to the phase only what it takes
+			// longer, and before the reserved levels, so that it is not
+			// their load.
+			stagedStart = time.Now()
+			var err error
+			if stagedNSs, err = e.startStagedPools(ctx, st); err != nil {
+				return errors.Join(append(errs, err)...)
+			}
+			if stagedNSs != nil {
+				poolNSs = append(poolNSs, stagedNSs...)
+				fpvcs = append(fpvcs, fpvcAdmissionStaged)
+			}
+		}
+		if err := e.fillHitPool(ctx, k.fpvc, nss); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		if k.kind == checkoutReserved && stagedNSs != nil {
+			full := time.Now()
+			if err := e.waitStaged(ctx, st.Pods, stagedNSs, st); err != nil {
+				errs = append(errs, fmt.Errorf("admission %s: %w", checkoutStaged, err))
+				e.progress("admission %s: %v", checkoutStaged, err)
+				stagedNSs = nil // cleaned up with the others, not measured
+			} else {
+				st.StagedSeconds, st.ExtraWaitSeconds = time.Since(stagedStart).Seconds(), time.Since(full).Seconds()
+				e.progress("staged pools of %d in %d namespaces staged in %.1fs, %.1fs after the reserved levels' pool was full; reserved ahead: %v",
+					st.Pods, len(e.cfg.Levels), st.StagedSeconds, st.ExtraWaitSeconds, st.Reserved)
+			}
+		}
 		if err := e.hitLevels(ctx, k.kind, k.fpvc, nss, record); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
+	}
+	if st.Skipped != "" {
+		res.Notes = append(res.Notes, "admission "+checkoutStaged+": skipped: "+st.Skipped)
+		e.progress("admission %s skipped: %s", checkoutStaged, st.Skipped)
 	}
 	// The control's namespace is cleaned up with the others whatever
 	// its levels gave.
@@ -255,10 +314,20 @@ func (e *env) admissionPhase(ctx context.Context, res *results) error {
 	if err := e.noopLevels(ctx, noopNS, record); err != nil {
 		errs = append(errs, fmt.Errorf("admission %s: %w", checkoutNoop, err))
 	}
+	// The staged levels last: the holders of the claims they hand out
+	// stay for pool.HolderPatience, since their pods are never scheduled,
+	// and then leave, which the reserved levels and the control are spared.
+	if stagedNSs != nil {
+		start := time.Now()
+		if err := e.stagedLevels(ctx, stagedNSs, st, record); err != nil {
+			errs = append(errs, fmt.Errorf("admission %s: %w", checkoutStaged, err))
+		}
+		e.progress("admission %s levels took %.1fs", checkoutStaged, time.Since(start).Seconds())
+	}
 	// Deleting the namespaces releases the claims without draining them.
 	start := time.Now()
-	for _, k := range kinds {
-		if err := e.cl.Delete(ctx, fluentPVCRef(k.fpvc)); err != nil {
+	for _, f := range fpvcs {
+		if err := e.cl.Delete(ctx, fluentPVCRef(f)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -272,8 +341,16 @@ func (e *env) admissionPhase(ctx context.Context, res *results) error {
 			return errors.Join(append(errs, err)...)
 		}
 	}
-	for _, k := range kinds {
-		if err := e.deleteFluentPVC(ctx, k.fpvc); err != nil {
+	for _, f := range fpvcs {
+		if err := e.deleteFluentPVC(ctx, f); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+	}
+	if e.kwokCSI {
+		if err := e.waitCSIVolumesGone(ctx); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		if err := e.deleteStagedNodes(ctx, st); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
 	}
@@ -322,9 +399,9 @@ func ms(s float64) string {
 	return fmt.Sprintf("%.1fms", s*1000)
 }
 
-// hitLevels runs kind's levels (hits, or hits from reservations), each in
-// its namespace of nss from its own full pool of FluentPVC fpvc.
-func (e *env) hitLevels(ctx context.Context, kind, fpvc string, nss []string, record func(admissionLevel, error)) error {
+// fillHitPool makes FluentPVC fpvc's pools of e.cfg.AdmissionPods in
+// namespaces nss (unless made ahead) and waits until they are full.
+func (e *env) fillHitPool(ctx context.Context, fpvc string, nss []string) error {
 	size := int32(e.cfg.AdmissionPods)
 	for _, ns := range nss {
 		if err := e.createNamespace(ctx, ns); err != nil {
@@ -334,9 +411,13 @@ func (e *env) hitLevels(ctx context.Context, kind, fpvc string, nss []string, re
 	if err := e.createFluentPVC(ctx, fpvc, size, nss...); err != nil {
 		return err
 	}
-	if err := e.waitPoolWarm(ctx, fpvc, size, nss...); err != nil {
-		return err
-	}
+	return e.waitPoolWarm(ctx, fpvc, size, nss...)
+}
+
+// hitLevels runs kind's levels (hits, or hits from reservations), each in
+// its namespace of nss from its own full pool of FluentPVC fpvc
+// (fillHitPool).
+func (e *env) hitLevels(ctx context.Context, kind, fpvc string, nss []string, record func(admissionLevel, error)) error {
 	for i, c := range e.cfg.Levels {
 		if err := e.settle(ctx); err != nil {
 			return err

@@ -63,8 +63,12 @@ type env struct {
 	// cluster.StorageClassCSI, attached, staged and published by
 	// test/csidriver; the bench also watches VolumeAttachments.
 	csi bool
-	kc  *cluster.Cluster
-	op  *cluster.Operator
+	// kwokCSI says that the simulated tier has CSI storage too, started
+	// for the admission phase's staged levels (startStagedPools); e.csi
+	// stays false: only their pools are on it.
+	kwokCSI bool
+	kc      *cluster.Cluster
+	op      *cluster.Operator
 	// cl writes (and reads uncached) without a client-side rate limit.
 	cl client.Client
 	// cache holds the measured pods, FluentPVCs, bindings and PVCs.
@@ -422,7 +426,8 @@ func (e *env) createFluentPVC(ctx context.Context, name string, size int32, name
 }
 
 // fluentPVC is the tier's FluentPVC named name on the tier's storage class
-// (e.storageClass), with a pool of size in namespaces (not staged if it is
+// (e.storageClass; cluster.StorageClassCSI for the admission phase's staged
+// levels), with a pool of size in namespaces (not staged if it is
 // fpvcUnstaged): on kwok, config/samples' with small requests, and the
 // pools of d and the cost phase reserving -reserve-ahead when it is set;
 // on the real node, with busybox for the sidecar and the finalizer Job,
@@ -431,7 +436,11 @@ func (e *env) createFluentPVC(ctx context.Context, name string, size int32, name
 // the checkout that writes. Every other pool leaves reservations to the
 // operator's --reserve-ahead.
 func (e *env) fluentPVC(name string, size int32, namespaces ...string) *v1alpha1.FluentPVC {
-	f := fixtures.MakeFluentPVC(name).StorageClass(e.storageClass()).PoolSize(size).Mutate(func(f *v1alpha1.FluentPVC) {
+	class := e.storageClass()
+	if name == fpvcAdmissionStaged {
+		class = cluster.StorageClassCSI
+	}
+	f := fixtures.MakeFluentPVC(name).StorageClass(class).PoolSize(size).Mutate(func(f *v1alpha1.FluentPVC) {
 		f.Spec.Pool.Namespaces = namespaces
 		if name == fpvcUnstaged {
 			f.Spec.Pool.Staging = v1alpha1.PoolStagingDisabled

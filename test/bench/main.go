@@ -57,6 +57,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/st-tech/fluent-pvc-operator/test/cluster"
@@ -328,7 +329,12 @@ func runKwok(ctx context.Context, cfg config, res *results, progress io.Writer) 
 		err = errors.Join(err, kc.Down())
 	}()
 	res.ClusterUpSeconds = time.Since(started).Seconds()
-	op, err := cluster.RunOperator(ctx, kc, cluster.OperatorOptions{Args: cfg.OperatorArgs})
+	nodes, err := kc.Clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing the nodes: %w", err)
+	}
+	e.cfg.OperatorArgs = kwokOperatorArgs(cfg, len(nodes.Items)/len(cluster.DefaultZones))
+	op, err := cluster.RunOperator(ctx, kc, cluster.OperatorOptions{Args: e.cfg.OperatorArgs})
 	if err != nil {
 		return fmt.Errorf("starting the operator: %w", err)
 	}

@@ -136,7 +136,7 @@ func (e *env) nodesPhase(ctx context.Context, res *results) error {
 		if err := e.settle(ctx); err != nil {
 			errs = append(errs, err)
 		}
-		l, err := e.admissionLevelOf(ctx, webhook.CheckoutHit, nodesConcurrency, ns, fpvcNodes, nodesPod)
+		l, err := e.admissionLevelOf(ctx, webhook.CheckoutHit, nodesConcurrency, e.cfg.AdmissionPods, ns, fpvcNodes, nodesPod)
 		if err != nil {
 			l.Error = err.Error()
 			errs = append(errs, fmt.Errorf("nodes %s: %w", ns, err))
