@@ -98,6 +98,9 @@ type Stock struct {
 	closed bool
 	term   term
 	held   map[types.NamespacedName]*stocked
+	// handedOut are the claims the stock handed out whose pods nothing
+	// has recorded yet (settleHandouts).
+	handedOut map[types.NamespacedName]*handout
 	// reported are the FluentPVCs the reservedClaims gauge has a value for.
 	reported map[string]bool
 }
@@ -117,6 +120,15 @@ type stocked struct {
 	// as the Lease's renewal, not one a second.
 	returning bool
 	retryAt   time.Time
+}
+
+// handout is a claim the stock handed out, at at, while no pod is
+// recorded on it. retryAt is when Sync tries again to end its
+// reservation after a try whose outcome was not a success.
+type handout struct {
+	pvc     *corev1.PersistentVolumeClaim
+	at      time.Time
+	retryAt time.Time
 }
 
 // NewStock is a Stock of the process named name, whose Lease lives in
@@ -187,6 +199,10 @@ func (s *Stock) take(ctx context.Context, fpvc, namespace, hash string, usable f
 			continue
 		}
 		delete(s.held, key)
+		if s.handedOut == nil {
+			s.handedOut = map[types.NamespacedName]*handout{}
+		}
+		s.handedOut[key] = &handout{pvc: c, at: s.Clock.Now()}
 		return c
 	}
 	return nil
@@ -254,6 +270,9 @@ func (s *Stock) Sync(ctx context.Context) error {
 	errs := []error{leaseErr}
 	for _, c := range s.giveBackAgain(ctx, s.Clock.Now()) {
 		errs = append(errs, s.giveBack(ctx, c))
+	}
+	for key, h := range s.unrecordedHandouts(ctx, s.Clock.Now()) {
+		errs = append(errs, s.endReservation(ctx, key, h))
 	}
 	replicas := s.replicas(ctx)
 	fpvcs, staged, err := s.reservable(ctx, replicas)
@@ -540,6 +559,7 @@ func (s *Stock) fence(ctx context.Context, why string) {
 	s.mu.Lock()
 	n := len(s.held)
 	s.held = map[types.NamespacedName]*stocked{}
+	s.handedOut = nil
 	s.term = term{}
 	s.mu.Unlock()
 	log.FromContext(ctx).Info("the stock lost its Lease: it forgets its reserved claims, which are reclaimed, and makes a new Lease", "reason", why, "claims", n)
@@ -574,6 +594,74 @@ func (s *Stock) giveBack(ctx context.Context, c *corev1.PersistentVolumeClaim) e
 		st.returning, st.retryAt = true, s.Clock.Now().Add(LeaseDuration/4)
 	}
 	return fmt.Errorf("giving claim %s back: %w", key, err)
+}
+
+// unrecordedHandouts picks, while the Lease is writable, the claims the
+// stock handed out at least claim.AdmissionBound before now, whose
+// reservations are due to end (endReservation): by then the pod admitted
+// with a claim is stored, or never will be (the API server refused it
+// after the webhook, or gave up waiting for the webhook's answer). A
+// claim whose pod is recorded, or that the cache shows gone, being
+// deleted or no longer reserved by the stock, is forgotten; one the cache
+// cannot tell of is kept for later. Each is returned as the cache shows
+// it, the version the write is conditioned on.
+func (s *Stock) unrecordedHandouts(ctx context.Context, now time.Time) map[types.NamespacedName]handout {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.term.usable(now) {
+		return nil
+	}
+	var due map[types.NamespacedName]handout
+	for key, h := range s.handedOut {
+		cached := &corev1.PersistentVolumeClaim{}
+		if err := s.Checkouts.Cache.Get(ctx, key, cached); err != nil {
+			if apierrors.IsNotFound(err) {
+				delete(s.handedOut, key)
+			}
+			continue
+		}
+		by, _, reserved := claim.Reservation(cached)
+		if cached.UID != h.pvc.UID || !cached.DeletionTimestamp.IsZero() || !reserved || by != s.term.holder {
+			// Recorded its pod (no longer a reservation), gone, or taken
+			// from the stock's Lease since.
+			delete(s.handedOut, key)
+			continue
+		}
+		if now.Sub(h.at) < claim.AdmissionBound || now.Before(h.retryAt) {
+			continue
+		}
+		if due == nil {
+			due = map[types.NamespacedName]handout{}
+		}
+		due[key] = handout{pvc: cached, at: h.at}
+	}
+	return due
+}
+
+// endReservation ends the reservation of claim h.pvc, of key, handed out
+// with no pod recorded since (claim.EndReservation), so that the binding
+// controller reclaims or drains it now rather than at the end of the
+// stock's Lease. It is forgotten once that landed, or the claim is gone;
+// otherwise tried again a quarter of LeaseDuration later.
+func (s *Stock) endReservation(ctx context.Context, key types.NamespacedName, h handout) error {
+	w, err := claim.EndReservation(h.pvc, s.term.holder, h.at)
+	if err == nil {
+		err = claim.Execute(ctx, s.Checkouts.Writer, w)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil || apierrors.IsNotFound(err) {
+		delete(s.handedOut, key)
+		if err == nil {
+			log.FromContext(ctx).Info("a claim handed out from the stock has no pod recorded since; its reservation is ended, for its binding to reclaim or drain it",
+				"claim", key, "handedOut", h.at)
+		}
+		return nil
+	}
+	if cur, ok := s.handedOut[key]; ok {
+		cur.retryAt = s.Clock.Now().Add(LeaseDuration / 4)
+	}
+	return fmt.Errorf("ending the reservation of claim %s, handed out with no pod recorded since: %w", key, err)
 }
 
 // giveBackAgain picks the claims whose give-back had an unknown outcome,

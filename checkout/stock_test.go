@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/st-tech/fluent-pvc-operator/apis/objects"
 	"github.com/st-tech/fluent-pvc-operator/apis/v1alpha1"
@@ -1650,5 +1651,93 @@ func TestStockStagedOff(t *testing.T) {
 	}
 	if got := f.reserved(t); got != 0 || f.stock.Len() != 0 {
 		t.Errorf("reserved %d (stock %d) of a staged pool, want none", got, f.stock.Len())
+	}
+}
+
+// TestStockHandoutWithoutPod: a claim the stock handed out whose pod
+// nothing records within claim.AdmissionBound (the API server refused
+// the pod after the webhook, or gave up waiting for its answer) has its
+// reservation ended by the stock, so that its binding reclaims or drains
+// it while the replica lives. Before, it stayed reserved under the live
+// Lease for as long as the replica lived, out of every pool.
+func TestStockHandoutWithoutPod(t *testing.T) {
+	cases := map[string]struct {
+		// record records a pod on the claim after the handout.
+		record bool
+		// fails is how many writes of the end fail (500) before one lands.
+		fails     int
+		wantEnded bool
+	}{
+		"no pod recorded":                 {wantEnded: true},
+		"its pod recorded":                {record: true},
+		"the first end fails, then lands": {fails: 1, wantEnded: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f, fpvc := newReservedFixture(t, 1, 1)
+			ctx := context.Background()
+			c := f.take(fpvc)
+			if c == nil {
+				t.Fatal("the stock handed out no claim")
+			}
+			handedOut := f.clock.Now()
+			key := client.ObjectKeyFromObject(c)
+			get := func() *corev1.PersistentVolumeClaim {
+				t.Helper()
+				got := &corev1.PersistentVolumeClaim{}
+				if err := f.api.Get(ctx, key, got); err != nil {
+					t.Fatal(err)
+				}
+				return got
+			}
+			if tc.record {
+				w, err := claim.RecordPod(get(), v1alpha1.ObjectIdentity{Name: "app", UID: "app-uid"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := claim.Execute(ctx, f.api, w); err != nil {
+					t.Fatal(err)
+				}
+			}
+			failed := 0
+			f.hooks.fails = func(name string) error {
+				if name == c.Name && failed < tc.fails {
+					failed++
+					return apierrors.NewInternalError(errors.New("etcd is down"))
+				}
+				return nil
+			}
+			// Sync as the stock does, every few seconds, so that its Lease
+			// stays renewed.
+			syncUntil := func(end time.Time) {
+				for f.clock.Now().Before(end) {
+					next := f.clock.Now().Add(5 * time.Second)
+					if next.After(end) {
+						next = end
+					}
+					f.clock.SetTime(next)
+					_ = f.stock.Sync(ctx)
+				}
+			}
+			syncUntil(handedOut.Add(claim.AdmissionBound - time.Second))
+			if got := get(); !claim.Reserved(got) {
+				t.Fatalf("the reservation ended %s after the handout, before claim.AdmissionBound", f.clock.Now().Sub(handedOut))
+			}
+			syncUntil(handedOut.Add(claim.AdmissionBound + LeaseDuration/2))
+			got := get()
+			if ended := !claim.Reserved(got); ended != tc.wantEnded {
+				t.Fatalf("reservation ended: %t, want %t (%v)", ended, tc.wantEnded, got.Annotations)
+			}
+			if tc.wantEnded {
+				at, _ := claim.AdmittedAt(got.Annotations)
+				if claim.StateOf(got) != claim.Claimed || !at.Equal(handedOut) || !controllerutil.ContainsFinalizer(got, v1alpha1.PVCProtectionFinalizer) {
+					t.Errorf("ended claim is %s, admitted at %v, finalizers %v; want Claimed, admitted at the handout %v, with the finalizer",
+						claim.StateOf(got), at, got.Finalizers, handedOut)
+				}
+			}
+			if n := len(f.stock.handedOut); n != 0 {
+				t.Errorf("the stock remembers %d handouts, want none", n)
+			}
+		})
 	}
 }

@@ -396,6 +396,34 @@ func Unreserve(pvc *corev1.PersistentVolumeClaim, owner string) (Write, error) {
 	return toWarm(pvc, pvc.Annotations[v1alpha1.CheckoutIDAnnotationKey]), nil
 }
 
+// EndReservation turns claim pvc, reserved by owner and handed out by it
+// at handedOut, whose pod nothing has recorded since, into a claim
+// checked out at handedOut for a pod: the reservation goes, and the
+// claim gets its finalizer. Only owner knows it handed the claim out, so
+// only owner ends the reservation, once no pod admitted with the claim
+// can still be stored (AdmissionBound after handedOut): the binding
+// controller then takes it for a claim whose pod never came (after its
+// proof that none was created with it) or drains it, instead of waiting
+// for the end of owner's Lease, which may never come while owner lives.
+// The update is conditioned on the version read.
+func EndReservation(pvc *corev1.PersistentVolumeClaim, owner string, handedOut time.Time) (Write, error) {
+	if by, _, ok := Reservation(pvc); !ok || by != owner {
+		return Write{}, refuse("end the reservation of", pvc, "it is not reserved by "+owner)
+	}
+	if used, _ := PodOf(pvc); used.UID != "" {
+		return Write{}, refuse("end the reservation of", pvc, "it records its pod")
+	}
+	if !pvc.DeletionTimestamp.IsZero() {
+		return Write{}, refuse("end the reservation of", pvc, "it is being deleted")
+	}
+	out := pvc.DeepCopy()
+	delete(out.Annotations, v1alpha1.ReservedByAnnotationKey)
+	delete(out.Annotations, v1alpha1.ReservedUntilAnnotationKey)
+	setAnnotation(out, v1alpha1.AdmittedAtAnnotationKey, handedOut.UTC().Format(time.RFC3339Nano))
+	controllerutil.AddFinalizer(out, v1alpha1.PVCProtectionFinalizer)
+	return Write{Op: OpUpdate, Object: out, Precondition: preconditionOf(pvc)}, nil
+}
+
 // Delete deletes released claim pvc of binding b. It is refused while the
 // operator's finalizer holds it (Release comes first) and unless pvc is
 // the checkout b records; a claim being deleted already needs no write.

@@ -112,6 +112,12 @@ func TestTransitions(t *testing.T) {
 		},
 		"Unreserve":                func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Unreserve(c, "replica-a") },
 		"Unreserve, other replica": func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Unreserve(c, "replica-b") },
+		"EndReservation": func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
+			return claim.EndReservation(c, "replica-a", fixtures.Epoch)
+		},
+		"EndReservation, other replica": func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
+			return claim.EndReservation(c, "replica-b", fixtures.Epoch)
+		},
 		"Delete":                   func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Delete(b, c) },
 		"DeleteWarm":               claim.DeleteWarm,
 	}
@@ -134,6 +140,12 @@ func TestTransitions(t *testing.T) {
 		// may hold its data.
 		"Unreserve": {
 			"reserved": writes(claim.OpUpdate, claim.Warm), "reserved, unprotected": writes(claim.OpUpdate, claim.Warm),
+		},
+		// Only the replica that holds a reservation ends it, and only while
+		// no pod is recorded and the claim is not being deleted: it becomes
+		// a claim checked out for a pod, with its finalizer.
+		"EndReservation": {
+			"reserved": writes(claim.OpUpdate, claim.Claimed), "reserved, unprotected": writes(claim.OpUpdate, claim.Claimed),
 		},
 		// Tested on the claim's checkout token rather than the version
 		// read; a claim without a token (not the operator's) on the version.
@@ -290,7 +302,8 @@ func TestCheckoutAndReturn(t *testing.T) {
 // TestReserveAndUnreserve follows a warm PVC through a reservation and
 // back: the reservation writes what a checkout writes and names its
 // holder; giving it back removes every key, so that the PVC is a warm PVC
-// like any other; a pod recorded since ends the reservation. A
+// like any other; ending it leaves a claim checked out at its handout; a
+// pod recorded since ends the reservation. A
 // reservation that names its end is read with it.
 func TestReserveAndUnreserve(t *testing.T) {
 	warm := claim.NewWarm(fixtures.MakeFluentPVC("f").Obj(), "ns", "h", "node-1").Object
@@ -326,6 +339,17 @@ func TestReserveAndUnreserve(t *testing.T) {
 		if c.Annotations[k] != v {
 			t.Errorf("annotation %s = %q, want the checkout's %q", k, c.Annotations[k], v)
 		}
+	}
+	handedOut := fixtures.Epoch.Add(time.Hour)
+	ended, err := claim.EndReservation(c, "ns/replica-a", handedOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claim.Reserved(ended.Object) || claim.StateOf(ended.Object) != claim.Claimed || !controllerutil.ContainsFinalizer(ended.Object, v1alpha1.PVCProtectionFinalizer) {
+		t.Errorf("EndReservation = %v, %v; want a Claimed claim, not reserved, with the finalizer", ended.Object.Annotations, ended.Object.Finalizers)
+	}
+	if at, ok := claim.AdmittedAt(ended.Object.Annotations); !ok || !at.Equal(handedOut) {
+		t.Errorf("EndReservation admitted at %v, want the handout's %v", at, handedOut)
 	}
 	back, err := claim.Unreserve(c, "ns/replica-a")
 	if err != nil {
