@@ -347,7 +347,7 @@ func (e *env) admissionPhase(ctx context.Context, res *results) error {
 		}
 	}
 	if e.kwokCSI {
-		if err := e.waitCSIVolumesGone(ctx); err != nil {
+		if err := e.waitDetached(ctx); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
 		if err := e.deleteStagedNodes(ctx, st); err != nil {
