@@ -371,8 +371,12 @@ func (r *results) stagedMarkdown(w func(string, ...any)) {
 		w("Staged hits (`%s`): not measured; see the errors.\n\n", checkoutStaged)
 		return
 	}
-	w("Staged hits (`%s`): %d pods per level (fewer than the others' %d: every warm PVC of a staged pool takes a holder pod and an attachment), each level from a full pool of %d of its own on StorageClass `%s`: test/csidriver's storage, started on this cluster for them (`cluster.StartCSI`; a volume takes %s to create, longer than a level, so that no warm PVC refilling the pool gets a holder, whose pod would be a call of the webhook, during the level; %s to attach), whose CSIDriver requires attachment. ",
-		checkoutStaged, st.Pods, r.Config.AdmissionPods, st.Pods, cluster.StorageClassCSI, kwokCSIOptions.CreateDelay, kwokCSIOptions.AttachDelay)
+	fewer := ""
+	if st.Pods < r.Config.AdmissionPods {
+		fewer = fmt.Sprintf(" (fewer than the others' %d: every warm PVC of a staged pool takes a holder pod and an attachment)", r.Config.AdmissionPods)
+	}
+	w("Staged hits (`%s`): %d pods per level%s, each level from a full pool of %d of its own on StorageClass `%s`: test/csidriver's storage, started on this cluster for them (`cluster.StartCSI`; a volume takes %s to create, longer than a level, so that no warm PVC refilling the pool gets a holder, whose pod would be a call of the webhook, during the level; %s to attach), whose CSIDriver requires attachment. ",
+		checkoutStaged, st.Pods, fewer, st.Pods, cluster.StorageClassCSI, kwokCSIOptions.CreateDelay, kwokCSIOptions.AttachDelay)
 	perNode := fmt.Sprintf("`--stage-per-node=%d`, as many as test/csidriver attaches to a node, which kwok nodes do not report, so that the levels' %d warm PVCs all stage at once", st.StagePerNode, st.Pods*len(r.Config.Levels))
 	if st.ExtraNodes > 0 {
 		perNode += fmt.Sprintf(", on %d kwok nodes added to the zones for them and deleted after the phase", st.ExtraNodes)
