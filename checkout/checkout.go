@@ -189,7 +189,7 @@ func (c *Checkouter) Checkout(ctx context.Context, fpvc *v1alpha1.FluentPVC, pod
 	}
 	// As with warm PVCs, a reserved claim staged where the pod cannot run
 	// comes last, and never to a pod pinned to its nodes.
-	if !pinned && c.Stock != nil && c.Stock.ReserveStaged {
+	if !pinned && c.Stock != nil {
 		if got, ok := c.takeReserved(ctx, fpvc, pod, placement, gone, true); ok {
 			return got, nil
 		}
@@ -209,9 +209,7 @@ func (c *Checkouter) takeReserved(ctx context.Context, fpvc *v1alpha1.FluentPVC,
 	var holders map[string]*corev1.Pod
 	listed := false
 	holderOf := func(name string) *corev1.Pod {
-		if c.Stock == nil || !c.Stock.ReserveStaged {
-			// Only pools that do not stage are reserved from: no claim
-			// of the stock has a holder, and no lookup is made.
+		if c.Stock == nil {
 			return nil
 		}
 		if !listed {

@@ -48,10 +48,12 @@ const stockPoll = time.Second
 // whose pods never came, once the Lease is over for it too.
 //
 // Sync keeps the stock: it renews the Lease, reserves Bound warm PVCs of
-// the current template, and gives back (to the pool, as warm PVCs) those
-// of a FluentPVC that is gone, being deleted, staged or changed its
-// template, those no pod can take (prune), and those beyond its
-// pool.Limit (the size shrank, or more replicas share the pool). A claim
+// the current template (in a pool that stages, only those a running
+// holder stages), and gives back (to the pool, as warm PVCs) those of a
+// FluentPVC that is gone, being deleted or changed its template, those no
+// pod can take or no running holder stages any more (prune), and those
+// beyond its pool.Limit (the size shrank, or more replicas share the
+// pool). A claim
 // is handed out or given back under the stock's lock, so never both;
 // once handed out or given back, the stock forgets it. A give-back whose
 // outcome is unknown (a timeout, a 5xx, a conflict) leaves the claim
@@ -79,11 +81,6 @@ type Stock struct {
 	Checkouts *Checkouter
 	// Clock is the API server's (Leases end on its time).
 	Clock clock.PassiveClock
-	// ReserveStaged, when set, reserves from pools that stage their warm
-	// PVCs too (see reserve); unset, they are left to their holders. It
-	// stays unset in the operator until a full chaos run with staged
-	// pools reserved settles.
-	ReserveStaged bool
 
 	// lastReplicas is the last count of live Leases, 0 before any;
 	// countFailing says whether its last count failed.
@@ -253,9 +250,6 @@ func (s *Stock) reservable(ctx context.Context, replicas int) (fpvcs map[string]
 		}
 		if staged[f.Name], err = Stages(ctx, s.Checkouts.Cache, f); err != nil {
 			return nil, nil, err
-		}
-		if staged[f.Name] && !s.ReserveStaged {
-			continue
 		}
 		fpvcs[f.Name] = f
 	}

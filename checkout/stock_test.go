@@ -160,7 +160,6 @@ func newStockFixture(t *testing.T, target int, objs ...client.Object) stockFixtu
 	api := interceptor.NewClient(raw, funcs)
 	clk := clocktesting.NewFakePassiveClock(fixtures.Epoch)
 	s := NewStock("replica-a", "sys", target, NewCheckouter(api, api, api), clk)
-	s.ReserveStaged = true
 	return stockFixture{api: api, raw: raw, clock: clk, writes: &writes, leaseWrites: &leaseWrites, hooks: h, stock: s}
 }
 
@@ -1633,27 +1632,6 @@ func TestStockCloseEndsLease(t *testing.T) {
 		})
 	}
 }
-
-// TestStockStagedOff: without ReserveStaged, as in the operator, a pool
-// that stages its warm PVCs is not reserved from, staged or not.
-func TestStockStagedOff(t *testing.T) {
-	fpvc := fixtures.MakeFluentPVC("f").PoolSize(1).Obj()
-	fpvc.Spec.PVCSpecTemplate.StorageClassName = ptr.To("disk")
-	warm := warmPVCs(fpvc, 1)
-	h := objects.HolderPod(fpvc.Name, warm[0].(*corev1.PersistentVolumeClaim), "n1", "pause", "")
-	h.Spec.NodeName, h.Status.Phase = "n1", corev1.PodRunning
-	f := newStockFixture(t, 1, append([]client.Object{fpvc, h,
-		&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "disk"}, Provisioner: "disk.csi"},
-		&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "disk.csi"}}}, warm...)...)
-	f.stock.ReserveStaged = false
-	if err := f.stock.Sync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if got := f.reserved(t); got != 0 || f.stock.Len() != 0 {
-		t.Errorf("reserved %d (stock %d) of a staged pool, want none", got, f.stock.Len())
-	}
-}
-
 // TestStockHandoutWithoutPod: a claim the stock handed out whose pod
 // nothing records within claim.AdmissionBound (the API server refused
 // the pod after the webhook, or gave up waiting for its answer) has its
