@@ -1632,6 +1632,7 @@ func TestStockCloseEndsLease(t *testing.T) {
 		})
 	}
 }
+
 // TestStockHandoutWithoutPod: a claim the stock handed out whose pod
 // nothing records within claim.AdmissionBound (the API server refused
 // the pod after the webhook, or gave up waiting for its answer) has its

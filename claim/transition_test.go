@@ -118,8 +118,8 @@ func TestTransitions(t *testing.T) {
 		"EndReservation, other replica": func(c *corev1.PersistentVolumeClaim) (claim.Write, error) {
 			return claim.EndReservation(c, "replica-b", fixtures.Epoch)
 		},
-		"Delete":                   func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Delete(b, c) },
-		"DeleteWarm":               claim.DeleteWarm,
+		"Delete":     func(c *corev1.PersistentVolumeClaim) (claim.Write, error) { return claim.Delete(b, c) },
+		"DeleteWarm": claim.DeleteWarm,
 	}
 	// want[transition][state]
 	want := map[string]map[string]outcome{
