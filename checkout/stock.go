@@ -96,7 +96,7 @@ type Stock struct {
 	term   term
 	held   map[types.NamespacedName]*stocked
 	// handedOut are the claims the stock handed out whose pods nothing
-	// has recorded yet (settleHandouts).
+	// has recorded yet (unrecordedHandouts).
 	handedOut map[types.NamespacedName]*handout
 	// reported are the FluentPVCs the reservedClaims gauge has a value for.
 	reported map[string]bool
@@ -607,21 +607,20 @@ func (s *Stock) unrecordedHandouts(ctx context.Context, now time.Time) map[types
 	}
 	var due map[types.NamespacedName]handout
 	for key, h := range s.handedOut {
-		cached := &corev1.PersistentVolumeClaim{}
-		if err := s.Checkouts.Cache.Get(ctx, key, cached); err != nil {
-			if apierrors.IsNotFound(err) {
-				delete(s.handedOut, key)
-			}
+		// A claim that records its pod is no longer a reservation, so it
+		// is not held either.
+		switch held, known := s.stillHeld(ctx, h.pvc); {
+		case !known:
 			continue
-		}
-		by, _, reserved := claim.Reservation(cached)
-		if cached.UID != h.pvc.UID || !cached.DeletionTimestamp.IsZero() || !reserved || by != s.term.holder {
-			// Recorded its pod (no longer a reservation), gone, or taken
-			// from the stock's Lease since.
+		case !held:
 			delete(s.handedOut, key)
 			continue
 		}
 		if now.Sub(h.at) < claim.AdmissionBound || now.Before(h.retryAt) {
+			continue
+		}
+		cached := &corev1.PersistentVolumeClaim{}
+		if err := s.Checkouts.Cache.Get(ctx, key, cached); err != nil || cached.ResourceVersion == claim.PodsSince(h.pvc) {
 			continue
 		}
 		if due == nil {
